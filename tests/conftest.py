@@ -1,0 +1,53 @@
+"""Shared fixtures: the real GSF samples (read in place, never copied into the repo)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES_DIR = Path(os.environ.get("PFM_DASK_GSF_SAMPLES",
+                                  REPO.parent / "shared" / "data" / "gsf"))
+
+
+def _samples() -> list[Path]:
+    if not SAMPLES_DIR.is_dir():
+        return []
+    return sorted(p for p in SAMPLES_DIR.iterdir() if p.name.endswith(".mb121"))
+
+
+SAMPLE_FILES = _samples()
+
+
+def sample_id(path: Path) -> str:
+    """A short readable test id: the file name without the repository prefix."""
+    return path.name.split("__", 1)[-1].replace(".gsf.mb121", "").replace(".mb121", "")
+
+
+def pytest_collection_modifyitems(config, items):
+    if SAMPLE_FILES:
+        return
+    skip = pytest.mark.skip(reason=f"real GSF samples not found in {SAMPLES_DIR} "
+                            "(set PFM_DASK_GSF_SAMPLES)")
+    for item in items:
+        if "gsf_sample" in getattr(item, "fixturenames", ()):
+            item.add_marker(skip)
+
+
+@pytest.fixture(params=SAMPLE_FILES, ids=[sample_id(p) for p in SAMPLE_FILES])
+def gsf_sample(request) -> Path:
+    """Each real GSF sample file in ../shared/data/gsf, one test per file."""
+    return request.param
+
+
+@pytest.fixture
+def sample_by_name():
+    """Look a sample up by a fragment of its name, e.g. ``sample_by_name('EM302')``."""
+    def find(fragment: str) -> Path:
+        hits = [p for p in SAMPLE_FILES if fragment in p.name]
+        if len(hits) != 1:
+            pytest.skip(f"no unique GSF sample matching {fragment!r} in {SAMPLES_DIR}")
+        return hits[0]
+    return find
