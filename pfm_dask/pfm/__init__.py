@@ -4,9 +4,11 @@ Nothing here imports Dask or knows about GSF.
 """
 
 from . import validity  # noqa: F401
-from ._store import *  # noqa: F401,F403  (header, bit packing, create/open/add/read)
+from ._store import *  # noqa: F401,F403  (header, bit packing, create/open/add/read/append)
 from ._store import __all__ as _store_all
-from ._tools import *  # noqa: F401,F403  (recompute, check, info, dump)
+from ._recompute import *  # noqa: F401,F403  (bin statistics by the library's rules)
+from ._recompute import __all__ as _recompute_all
+from ._tools import *  # noqa: F401,F403  (check, info, dump)
 from ._tools import __all__ as _tools_all
 
-__all__ = ["validity", *_store_all, *_tools_all]
+__all__ = ["validity", *_store_all, *_recompute_all, *_tools_all]
