@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import typer
 
@@ -179,23 +179,149 @@ def check(
     raise typer.Exit(EXIT_FAILURE if problems else EXIT_OK)
 
 
+class _Progress:
+    """Progress of a load: a live line on a terminal, plain log lines otherwise."""
+
+    def __init__(self, enabled: bool, as_json: bool):
+        self.tty = enabled and sys.stderr.isatty() and not as_json
+        self.enabled = enabled and not as_json
+        self.last_plain = 0.0
+
+    def __call__(self, st: dict) -> None:
+        if not self.enabled:
+            return
+        import time
+
+        done, total = st.get("watermark", 0), max(1, st.get("pieces_total", 1))
+        el = st.get("elapsed", 0.0)
+        eta = el / done * (total - done) if done else float("nan")
+        line = (f"{st.get('phase')}: files {st.get('files_done')}/{st.get('files_total')}  "
+                f"pieces {done}/{total}  soundings {st.get('soundings_written', 0):,}  "
+                f"({st.get('soundings_per_second', 0):,.0f}/s)  backlog "
+                f"{st.get('backlog_batches', 0)} / {st.get('backlog_bytes', 0) / 2**20:.1f} MiB  "
+                f"elapsed {el:.0f}s  remaining {eta:.0f}s")
+        if self.tty:
+            typer.echo("\r" + line[:160].ljust(160), nl=False, err=True)
+        elif time.time() - self.last_plain > 5:
+            self.last_plain = time.time()
+            typer.echo(line, err=True)
+
+    def close(self) -> None:
+        if self.tty:
+            typer.echo("", err=True)
+
+
+def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_json, quiet):
+    from . import pipeline
+    from .inputs import expand_inputs
+
+    mode = "serial" if serial else ("scheduler" if scheduler else "local")
+    files = expand_inputs(inputs)
+    prog = _Progress(not quiet, as_json)
+
+    def dash(link):
+        if not as_json and link:
+            typer.echo(f"Dask dashboard: {link}", err=True)
+
+    try:
+        res = pipeline.run_load(files, output, cfg, mode=mode, workers=workers,
+                                scheduler=scheduler, append=append, progress=prog,
+                                on_dashboard=dash)
+    finally:
+        prog.close()
+    if as_json:
+        typer.echo(json.dumps(res.to_dict(), indent=2, default=str))
+    else:
+        typer.echo(res.summary())
+    return res
+
+
+@app.command()
+def load(
+    inputs: List[str] = typer.Argument(..., help="GSF files, directories, globs or @list.txt"),
+    output: Path = typer.Option(..., "--output", "-o", help="the PFM handle file to create"),
+    mbr: Optional[Tuple[float, float, float, float]] = typer.Option(
+        None, "--mbr", help="area as SOUTH WEST NORTH EAST degrees (default: the inputs' extent)"),
+    polygon: Optional[Path] = typer.Option(None, "--polygon", help="area polygon file: 'lat, lon' per line"),
+    bin_size: float = typer.Option(2.0, "--bin-size", help="bin size in metres"),
+    min_depth: float = typer.Option(-10000.0, "--min-depth", help="shallowest depth kept valid (m, + down)"),
+    max_depth: float = typer.Option(12000.0, "--max-depth", help="deepest depth kept valid (m)"),
+    precision: float = typer.Option(0.01, "--precision", help="depth precision (m)"),
+    swath_filter: bool = typer.Option(False, "--swath-filter/--no-swath-filter", help="run the per-file swath filter"),
+    swath_pings: int = typer.Option(5, "--swath-window-pings", help="swath filter window, pings"),
+    swath_beams: int = typer.Option(9, "--swath-window-beams", help="swath filter window, beams"),
+    swath_threshold: Optional[float] = typer.Option(None, "--swath-threshold", help="swath filter threshold (robust sigmas)"),
+    area_filter: bool = typer.Option(False, "--area-filter/--no-area-filter", help="run pfmLoader's area filter at the end"),
+    cellstd: float = typer.Option(2.4, "--cellstd", help="area filter: standard deviations"),
+    deep_only: bool = typer.Option(True, "--deep-only/--two-sided", help="area filter: cut the deep side only"),
+    nominal: bool = typer.Option(False, "--nominal-depth", help="load nominal depth where present"),
+    herr: float = typer.Option(1.5, "--horizontal-error", help="default horizontal error when GSF has none (m)"),
+    verr: float = typer.Option(0.25, "--vertical-error", help="default vertical error when GSF has none (m)"),
+    workers: int = typer.Option(2, "--workers", help="embedded cluster: worker processes"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="use an existing Dask scheduler"),
+    serial: bool = typer.Option(False, "--serial", help="one process, no Dask (the baseline)"),
+    append: bool = typer.Option(False, "--append", help="add new files to an existing PFM"),
+    max_backlog: str = typer.Option("512MiB", "--max-backlog", help="bytes allowed to wait for the writer"),
+    as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress display"),
+):
+    """Load GSF files into a PFM: Dask workers decode and bin, one pinned writer writes."""
+    from .config import LoadConfig, SwathFilterConfig, parse_size
+    from .inputs import read_polygon
+
+    try:
+        cfg = LoadConfig(
+            bin_size_m=bin_size, mbr=tuple(mbr) if mbr else None,
+            polygon=read_polygon(polygon) if polygon else None,
+            min_depth=min_depth, max_depth=max_depth, precision=precision,
+            default_horizontal_error=herr, default_vertical_error=verr,
+            use_nominal_depth=nominal,
+            swath=SwathFilterConfig(swath_filter, swath_pings, swath_beams, swath_threshold),
+            area_filter=area_filter, cellstd=cellstd, deep_only=deep_only,
+            max_backlog_bytes=parse_size(max_backlog))
+        res = _run_load(inputs, output, cfg, serial=serial, workers=workers,
+                        scheduler=scheduler, append=append, as_json=as_json, quiet=quiet)
+    except PfmDaskError as err:
+        _fail(err)
+    raise typer.Exit(res.exit_code)
+
+
 @app.command()
 def demo(
     outdir: Path = typer.Argument(Path("demo-out"), help="working directory for the demo"),
     files: int = typer.Option(8, "--files"),
     pings: int = typer.Option(200, "--pings"),
+    workers: int = typer.Option(2, "--workers"),
     seed: int = typer.Option(0, "--seed"),
 ):
-    """The README's first command: make a synthetic survey and run the main job on it."""
+    """The README's first command: a synthetic survey loaded on the embedded cluster, then checked."""
+    import shutil
+
+    from . import pfm
     from . import synth as _synth
+    from .config import LoadConfig, SwathFilterConfig
 
     survey = Path(outdir) / "survey"
+    out = Path(outdir) / "demo.pfm"
     try:
         summary = _synth.generate(survey, files=files, pings=pings, beams=432, seed=seed)
+        typer.echo(f"synthetic survey: {summary.get('files_written', files)} files in {survey}")
+        for stale in (out, Path(str(out) + ".data")):
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            elif stale.exists():
+                stale.unlink()
+        cfg = LoadConfig(swath=SwathFilterConfig(enabled=True), area_filter=True)
+        res = _run_load([str(survey)], out, cfg, serial=False, workers=workers,
+                        scheduler=None, append=False, as_json=False, quiet=False)
+        problems = pfm.check(out)
     except PfmDaskError as err:
         _fail(err)
-    typer.echo(f"synthetic survey in {survey}")
-    _emit(summary, False)
+    typer.echo(f"pfm-dask check {out}: " + ("sound" if not problems else
+                                             f"{len(problems)} problem(s)"))
+    for p in problems:
+        typer.echo(f"  - {p}")
+    raise typer.Exit(EXIT_FAILURE if problems else res.exit_code)
 
 
 def main() -> None:  # console-script entry point

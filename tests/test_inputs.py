@@ -1,0 +1,70 @@
+"""Input expansion: files, directories, globs, @lists, duplicates, stable order."""
+
+from pathlib import Path
+
+import pytest
+
+from pfm_dask.config import LoadConfig, parse_size
+from pfm_dask.errors import ConfigError
+from pfm_dask.inputs import expand_inputs, read_polygon
+
+
+def _touch(p: Path) -> Path:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes(b"")
+    return p
+
+
+def test_directories_are_searched_recursively_in_sorted_order(tmp_path):
+    b = _touch(tmp_path / "d" / "b.gsf")
+    a = _touch(tmp_path / "d" / "a.gsf")
+    c = _touch(tmp_path / "d" / "sub" / "c.mb121")
+    _touch(tmp_path / "d" / "notes.txt")
+    assert expand_inputs([tmp_path / "d"]) == [a, b, c]
+
+
+def test_order_given_is_kept_and_duplicates_dropped(tmp_path):
+    a = _touch(tmp_path / "a.gsf")
+    b = _touch(tmp_path / "b.gsf")
+    (tmp_path / "link.gsf").symlink_to(a)
+    got = expand_inputs([b, a, tmp_path / "link.gsf", str(a)])
+    assert got == [b, a]
+
+
+def test_globs_and_list_files(tmp_path):
+    a = _touch(tmp_path / "x" / "a.gsf")
+    b = _touch(tmp_path / "x" / "b.gsf")
+    c = _touch(tmp_path / "y" / "c.gsf")
+    lst = tmp_path / "list.txt"
+    lst.write_text(f"# survey\n{c}\nx/*.gsf\n")
+    assert expand_inputs([f"@{lst}"]) == [c, a, b]
+    assert expand_inputs([str(tmp_path / "x" / "*.gsf")]) == [a, b]
+
+
+def test_missing_file_is_kept_for_the_report_but_empty_pattern_is_an_error(tmp_path):
+    missing = tmp_path / "gone.gsf"
+    assert expand_inputs([missing]) == [missing]
+    with pytest.raises(ConfigError, match="matches no file"):
+        expand_inputs([str(tmp_path / "*.gsf")])
+
+
+def test_polygon_file(tmp_path):
+    p = tmp_path / "poly.txt"
+    p.write_text("# area\n30.0, -80.0\n30.1 -80.0\n30.1,-79.9\n30.0, -80.0\n")
+    assert read_polygon(p) == ((30.0, -80.0), (30.1, -80.0), (30.1, -79.9))
+    p.write_text("30, -80\nnonsense\n")
+    with pytest.raises(ConfigError, match="line 2"):
+        read_polygon(p)
+
+
+def test_sizes_and_config_validation():
+    assert parse_size("512MiB") == 512 * 2**20
+    assert parse_size("2GB") == 2 * 10**9
+    assert parse_size("1000") == 1000
+    with pytest.raises(ConfigError, match="cannot read size"):
+        parse_size("lots")
+    with pytest.raises(ConfigError, match="max-depth"):
+        LoadConfig(min_depth=10, max_depth=5)
+    with pytest.raises(ConfigError, match="south"):
+        LoadConfig(mbr=(10, 0, 5, 1))
+    assert LoadConfig().null_depth == 12001.0
