@@ -1,1 +1,58 @@
-__all__ = []  # placeholder, being written
+"""Beam positions on WGS-84 from a ping position, heading and across/along-track distances.
+
+pfmLoader places a beam of a multibeam ping (PFM_NOTES 3.3, FORMAT_NOTES 5.3)
+by moving from the ping position ``across_track`` metres along azimuth
+``heading + 90`` and then, when the ping has an along-track array,
+``along_track`` metres along ``heading``, both with nvutility's ``newgp`` (the
+NGS direct geodesic, :func:`pfm_dask.geodesy.direct`). This module does the
+same for whole arrays of beams at once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..geodesy import direct
+
+__all__ = ["beam_positions"]
+
+
+def beam_positions(latitude, longitude, heading, across_track, along_track=None, *,
+                   exact_zero: bool = False):
+    """Geographic positions (lat, lon) of beams, as pfmLoader computes them.
+
+    All arguments broadcast together: typically ``latitude``, ``longitude``
+    and ``heading`` (degrees, heading true) are per-beam copies of the ping
+    values, or shaped ``(n_pings, 1)`` against ``(n_pings, n_beams)`` arrays of
+    ``across_track`` (metres, + starboard) and ``along_track`` (metres,
+    + forward). ``along_track=None`` means the ping has no along-track array:
+    only the across-track move is made, as pfmLoader does.
+
+    pfmLoader calls the geodesic even for a zero distance, and the NGS code
+    then moves the point by about 1.4 mm (it floors each local displacement
+    component at 1 mm); that is the default here, for parity.
+    ``exact_zero=True`` skips moves of exactly 0 m instead. NaN in any input
+    gives NaN in the output. Returns float64 ``(lat, lon)`` arrays (numpy
+    scalars for scalar input).
+    """
+    lat = np.asarray(latitude, dtype=np.float64)
+    lon = np.asarray(longitude, dtype=np.float64)
+    hdg = np.asarray(heading, dtype=np.float64)
+    across = np.asarray(across_track, dtype=np.float64)
+    lat1, lon1 = direct(lat, lon, hdg + 90.0, across)
+    if exact_zero:
+        lat1 = np.where(across == 0.0, lat, lat1)
+        lon1 = np.where(across == 0.0, lon, lon1)
+    if along_track is None:
+        return _out(lat1), _out(lon1)
+    along = np.asarray(along_track, dtype=np.float64)
+    lat2, lon2 = direct(lat1, lon1, hdg, along)
+    if exact_zero:
+        lat2 = np.where(along == 0.0, lat1, lat2)
+        lon2 = np.where(along == 0.0, lon1, lon2)
+    return _out(lat2), _out(lon2)
+
+
+def _out(a):
+    a = np.asarray(a)
+    return a[()] if a.ndim == 0 else a
