@@ -1,1 +1,424 @@
-__all__ = []  # placeholder, being written
+"""Public GSF reading API: :class:`GsfFile`, :func:`read_pings`, :func:`iter_batches`, :func:`info`.
+
+Soundings come out as Arrow tables with :data:`SOUNDING_SCHEMA`: one row per beam of
+every ping, in file order. ``ping`` is the 1-based number of the ping record among
+the file's ping records and ``beam`` the beam index + 1: exactly the ping and beam
+numbers NAVO's pfmLoader stores in a PFM (it reads pings by GSF record number
+through the libgsf index, ``load_file.cpp``), so a sounding can be traced back to
+its GSF record.
+
+Bad bytes never raise anything but :class:`~pfm_dask.errors.GsfError`. With
+``strict=True`` (default) the first damage raises; with ``strict=False`` every ping
+before the damage is returned and the damage is listed in :attr:`GsfFile.damage`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as _dt
+import mmap
+import os
+import struct
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import GsfError
+from ._decode import (OUT_IDS, NeedHistory, PingDirectory, ScaleState, decode_pings,
+                      walk_ping, walk_pings)
+from ._framing import scan_records
+from ._records import (ARRAY_SPECS, OUTPUT_ARRAYS, SUB_INTENSITY_SERIES,
+                       SUB_QUALITY_FLAGS, SUB_SCALE_FACTORS, ping_header_dtype)
+
+__all__ = ["SOUNDING_SCHEMA", "GsfFile", "read_pings", "iter_batches", "info"]
+
+
+def _f(name, typ, units, doc, nullable=False):
+    return pa.field(name, typ, nullable=nullable,
+                    metadata={"units": units, "description": doc})
+
+
+#: One row per beam. Units in each field's metadata (``units``, ``description``).
+SOUNDING_SCHEMA = pa.schema([
+    _f("ping", pa.uint32(), "1",
+       "1-based number of the ping record among the file's ping records (PFM ping number)"),
+    _f("beam", pa.uint16(), "1", "beam index + 1; 1 = outermost port beam (PFM beam number)"),
+    _f("time", pa.float64(), "s", "ping time, POSIX seconds UTC (float: sub-microsecond loss, P12)"),
+    _f("time_sec", pa.int64(), "s", "ping time, whole POSIX seconds UTC (exact)"),
+    _f("time_nsec", pa.int32(), "ns", "ping time, nanoseconds of the second (exact)"),
+    _f("latitude", pa.float64(), "degree", "ping latitude, WGS-84, + north"),
+    _f("longitude", pa.float64(), "degree", "ping longitude, WGS-84, + east"),
+    _f("heading", pa.float64(), "degree", "ship heading, true, 0-360"),
+    _f("depth", pa.float64(), "m",
+       "depth, positive down, tide and draft correctors applied; null if the ping has none",
+       True),
+    _f("across_track", pa.float64(), "m", "across-track distance, + starboard", True),
+    _f("along_track", pa.float64(), "m", "along-track distance, + forward", True),
+    _f("nominal_depth", pa.float64(), "m", "depth at 1500 m/s, positive down", True),
+    _f("beam_flags", pa.uint8(), "1",
+       "GSF beam flags, raw (bit 0 = ignore); null when the ping has no beam-flags array", True),
+    _f("ping_flags", pa.uint16(), "1", "GSF ping flags, raw (bit 0 = ignore ping)"),
+    _f("horizontal_error", pa.float64(), "m", "horizontal error, 95 %", True),
+    _f("vertical_error", pa.float64(), "m", "vertical error, 95 %", True),
+], metadata={"source": "GSF swath bathymetry ping records (pfm_dask.gsf)"})
+
+_NAMES = SOUNDING_SCHEMA.names
+_CHECKPOINT_EVERY = 256     # keep the scale-factor state every so many pings walked
+
+
+class _BackResolver:
+    """Finds the scale-factor state in force before ping ``start`` by walking back.
+
+    Tables are merged entry by entry, so an entry's value is the one in the latest
+    table before ``start`` that lists it; walking backwards, the first table found
+    listing an id gives it. Usually that is the previous ping or the one before.
+    """
+
+    def __init__(self, f: "GsfFile", start: int):
+        self.f = f
+        self.j = start             # next ping to examine is j - 1
+        self.tables: dict = {}     # id -> (mult, offset, low nibble)
+        self.highs: dict = {}      # id -> high nibble (last width event)
+
+    def _step(self) -> bool:
+        if self.j <= 0:
+            return False
+        self.j -= 1
+        f = self.f
+        scratch = ScaleState(fill=None, resolver=None)
+        try:
+            walk_ping(f._buf, int(f._pdata[self.j]), int(f._psize[self.j]), f._hdr_len,
+                      scratch, False, f.path, int(f.ping_offsets[self.j]), set())
+        except (GsfError, struct.error, IndexError, ValueError, OverflowError):
+            raise NeedHistory(self.j)
+        for sid in range(len(scratch.mult)):
+            if scratch.mult[sid] is not None and sid not in self.tables:
+                self.tables[sid] = (scratch.mult[sid], scratch.offset[sid], scratch.low[sid])
+            if scratch.high[sid] is not None and sid not in self.highs:
+                self.highs[sid] = scratch.high[sid]
+        return True
+
+    def table(self, sid):
+        while sid not in self.tables:
+            if not self._step():
+                return (0, 0, 0)    # never defined before: libgsf's zeroed table
+        return self.tables[sid]
+
+    def high(self, sid):
+        while sid not in self.highs:
+            if not self._step():
+                return 0
+        return self.highs[sid]
+
+
+class GsfFile:
+    """An open GSF file: framing scanned on open, pings decoded on demand.
+
+    Attributes: ``path``, ``size`` (bytes), ``version`` (e.g. ``"GSF-v03.07"``),
+    ``major``, ``minor``, ``record_counts`` (record name -> count), ``n_pings``,
+    ``ping_offsets`` (int64 byte offsets of the ping records), ``damage`` (list of
+    :class:`GsfError`, empty when the file is sound).
+
+    Reading may start at any ping: the scale-factor state in force there is
+    rebuilt by walking back only as far as the latest tables that define it.
+    """
+
+    def __init__(self, path, *, strict: bool = True):
+        self.path = os.fspath(path)
+        self.strict = bool(strict)
+        self._mm = None
+        self._buf = b""
+        self._u8 = np.zeros(0, dtype=np.uint8)
+        try:
+            with open(self.path, "rb") as fh:
+                self.size = os.fstat(fh.fileno()).st_size
+                if self.size > 0:
+                    self._mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                    self._buf = self._mm
+                    self._u8 = np.frombuffer(self._mm, dtype=np.uint8)
+        except (OSError, ValueError) as err:
+            self.close()
+            raise GsfError(f"cannot open: {err}", path=self.path) from err
+        fr = scan_records(self._buf, self.path)
+        if fr.damage and self.strict:
+            self.close()
+            raise fr.damage[0]
+        self.damage: list = list(fr.damage)
+        self.version = fr.version
+        self.major = fr.major
+        self.minor = fr.minor
+        self.record_counts = fr.record_counts()
+        pidx = fr.ping_index
+        self.ping_offsets = fr.offsets[pidx]
+        self._pdata = fr.data_offsets[pidx]
+        self._psize = fr.sizes[pidx]
+        self.n_pings = int(len(pidx))
+        self._hdr_dtype = ping_header_dtype(self.major or 3)
+        self._hdr_len = self._hdr_dtype.itemsize
+        self._framing = fr
+        # Known scale-factor states: ping index -> state before that ping.
+        self._states: dict = {0: ScaleState(fill=0)}
+        self._state_keys: list = [0]
+        self._bad_ping: int | None = None   # first ping found damaged (lenient)
+        self._seen: set = set()             # subrecord ids met while walking
+
+    # --- context manager / lifetime ---------------------------------------------------
+
+    def close(self) -> None:
+        """Release the memory map. Tables already returned stay valid."""
+        self._u8 = np.zeros(0, dtype=np.uint8)
+        self._buf = b""
+        if self._mm is not None:
+            try:
+                self._mm.close()
+            except BufferError:  # pragma: no cover - a view still alive; GC closes it
+                pass
+            self._mm = None
+
+    def __enter__(self) -> "GsfFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"GsfFile({self.path!r}, version={self.version!r}, "
+                f"n_pings={self.n_pings}, damage={len(self.damage)})")
+
+    # --- scale-factor state -----------------------------------------------------------
+
+    def _remember(self, k: int, st: ScaleState) -> None:
+        if k not in self._states:
+            self._states[k] = st.copy()
+            bisect.insort(self._state_keys, k)
+
+    def _note_damage(self, err: GsfError, ping: int) -> None:
+        if self._bad_ping is None or ping < self._bad_ping:
+            self._bad_ping = ping
+        if not any(d.offset == err.offset and d.reason == err.reason for d in self.damage):
+            self.damage.append(err)
+
+    def _state_at(self, start: int) -> ScaleState | None:
+        """The scale-factor state before ping ``start``; None if damage lies before it."""
+        if start in self._states:
+            return self._states[start].copy()
+        k = self._state_keys[bisect.bisect_right(self._state_keys, start) - 1]
+        if start - k <= _CHECKPOINT_EVERY:
+            # A known state is close: walk forward from it (exact in every case).
+            return self._walk_forward(k, start)
+        # Otherwise resolve lazily, walking back from start only as far as needed.
+        return ScaleState(fill=None, resolver=_BackResolver(self, start))
+
+    def _walk_forward(self, k: int, start: int) -> ScaleState | None:
+        st = self._states[k].copy()
+        while k < start:
+            stop = min(start, k + _CHECKPOINT_EVERY)
+            dirn, dmg = walk_pings(self._buf, self._pdata[k:stop], self._psize[k:stop],
+                                   self.ping_offsets[k:stop], self._hdr_len, st,
+                                   self.path, strict=self.strict, seen=self._seen)
+            if dmg is not None:
+                self._note_damage(dmg, k + len(dirn))
+                return None
+            k = stop
+            self._remember(k, st)
+        return st
+
+    # --- reading ----------------------------------------------------------------------
+
+    def _range(self, start_ping, stop_ping) -> tuple[int, int]:
+        start = 0 if start_ping is None else int(start_ping)
+        stop = self.n_pings if stop_ping is None else int(stop_ping)
+        if start < 0:
+            start = max(self.n_pings + start, 0)
+        if stop < 0:
+            stop = max(self.n_pings + stop, 0)
+        stop = min(stop, self.n_pings)
+        start = min(start, stop)
+        return start, stop
+
+    def _walk(self, start: int, stop: int) -> tuple[PingDirectory, int]:
+        """Directory of pings [start, stop) (shortened by damage in lenient mode)."""
+        if self._bad_ping is not None:
+            stop = min(stop, self._bad_ping)
+            start = min(start, stop)
+        empty = walk_pings(self._buf, self._pdata[:0], self._psize[:0],
+                           self.ping_offsets[:0], self._hdr_len, ScaleState(),
+                           self.path)[0]
+        if start >= stop:
+            return empty, start
+        try:
+            st = self._state_at(start)
+        except NeedHistory:
+            k = self._state_keys[bisect.bisect_right(self._state_keys, start) - 1]
+            st = self._walk_forward(k, start)
+        if st is None:
+            return empty, start
+        try:
+            dirn, dmg = walk_pings(self._buf, self._pdata[start:stop], self._psize[start:stop],
+                                   self.ping_offsets[start:stop], self._hdr_len, st,
+                                   self.path, strict=self.strict, seen=self._seen)
+        except NeedHistory:
+            k = self._state_keys[bisect.bisect_right(self._state_keys, start) - 1]
+            st = self._walk_forward(k, start)
+            if st is None:
+                return empty, start
+            dirn, dmg = walk_pings(self._buf, self._pdata[start:stop], self._psize[start:stop],
+                                   self.ping_offsets[start:stop], self._hdr_len, st,
+                                   self.path, strict=self.strict, seen=self._seen)
+        if dmg is not None:
+            self._note_damage(dmg, start + len(dirn))
+        elif st.resolver is None:
+            self._remember(stop, st)
+        return dirn, start
+
+    def _batch(self, start: int, stop: int) -> pa.RecordBatch:
+        dirn, start = self._walk(start, stop)
+        try:
+            cols = decode_pings(self._u8, dirn, self._hdr_dtype)
+        except (ValueError, IndexError, TypeError) as err:  # pragma: no cover - guarded above
+            raise GsfError(f"cannot decode pings {start + 1}..{start + len(dirn)}: {err}",
+                           path=self.path) from err
+        cols["ping"] = np.repeat(np.arange(start + 1, start + 1 + len(dirn),
+                                           dtype=np.uint32), dirn.n_beams)
+        valid = cols.pop("_valid")
+        arrays = []
+        for field in SOUNDING_SCHEMA:
+            v = cols[field.name]
+            if field.name in valid:
+                arrays.append(pa.array(v, type=field.type, mask=~valid[field.name]))
+            else:
+                arrays.append(pa.array(v, type=field.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=SOUNDING_SCHEMA)
+
+    def read(self, start_ping: int = 0, stop_ping: int | None = None) -> pa.Table:
+        """Soundings of pings [start_ping, stop_ping) (0-based ping indices) as a table."""
+        start, stop = self._range(start_ping, stop_ping)
+        batch = self._batch(start, stop)
+        return pa.Table.from_batches([batch], schema=SOUNDING_SCHEMA)
+
+    def iter_batches(self, max_pings: int = 1000, start_ping: int = 0,
+                     stop_ping: int | None = None) -> Iterator[pa.RecordBatch]:
+        """Soundings in record batches of at most ``max_pings`` pings each, in file order."""
+        if int(max_pings) < 1:
+            raise ValueError(f"max_pings must be >= 1, got {max_pings}")
+        start, stop = self._range(start_ping, stop_ping)
+        k = start
+        while k < stop:
+            if self._bad_ping is not None and k >= self._bad_ping:
+                return
+            nxt = min(stop, k + int(max_pings))
+            batch = self._batch(k, nxt)
+            if batch.num_rows:
+                yield batch
+            k = nxt
+
+    # --- summary ------------------------------------------------------------------------
+
+    def info(self) -> dict:
+        """Version, record counts, ping/beam counts, arrays, time and position extents.
+
+        Extents are computed from the pings themselves, never from the summary
+        record (P5). JSON-serialisable.
+        """
+        dirn, _ = self._walk(0, self.n_pings)
+        n = len(dirn)
+        out = {
+            "path": self.path,
+            "size": int(self.size),
+            "version": self.version,
+            "major": self.major,
+            "minor": self.minor,
+            "record_counts": dict(self.record_counts),
+            "n_pings": n,
+            "n_ping_records": self.n_pings,
+            "n_beams": int(dirn.n_beams.sum()),
+            "beams_per_ping": {"min": int(dirn.n_beams.min()) if n else None,
+                               "max": int(dirn.n_beams.max()) if n else None},
+            "arrays": _array_names(self._seen),
+            "sensor_subrecords": sorted(int(s) for s in self._seen
+                                        if s >= 102 or s == 0),
+            "time": {"start": None, "end": None, "start_iso": None, "end_iso": None},
+            "latitude": {"min": None, "max": None},
+            "longitude": {"min": None, "max": None},
+        }
+        if n:
+            from ._decode import _gather
+            hdr = _gather(self._u8, dirn.data_offsets, self._hdr_len).view(
+                self._hdr_dtype).reshape(n)
+            sec = hdr["time_sec"].astype(np.int64)
+            nsec = hdr["time_nsec"].astype(np.int64)
+            t = sec * 1_000_000_000 + nsec
+            i0, i1 = int(np.argmin(t)), int(np.argmax(t))
+            out["time"] = {
+                "start": float(sec[i0] + nsec[i0] / 1e9),
+                "end": float(sec[i1] + nsec[i1] / 1e9),
+                "start_iso": _iso(int(sec[i0]), int(nsec[i0])),
+                "end_iso": _iso(int(sec[i1]), int(nsec[i1])),
+            }
+            lat = hdr["latitude"].astype(np.float64) / 1.0e7
+            lon = hdr["longitude"].astype(np.float64) / 1.0e7
+            ok = (np.abs(lat) <= 90.0) & (np.abs(lon) <= 180.0)   # 91/181 = null
+            if ok.any():
+                out["latitude"] = {"min": float(lat[ok].min()), "max": float(lat[ok].max())}
+                out["longitude"] = {"min": float(lon[ok].min()), "max": float(lon[ok].max())}
+        out["damage"] = [d.to_dict() for d in self.damage]
+        return out
+
+
+def _array_names(seen: set) -> list:
+    names = []
+    for sid in sorted(seen):
+        if sid in ARRAY_SPECS:
+            names.append(ARRAY_SPECS[sid].name)
+        elif sid == SUB_QUALITY_FLAGS:
+            names.append("quality_flags")
+        elif sid == SUB_INTENSITY_SERIES:
+            names.append("intensity_series")
+    return names
+
+
+def _iso(sec: int, nsec: int) -> str:
+    try:
+        t = _dt.datetime.fromtimestamp(sec, tz=_dt.timezone.utc)
+    except (OverflowError, OSError, ValueError):  # pragma: no cover - u32 always fits
+        return f"@{sec}.{nsec:09d}"
+    return t.strftime("%Y-%m-%dT%H:%M:%S") + f".{nsec:09d}Z"
+
+
+# --- module-level conveniences -------------------------------------------------------------
+
+def read_pings(path, *, strict: bool = True) -> pa.Table:
+    """All soundings of a GSF file as one Arrow table (:data:`SOUNDING_SCHEMA`).
+
+    With ``strict=False`` the pings before any damage are returned and the damage
+    is described in the table's schema metadata key ``gsf_damage`` (JSON).
+    """
+    with GsfFile(path, strict=strict) as f:
+        table = f.read()
+        if f.damage:
+            import json
+            meta = dict(table.schema.metadata or {})
+            meta[b"gsf_damage"] = json.dumps([d.to_dict() for d in f.damage]).encode()
+            table = table.replace_schema_metadata(meta)
+        return table
+
+
+def iter_batches(path, max_pings: int = 1000, *, start_ping: int = 0,
+                 stop_ping: int | None = None, strict: bool = True
+                 ) -> Iterator[pa.RecordBatch]:
+    """Soundings of a GSF file in record batches of at most ``max_pings`` pings."""
+    with GsfFile(path, strict=strict) as f:
+        yield from f.iter_batches(max_pings, start_ping=start_ping, stop_ping=stop_ping)
+
+
+def info(path) -> dict:
+    """A JSON-ready summary of one GSF file (see :meth:`GsfFile.info`).
+
+    Damage is reported in the ``damage`` list, not raised; a file that is not GSF at
+    all (no GSF header record) raises :class:`GsfError`.
+    """
+    with GsfFile(path, strict=False) as f:
+        if f.version is None:
+            raise f.damage[0] if f.damage else GsfError("not a GSF file", path=f.path)
+        return f.info()

@@ -1,0 +1,233 @@
+"""GSF record framing: walk the size words from byte 0 and list every record.
+
+A GSF file has no index and no sync marker, so record boundaries are found by
+reading each 8-byte record header (size, id word) and jumping over the data;
+12 bytes when bit 31 of the id word says a checksum follows. The walk is one
+Python step per record (unavoidable), kept to a single ``struct`` call each.
+Damage (truncation, absurd sizes, bad checksums, a missing header record)
+stops the walk; what was found before it is kept and the damage is returned.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import GsfError
+from ._records import (MAX_RECORD_SIZE, MIN_RECORD_SIZE, RECORD_NAMES, REC_HEADER,
+                       REC_SWATH_PING)
+
+__all__ = ["Framing", "scan_records", "record_name"]
+
+_CHECKSUM_FLAG = 0x8000_0000
+_ID_MASK = 0x003F_FFFF
+_VERSION_RE = re.compile(rb"GSF-v(\d+)\.(\d+)")
+
+
+def record_name(record_id: int) -> str:
+    """Name of a record id, ``UNKNOWN_<id>`` for ids libgsf does not know."""
+    return RECORD_NAMES.get(int(record_id), f"UNKNOWN_{int(record_id)}")
+
+
+@dataclass
+class Framing:
+    """Every sound record of a file, in file order, plus what stopped the walk.
+
+    ``offsets`` are the byte offsets of the record headers, ``data_offsets`` of
+    the data parts (after the 8 or 12 framing bytes), ``sizes`` the data sizes
+    (padding included), ``ids`` the record ids. ``end`` is the byte offset where
+    the walk stopped: the file size when the framing is sound.
+    """
+
+    offsets: np.ndarray
+    data_offsets: np.ndarray
+    sizes: np.ndarray
+    ids: np.ndarray
+    version: str | None
+    major: int | None
+    minor: int | None
+    end: int
+    damage: list = field(default_factory=list)
+
+    @property
+    def ping_index(self) -> np.ndarray:
+        """Positions (in the record lists) of the swath bathymetry ping records."""
+        return np.flatnonzero(self.ids == REC_SWATH_PING)
+
+    def record_counts(self) -> dict:
+        """Record name -> count, in order of record id."""
+        uniq, counts = np.unique(self.ids, return_counts=True)
+        return {record_name(i): int(c) for i, c in zip(uniq, counts)}
+
+
+def _parse_header(buf, data_off: int, size: int, path) -> tuple[str, int, int]:
+    """Version string and (major, minor) from the HEADER record's data."""
+    raw = bytes(buf[data_off:data_off + min(size, 64)])
+    text = raw.split(b"\0", 1)[0]
+    m = _VERSION_RE.match(text)
+    if m is None:
+        raise GsfError(f"not a GSF file: header record holds {text[:16]!r}, "
+                       "expected 'GSF-vNN.NN'", path=path, offset=data_off)
+    return text.decode("ascii", "replace"), int(m.group(1)), int(m.group(2))
+
+
+def scan_records(buf, path=None) -> Framing:
+    """Walk the record framing of a whole GSF file held in ``buf`` (bytes or mmap).
+
+    Never raises on bad bytes: the first problem found ends the walk and is returned
+    in ``Framing.damage`` (a list of one :class:`GsfError`, or empty). A file whose
+    first record is not a GSF header is reported the same way, with no records.
+    """
+    n = len(buf)
+    offs: list[int] = []
+    sizes: list[int] = []
+    ids: list[int] = []
+    damage: list[GsfError] = []
+    checksummed: list[int] = []   # positions (in offs) of records with a checksum word
+    version = major = minor = None
+
+    unpack = struct.Struct(">II").unpack_from
+
+    # The first record must be the HEADER, and it must say GSF-vNN.NN.
+    if n < 8:
+        damage.append(GsfError(
+            f"not a GSF file: {n} byte(s), shorter than one record header",
+            path=path, offset=0))
+        return _framing(offs, sizes, ids, version, major, minor, 0, damage, [])
+    size0, word0 = unpack(buf, 0)
+    hdr0 = 12 if word0 & _CHECKSUM_FLAG else 8
+    if (word0 & _ID_MASK) != REC_HEADER or not (MIN_RECORD_SIZE <= size0 <= 4096) \
+            or hdr0 + size0 > n:
+        damage.append(GsfError(
+            "not a GSF file: does not start with a GSF header record "
+            f"(size word {size0:#010x}, id word {word0:#010x})", path=path, offset=0))
+        return _framing(offs, sizes, ids, version, major, minor, 0, damage, [])
+    try:
+        version, major, minor = _parse_header(buf, hdr0, size0, path)
+    except GsfError as err:
+        damage.append(err)
+        return _framing(offs, sizes, ids, None, None, None, 0, damage, [])
+
+    pos = 0
+    o_append, s_append, i_append = offs.append, sizes.append, ids.append
+    limit = n - 8
+    prev = None          # (size, word) of the previous record
+    chunks: list = []    # (offsets, sizes, ids) arrays of records already listed
+    flushed = 0          # number of records in chunks
+    run_len = 64         # how far ahead a run of identical records is probed
+    words = None         # the file as big-endian u32 words, made on first use
+    while pos <= limit:
+        size, word = unpack(buf, pos)
+        if word & _CHECKSUM_FLAG:
+            err = _check_checksummed(buf, pos, size, word, n, path)
+            if err is not None:
+                damage.append(err)
+                break
+            checksummed.append(flushed + len(offs))
+            o_append(pos)
+            s_append(size)
+            i_append(word & _ID_MASK)
+            pos += 12 + size
+            prev = None
+            continue
+        if size > MAX_RECORD_SIZE or size < MIN_RECORD_SIZE or pos + 8 + size > n:
+            damage.append(_size_error(pos, size, word, 8, n, path))
+            break
+        o_append(pos)
+        s_append(size)
+        i_append(word & _ID_MASK)
+        stride = 8 + size
+        pos += stride
+        if prev != (size, word):
+            prev = (size, word)
+            continue
+        # Third record in a row with the same size and id word (e.g. thousands of
+        # attitude records): probe ahead with numpy for more identical headers.
+        if pos & 3 or stride & 3:
+            continue
+        if words is None:
+            words = np.frombuffer(buf, dtype=">u4", count=n // 4)
+        while True:
+            k_max = min(run_len, (n - pos) // stride)
+            if k_max < 2:
+                break
+            at = (pos >> 2) + (stride >> 2) * np.arange(k_max, dtype=np.int64)
+            same = (words[at] == size) & (words[at + 1] == word)
+            k = k_max if same.all() else int(np.argmin(same))
+            if k:
+                # Flush the single records, then add the run as numpy chunks.
+                flushed += len(offs)
+                chunks.append((np.asarray(offs, np.int64), np.asarray(sizes, np.int64),
+                               np.asarray(ids, np.int32)))
+                offs.clear()
+                sizes.clear()
+                ids.clear()
+                chunks.append((np.arange(pos, pos + k * stride, stride, dtype=np.int64),
+                               np.full(k, size, np.int64),
+                               np.full(k, word & _ID_MASK, np.int32)))
+                flushed += k
+                pos += k * stride
+            if k < k_max:
+                run_len = max(64, run_len // 2)
+                break
+            run_len = min(run_len * 4, 1 << 16)
+    else:
+        if pos < n:
+            damage.append(GsfError(
+                f"file ends inside a record header: {n - pos} byte(s) left, "
+                "a record header needs 8 (truncated file?)", path=path, offset=pos))
+    words = None
+    if chunks:
+        chunks.append((np.asarray(offs, np.int64), np.asarray(sizes, np.int64),
+                       np.asarray(ids, np.int32)))
+        offs = np.concatenate([c[0] for c in chunks])
+        sizes = np.concatenate([c[1] for c in chunks])
+        ids = np.concatenate([c[2] for c in chunks])
+    return _framing(offs, sizes, ids, version, major, minor, pos, damage, checksummed)
+
+
+def _size_error(pos, size, word, hdr, n, path) -> GsfError:
+    rid = word & _ID_MASK
+    what = f"record id {rid} ({record_name(rid)})"
+    if size > MAX_RECORD_SIZE:
+        msg = (f"{what} declares {size:,} data bytes, more than the "
+               f"{MAX_RECORD_SIZE:,} a GSF record may hold (corrupt size word?)")
+    elif size < MIN_RECORD_SIZE:
+        msg = (f"{what} declares {size} data bytes; a GSF record holds more than "
+               f"{MIN_RECORD_SIZE - 1} (corrupt size word?)")
+    else:
+        msg = (f"{what} declares {size:,} data bytes but only "
+               f"{max(n - pos - hdr, 0):,} remain (truncated file?)")
+    return GsfError(msg, path=path, offset=pos)
+
+
+def _check_checksummed(buf, pos, size, word, n, path) -> GsfError | None:
+    """Validate a record whose id word has the checksum flag (bit 31) set."""
+    if size > MAX_RECORD_SIZE or size < MIN_RECORD_SIZE or pos + 12 + size > n:
+        return _size_error(pos, size, word, 12, n, path)
+    (stored,) = struct.unpack_from(">I", buf, pos + 8)
+    data = np.frombuffer(buf, dtype=np.uint8, count=size, offset=pos + 12)
+    actual = int(data.sum(dtype=np.uint64)) & 0xFFFF_FFFF
+    del data
+    if actual != stored:
+        rid = word & _ID_MASK
+        return GsfError(
+            f"record id {rid} ({record_name(rid)}) fails its checksum: stored "
+            f"{stored:#010x}, sum of its {size:,} data bytes is {actual:#010x}",
+            path=path, offset=pos)
+    return None
+
+
+def _framing(offs, sizes, ids, version, major, minor, end, damage, checksummed) -> Framing:
+    offsets = np.asarray(offs, dtype=np.int64)
+    size_arr = np.asarray(sizes, dtype=np.int64)
+    id_arr = np.asarray(ids, dtype=np.int32)
+    data_offsets = offsets + 8
+    if checksummed:
+        data_offsets[np.asarray(checksummed, dtype=np.int64)] += 4
+    return Framing(offsets=offsets, data_offsets=data_offsets,
+                   sizes=size_arr, ids=id_arr, version=version, major=major,
+                   minor=minor, end=end, damage=damage)
