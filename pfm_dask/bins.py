@@ -268,6 +268,11 @@ class BinGrid:
             if cx > 180.0:  # direct() wrapped the longitude into [-180, 180]
                 x2 = x2 + 360.0
             x_bin = x2 - cx
+            if x_bin < -180.0:
+                # centre within one bin west of 180 (or on it): the step wrapped but the library's
+                # "centre > 180" fix-up did not apply, and pfm_lib would fail with a negative
+                # width. We unwrap instead (no file the library could write is affected).
+                x_bin += 360.0
             y2, _ = geodesy.direct(cy, cx, 0.0, s)
             y_bin = float(y2) - cy
             if not (math.isfinite(x_bin) and math.isfinite(y_bin) and x_bin > 0.0 and y_bin > 0.0):
