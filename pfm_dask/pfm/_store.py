@@ -1,1 +1,1427 @@
-__all__ = []  # placeholder, being written
+"""PFM v7 on disk: create, open, append soundings, read bins and soundings, rewrite flags.
+
+A PFM ``X.pfm`` is a handle file plus ``X.pfm.data/`` holding ``X.pfm.ctl``
+(input files), ``X.pfm.lin`` (line names), ``X.pfm.bin`` (header and
+bit-packed bin records), ``X.pfm.ndx`` (bit-packed physical depth records
+chained per bin) and ``X.pfm.cvg`` (coverage map). Layout and numeric rules
+are those of PFM library V7.00 (PFM_NOTES 2.x, ``lib-pfm_lib : pfm_io.c``);
+everything here is numpy over many records at once.
+
+API (stable; the recompute, check, dump and filter code rely on it)
+--------------------------------------------------------------------
+``create(path, grid, *, min_depth=-10000.0, max_depth=12000.0, precision=0.01,
+max_files=0, max_lines=0, max_pings=0, max_beams=0, max_bin_soundings=0,
+record_length=6, horizontal_error_max=None, vertical_error_max=None,
+horizontal_error_scale=100.0, vertical_error_scale=100.0, bin_size_m=None,
+max_record_pointer=0, classification="UNCLASSIFIED", creation_software=None,
+wkt=WGS84_WKT, mosaic_path="NONE", feature_path="NONE", dynamic_reload=1,
+user_flag_names=None) -> PfmFile``
+    New PFM from a :class:`pfm_dask.bins.BinGrid`; opened ``"r+"``. A maximum
+    of 0 keeps the library default width (``pfm.h``). Error maxima default to
+    pfmLoader's: vertical 15 m if ``max_depth < 150`` else 10 % of it;
+    horizontal 10 x ``bin_size_m`` (10 x the geodesic y-bin length for degree
+    grids or when ``bin_size_m`` is not given).
+``open_pfm(path, mode="r" | "r+") -> PfmFile``
+    Open an existing PFM (v7; v6.x read-only; older refused).
+
+``PfmFile`` attributes: ``path`` (handle), ``data_dir``, ``ctl_path``,
+``lin_path``, ``bin_path``, ``ndx_path``, ``cvg_path``, ``header``
+(:class:`PfmHeader`), ``grid`` (:class:`BinGrid`), ``width``, ``height``,
+``record_length``, ``null_depth``, ``bin_record_size``, ``ndx_record_size``,
+``ndx_size`` (bytes), ``mode``, ``version`` (x10, 70 for V7.00).
+
+Methods:
+
+* ``files() -> list[PfmInputFile]`` (number, path, data_type, deleted);
+  ``add_files(paths, data_type=2) -> list[int]``.
+* ``lines() -> list[str]``; ``add_lines(names) -> list[int]``.
+* ``add_sorted(bin_index, file, line, ping, beam, depth, x_off, y_off,
+  validity, horizontal_error, vertical_error, *, attributes=None)``: append
+  soundings sorted by ``bin_index`` (see the method).
+* ``read_bin_records(row0, row1, col0=0, col1=None, *, codes=False) -> dict``:
+  arrays (row-major over the rectangle) ``bin_index, row, col,
+  num_soundings, num_valid, std, avg_filtered, min_filtered, max_filtered,
+  avg, min, max, validity, head, tail`` (+ ``attr_<i>``). Depths and std are
+  decoded with the library's float32 arithmetic and returned as float64;
+  ``codes=True`` adds the raw integer codes as ``<field>_code``.
+* ``read_soundings(row0, row1, col0=0, col1=None) -> dict``: one entry per
+  sounding of every bin in the rectangle, bins row-major and each bin's
+  soundings in chain order: ``bin_index, row, col, file, line, ping, beam,
+  depth (float64), x_off, y_off, validity, horizontal_error,
+  vertical_error (float32, -999 for null), record_offset (int64 byte offset
+  of the physical record in .ndx), slot, address (record_offset *
+  record_length + slot)`` (+ ``attr_<i>`` for NDX attributes).
+* ``read_bin(col, row) -> (dict of scalars, dict of arrays)``.
+* ``set_validity(record_offset, slot, validity)``: rewrite sounding flags.
+* ``write_bin_records(bin_index, *, coverage=True, **fields)``: write bin
+  statistics (``num_valid, std, avg_filtered, min_filtered, max_filtered,
+  avg, min, max, validity``); with ``validity`` also updates the ``.cvg``.
+* ``update_coverage(bin_index, validity)``; ``read_coverage(bin_index)``.
+* ``compute_extrema() -> dict`` (pfmLoader's header extrema from bin
+  records); ``write_header(**values)``: set header keys (PfmHeader field
+  names) and rewrite the header; with no values the extrema are computed.
+* ``decode_positions(col, row, x_off, y_off) -> (lat, lon)``.
+* ``flush()``, ``close(durable=False)`` (fsync all parts if durable), context
+  manager.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .. import __version__ as _PKG_VERSION
+from .._numeric import nint, scaled_code_f32, scaled_code_f64
+from ..errors import ConfigError, PfmFormatError
+from . import validity as V
+from ._bitpack import BitLayout
+from ._coverage import (COV_HEADER_SIZE, create_coverage_file, read_coverage,
+                        update_coverage)
+from ._header import (BIN_HEADER_SIZE, LIBRARY_VERSION, NUM_ATTR, WGS84_WKT, PfmHeader,
+                      bits_for, version_number)
+
+__all__ = [
+    "PfmFile",
+    "PfmInputFile",
+    "PfmHeader",
+    "create",
+    "open_pfm",
+    "bits_for",
+    "LIBRARY_VERSION",
+    "WGS84_WKT",
+    "PFM_GSF_DATA",
+    "SOUNDING_FIELDS",
+    "BIN_FIELDS",
+]
+
+#: Data type number of GSF input in the ``.ctl`` (``PFM_GSF_DATA``).
+PFM_GSF_DATA = 2
+
+# pfm.h defaults
+PFM_FILE_BITS = 14
+PFM_LINE_BITS = 15
+PFM_PING_BITS = 32
+PFM_BEAM_BITS = 16
+PFM_RECORD_LENGTH = 6
+PFM_COUNT_BITS = 24
+PFM_STD_BITS = 32
+PFM_STD_SCALE = 1000000.0
+PFM_RECORD_POINTER_BITS = 38
+PFM_OFFSET_BITS = 12
+PFM_VALIDITY_BITS = 23
+
+#: Per-sounding fields of a physical record, in bit order (attributes sit before validity).
+SOUNDING_FIELDS = ("file", "line", "ping", "beam", "depth", "x_off", "y_off",
+                   "validity", "horizontal_error", "vertical_error")
+#: Bin record fields that carry statistics (written by the recompute).
+BIN_FIELDS = ("num_soundings", "std", "avg_filtered", "min_filtered", "max_filtered",
+              "avg", "min", "max", "num_valid", "validity", "head", "tail")
+_DEPTH_FIELDS = ("avg_filtered", "min_filtered", "max_filtered", "avg", "min", "max")
+
+_WRITE_CHUNK = 4 << 20           # bytes per os.pwrite of new records
+_ADD_CHUNK = 1 << 21             # soundings per internal add_sorted step
+_READ_GAP = 1 << 16              # merge reads whose gap is at most this
+_RMW_GAP = 4096                  # merge read-modify-write spans whose gap is at most this
+_MAX_SPAN = 32 << 20             # longest single read/write
+
+
+@dataclass(frozen=True)
+class PfmInputFile:
+    """One line of the ``.ctl`` file list."""
+
+    number: int
+    path: str
+    data_type: int
+    deleted: bool
+
+
+def _f32(x) -> float:
+    return float(np.float32(x))
+
+
+# ---------------------------------------------------------------------------
+# span I/O: many fixed-size records at sorted offsets, read and written in
+# few large system calls
+
+
+class _Spans:
+    """Records of ``size`` bytes at sorted unique ``offsets``, read as merged spans.
+
+    ``records()`` gives an (n, size) copy; ``store(records)`` puts modified
+    records back into the span buffers; ``write()`` writes every span with
+    one ``pwrite`` each, in offset order. Gap bytes between records are
+    written back unchanged (the file is not shared while we hold it).
+    """
+
+    def __init__(self, fd: int, offsets: np.ndarray, size: int, *, max_gap: int,
+                 path=None, what: str = "record"):
+        self.fd = fd
+        self.size = int(size)
+        off = np.asarray(offsets, dtype=np.int64)
+        self.offsets = off
+        self.path = path
+        n = off.size
+        if n and np.any(np.diff(off) < self.size):
+            raise PfmFormatError(f"overlapping {what}s requested (two bins share a record?)",
+                                 path=path, offset=int(off[np.flatnonzero(np.diff(off) < self.size)[0]]))
+        brk = np.flatnonzero((np.diff(off) - self.size > max_gap)) + 1 if n else np.zeros(0, np.int64)
+        starts = np.r_[0, brk].astype(np.int64) if n else np.zeros(0, np.int64)
+        ends = np.r_[brk, n].astype(np.int64) if n else np.zeros(0, np.int64)
+        # split over-long spans
+        runs = []
+        for a, b in zip(starts.tolist(), ends.tolist()):
+            while a < b:
+                lo = int(off[a])
+                lim = lo + _MAX_SPAN
+                c = a + max(1, int(np.searchsorted(off[a:b] + self.size, lim, side="right")))
+                runs.append((a, min(c, b)))
+                a = min(c, b)
+        self.runs = runs
+        self.buffers: list[np.ndarray] = []
+        self.span_lo: list[int] = []
+        for a, b in runs:
+            lo = int(off[a])
+            hi = int(off[b - 1]) + self.size
+            raw = os.pread(fd, hi - lo, lo)
+            if len(raw) != hi - lo:
+                raise PfmFormatError(f"{what} at byte {lo + len(raw):,} is past the end of the file",
+                                     path=path, offset=lo + len(raw))
+            self.buffers.append(np.frombuffer(raw, dtype=np.uint8).copy())
+            self.span_lo.append(lo)
+
+    def records(self) -> np.ndarray:
+        out = np.empty((self.offsets.size, self.size), dtype=np.uint8)
+        ar = np.arange(self.size, dtype=np.int64)
+        for (a, b), buf, lo in zip(self.runs, self.buffers, self.span_lo):
+            pos = self.offsets[a:b] - lo
+            if b - a > 1 and np.all(np.diff(pos) == self.size):
+                out[a:b] = buf[: (b - a) * self.size].reshape(b - a, self.size)
+            else:
+                out[a:b] = buf[pos[:, None] + ar]
+        return out
+
+    def store(self, records: np.ndarray) -> None:
+        ar = np.arange(self.size, dtype=np.int64)
+        for (a, b), buf, lo in zip(self.runs, self.buffers, self.span_lo):
+            pos = self.offsets[a:b] - lo
+            buf[pos[:, None] + ar] = records[a:b]
+
+    def write(self) -> None:
+        for buf, lo in zip(self.buffers, self.span_lo):
+            _pwrite_all(self.fd, buf, lo)
+
+
+def _pwrite_all(fd: int, data, offset: int) -> None:
+    mv = memoryview(data).cast("B")
+    done = 0
+    while done < len(mv):
+        n = os.pwrite(fd, mv[done: done + _WRITE_CHUNK], offset + done)
+        if n <= 0:
+            raise OSError(f"short write at byte {offset + done}")
+        done += n
+
+
+class _RecordCache:
+    """Physical records read through merged spans; lookups by byte address, vectorised."""
+
+    def __init__(self, fd: int, size: int, file_size: int, path=None):
+        self.fd, self.size, self.file_size, self.path = fd, int(size), int(file_size), path
+        self.starts = np.zeros(0, dtype=np.int64)
+        self.ends = np.zeros(0, dtype=np.int64)
+        self.blob_off = np.zeros(0, dtype=np.int64)
+        self.blobs: list[np.ndarray] = []
+        self.blob = np.zeros(0, dtype=np.uint8)
+
+    def load_ranges(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Read byte ranges [lo, hi) (merged when close), clipped to the file."""
+        lo = np.asarray(lo, dtype=np.int64)
+        hi = np.minimum(np.asarray(hi, dtype=np.int64), self.file_size)
+        keep = hi > lo
+        lo, hi = lo[keep], hi[keep]
+        if lo.size == 0:
+            return
+        order = np.argsort(lo, kind="stable")
+        lo, hi = lo[order], hi[order]
+        hi = np.maximum.accumulate(hi)
+        brk = np.flatnonzero(lo[1:] > hi[:-1] + _READ_GAP) + 1
+        s = np.r_[0, brk]
+        e = np.r_[brk, lo.size]
+        new_lo, new_hi = lo[s], hi[e - 1]
+        pieces = [self.blob] if self.blob.size else []
+        starts = [self.starts]
+        ends = [self.ends]
+        offs = [self.blob_off]
+        pos = self.blob.size
+        for a, b in zip(new_lo.tolist(), new_hi.tolist()):
+            while a < b:
+                c = min(b, a + _MAX_SPAN)
+                raw = os.pread(self.fd, c - a, a)
+                if len(raw) != c - a:
+                    raise PfmFormatError("depth record past the end of the .ndx file",
+                                         path=self.path, offset=a + len(raw))
+                pieces.append(np.frombuffer(raw, dtype=np.uint8))
+                starts.append(np.array([a], np.int64))
+                ends.append(np.array([c], np.int64))
+                offs.append(np.array([pos], np.int64))
+                pos += c - a
+                a = c
+        self.blob = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+        st = np.concatenate(starts)
+        order = np.argsort(st, kind="stable")
+        self.starts = st[order]
+        self.ends = np.concatenate(ends)[order]
+        self.blob_off = np.concatenate(offs)[order]
+
+    def positions(self, addr: np.ndarray) -> np.ndarray:
+        """Blob position of each record address; -1 where not loaded."""
+        addr = np.asarray(addr, dtype=np.int64)
+        if self.starts.size == 0:
+            return np.full(addr.shape, -1, dtype=np.int64)
+        i = np.searchsorted(self.starts, addr, side="right") - 1
+        ok = i >= 0
+        ic = np.where(ok, i, 0)
+        ok &= addr + self.size <= self.ends[ic]
+        return np.where(ok, self.blob_off[ic] + addr - self.starts[ic], -1)
+
+    def get(self, addr: np.ndarray) -> np.ndarray:
+        """(n, size) bytes of the records at ``addr`` (loaded on demand)."""
+        addr = np.asarray(addr, dtype=np.int64)
+        bad = (addr < 0) | (addr + self.size > self.file_size)
+        if np.any(bad):
+            a = int(addr[np.flatnonzero(bad)[0]])
+            raise PfmFormatError(f"chain pointer {a:,} is outside the .ndx file "
+                                 f"({self.file_size:,} bytes)", path=self.path, offset=a)
+        pos = self.positions(addr)
+        miss = pos < 0
+        if np.any(miss):
+            m = addr[miss]
+            self.load_ranges(m, m + self.size)
+            pos = self.positions(addr)
+        return self.blob[pos[:, None] + np.arange(self.size, dtype=np.int64)]
+
+
+# ---------------------------------------------------------------------------
+
+
+def _bin_layout(h: PfmHeader, has_num_valid: bool) -> BitLayout:
+    """The bin record layout of ``set_offsets`` (count, std, 6 depths, num_valid, attrs, validity, head, tail)."""
+    f = []
+    pos = 0
+
+    def add(key, nb):
+        nonlocal pos
+        f.append((key, pos, nb))
+        pos += nb
+
+    add("num_soundings", h.count_bits)
+    add("std", h.std_bits)
+    for k in _DEPTH_FIELDS:
+        add(k, h.depth_bits)
+    if has_num_valid:
+        add("num_valid", h.count_bits)
+    for i in range(NUM_ATTR):
+        add(("attr", i), int(h.bin_attribute_bits[i]))
+    add("validity", h.validity_bits)
+    add("head", h.record_pointer_bits)
+    add("tail", h.record_pointer_bits)
+    return BitLayout(f)
+
+
+def _ndx_layout(h: PfmHeader) -> tuple[BitLayout, int]:
+    """Physical record layout: ``RECORD LENGTH`` soundings, then the continuation pointer."""
+    per = [("file", h.file_number_bits), ("line", h.line_number_bits),
+           ("ping", h.ping_number_bits), ("beam", h.beam_number_bits),
+           ("depth", h.depth_bits), ("x_off", h.offset_bits), ("y_off", h.offset_bits)]
+    per += [(("attr", i), int(h.ndx_attribute_bits[i])) for i in range(NUM_ATTR)]
+    per += [("validity", h.validity_bits), ("horizontal_error", h.horizontal_error_bits),
+            ("vertical_error", h.vertical_error_bits)]
+    single = sum(nb for _, nb in per)
+    f = []
+    for s in range(h.record_length):
+        pos = s * single
+        for key, nb in per:
+            f.append(((key, s), pos, nb))
+            pos += nb
+    f.append(("continuation", single * h.record_length, h.record_pointer_bits))
+    return BitLayout(f), single
+
+
+def _as_array(name: str, a, n: int | None = None) -> np.ndarray:
+    arr = np.asarray(a)
+    if arr.ndim != 1:
+        raise ConfigError(f"{name} must be a 1-d array, got shape {arr.shape}")
+    if n is not None and arr.shape[0] != n:
+        raise ConfigError(f"{name} has {arr.shape[0]} values, bin_index has {n}")
+    return arr
+
+
+class PfmFile:
+    """An open PFM v7 structure; see the module docstring for the API."""
+
+    # ------------------------------------------------------------------ opening
+    def __init__(self, path, mode: str = "r"):
+        if mode not in ("r", "r+"):
+            raise ConfigError(f"mode must be 'r' or 'r+', not {mode!r}")
+        self.mode = mode
+        self.path = os.fspath(path)
+        self._closed = True
+        self._fds: dict[str, int] = {}
+        try:
+            with open(self.path, "rb") as fh:
+                first = fh.readline(4096)
+        except OSError as exc:
+            raise PfmFormatError(f"cannot open PFM handle file: {exc.strerror}", path=self.path) from exc
+        if b"PFM Handle File" not in first:
+            raise PfmFormatError("not a PFM handle file (first line lacks 'PFM Handle File')",
+                                 path=self.path, offset=0)
+        base = os.path.basename(self.path)
+        self.data_dir = self.path + ".data"
+        stem = os.path.join(self.data_dir, base)
+        self.ctl_path = stem + ".ctl"
+        self.lin_path = stem + ".lin"
+        self.bin_path = stem + ".bin"
+        self.ndx_path = stem + ".ndx"
+        self.cvg_path = stem + ".cvg"
+
+        # .ctl first line: the version that selects the layout
+        try:
+            with open(self.ctl_path, "rb") as fh:
+                vline = fh.readline(4096).decode("latin-1")
+        except OSError as exc:
+            raise PfmFormatError(f"cannot open the control file: {exc.strerror}",
+                                 path=self.ctl_path) from exc
+        if "Software - PFM I/O library V" not in vline:
+            raise PfmFormatError("version string missing from the control file (corrupted?)",
+                                 path=self.ctl_path, offset=0)
+        self.version = version_number(vline)
+        if self.version > 70:
+            raise PfmFormatError(f"PFM version {self.version / 10:.1f} is newer than the V7.00 "
+                                 "layout this reader knows", path=self.ctl_path, offset=0)
+        if self.version < 60:
+            raise PfmFormatError(f"PFM version {self.version / 10:.1f} is not supported "
+                                 "(versions before 6.0 are refused, as by PFM library V7.00)",
+                                 path=self.ctl_path, offset=0)
+        if self.version < 70 and mode != "r":
+            raise PfmFormatError(f"PFM version {self.version / 10:.1f} (pre-v7: coverage map inside "
+                                 ".bin, no num_valid) can only be opened read-only",
+                                 path=self.ctl_path)
+
+        flags = os.O_RDWR if mode == "r+" else os.O_RDONLY
+        try:
+            self._fds["bin"] = os.open(self.bin_path, flags)
+            self._fds["ndx"] = os.open(self.ndx_path, flags)
+            if self.version >= 70:
+                self._fds["cvg"] = os.open(self.cvg_path, flags)
+        except OSError as exc:
+            self._close_fds()
+            raise PfmFormatError(f"cannot open {exc.filename}: {exc.strerror}",
+                                 path=exc.filename) from exc
+        self._closed = False
+        try:
+            self._load_header()
+        except BaseException:
+            self._close_fds()
+            self._closed = True
+            raise
+
+    def _load_header(self) -> None:
+        raw = os.pread(self._fds["bin"], BIN_HEADER_SIZE, 0)
+        if not raw or b"=" not in raw[:4096]:
+            raise PfmFormatError("bin file has no header", path=self.bin_path, offset=0)
+        h = PfmHeader.parse(raw, path=self.bin_path)
+        if "Software - PFM I/O library" not in h.version:
+            raise PfmFormatError("bin file header corrupt ([VERSION] missing)", path=self.bin_path, offset=0)
+        self._set_header(h)
+
+    def _set_header(self, h: PfmHeader) -> None:
+        p = self.bin_path
+        checks = [
+            ("[RECORD LENGTH]", h.record_length, 1, 255),
+            ("[COUNT BITS]", h.count_bits, 1, 32),
+            ("[STD BITS]", h.std_bits, 1, 32),
+            ("[DEPTH BITS]", h.depth_bits, 1, 32),
+            ("[RECORD POINTER BITS]", h.record_pointer_bits, 33, 64),
+            ("[FILE NUMBER BITS]", h.file_number_bits, 1, 32),
+            ("[LINE NUMBER BITS]", h.line_number_bits, 1, 32),
+            ("[PING NUMBER BITS]", h.ping_number_bits, 1, 32),
+            ("[BEAM NUMBER BITS]", h.beam_number_bits, 1, 32),
+            ("[OFFSET BITS]", h.offset_bits, 1, 32),
+            ("[VALIDITY BITS]", h.validity_bits, 1, 32),
+            ("[HORIZONTAL ERROR BITS]", h.horizontal_error_bits, 0, 32),
+            ("[VERTICAL ERROR BITS]", h.vertical_error_bits, 0, 32),
+            ("[BIN WIDTH]", h.bin_width, 1, 2**31 - 1),
+            ("[BIN HEIGHT]", h.bin_height, 1, 2**31 - 1),
+        ]
+        for key, v, lo, hi in checks:
+            if not lo <= int(v) <= hi:
+                raise PfmFormatError(f"header {key} = {v} is outside {lo}..{hi}", path=p)
+        for i in range(NUM_ATTR):
+            for key, arr in (("BIN", h.bin_attribute_bits), ("NDX", h.ndx_attribute_bits)):
+                if not 0 <= int(arr[i]) <= 32:
+                    raise PfmFormatError(f"header [{key} ATTRIBUTE BITS {i}] = {arr[i]} is outside 0..32",
+                                         path=p)
+        if h.depth_scale <= 0:
+            raise PfmFormatError(f"header [DEPTH SCALE] = {h.depth_scale} must be positive", path=p)
+        self.header = h
+        self.width = int(h.bin_width)
+        self.height = int(h.bin_height)
+        self.record_length = int(h.record_length)
+        self.null_depth = float(h.null_depth)
+        self.bin_header_size = int(h.bin_header_size)
+        self._bin_layout = _bin_layout(h, self.version >= 70)
+        self._ndx_layout, self._single_bits = _ndx_layout(h)
+        self.bin_record_size = self._bin_layout.record_bytes
+        self.ndx_record_size = self._ndx_layout.record_bytes
+        self._n_bin_attr = int(h.num_bin_attributes)
+        self._n_ndx_attr = int(h.num_ndx_attributes)
+        need = self.bin_header_size + self.width * self.height * self.bin_record_size
+        size = os.fstat(self._fds["bin"]).st_size
+        if size < need:
+            raise PfmFormatError(f"bin file is {size:,} bytes; the header's {self.width} x {self.height} "
+                                 f"grid of {self.bin_record_size}-byte records needs {need:,} (truncated?)",
+                                 path=p, offset=size)
+        self.ndx_size = os.fstat(self._fds["ndx"]).st_size
+        if self.mode == "r+" and self.ndx_size % self.ndx_record_size:
+            raise PfmFormatError(f".ndx size {self.ndx_size:,} is not a multiple of the "
+                                 f"{self.ndx_record_size}-byte record (torn append?); refusing to append",
+                                 path=self.ndx_path, offset=self.ndx_size)
+        if self.version >= 70:
+            csize = os.fstat(self._fds["cvg"]).st_size
+            if csize < COV_HEADER_SIZE + self.width * self.height:
+                raise PfmFormatError(f"coverage file is {csize:,} bytes, needs "
+                                     f"{COV_HEADER_SIZE + self.width * self.height:,}",
+                                     path=self.cvg_path, offset=csize)
+        self._grid = None
+        # limits the library checks on add (read_bin_header: 2**bits - 1)
+        self.max_file_number = (1 << h.file_number_bits) - 1
+        self.max_line_number = (1 << h.line_number_bits) - 1
+        self.max_ping_number = (1 << h.ping_number_bits) - 1
+        self.max_beam_number = (1 << h.beam_number_bits) - 1
+
+    @property
+    def grid(self):
+        """The :class:`pfm_dask.bins.BinGrid` of this file (built from the header on first use)."""
+        if self._grid is None:
+            from ..bins import BinGrid
+
+            h = self.header
+            if h.projection:
+                raise PfmFormatError(f"projected PFM ([PROJECTION] = {h.projection}) has no geographic "
+                                     "bin grid", path=self.bin_path)
+            try:
+                self._grid = BinGrid.from_header_values(
+                    min_x=h.min_x, min_y=h.min_y, max_x=h.max_x, max_y=h.max_y,
+                    x_bin=h.x_bin_size, y_bin=h.y_bin_size, width=h.bin_width,
+                    height=h.bin_height, polygon=h.points, offset_bits=h.offset_bits,
+                    bin_size_xy=h.bin_size_xy)
+            except ConfigError as exc:
+                raise PfmFormatError(f"header grid is inconsistent: {exc.reason}",
+                                     path=self.bin_path) from exc
+        return self._grid
+
+    # ------------------------------------------------------------------ creating
+    @classmethod
+    def create(cls, path, grid, *, min_depth: float = -10000.0, max_depth: float = 12000.0,
+               precision: float = 0.01, max_files: int = 0, max_lines: int = 0,
+               max_pings: int = 0, max_beams: int = 0, max_bin_soundings: int = 0,
+               record_length: int = PFM_RECORD_LENGTH,
+               horizontal_error_max: float | None = None,
+               vertical_error_max: float | None = None,
+               horizontal_error_scale: float = 100.0, vertical_error_scale: float = 100.0,
+               bin_size_m: float | None = None, max_record_pointer: int = 0,
+               classification: str = "UNCLASSIFIED", creation_software: str | None = None,
+               wkt: str = WGS84_WKT, mosaic_path: str = "NONE", feature_path: str = "NONE",
+               dynamic_reload: int = 1, user_flag_names: Sequence[str] | None = None) -> "PfmFile":
+        """Create a new PFM v7 structure from a bin grid; returns it opened ``"r+"``."""
+        path = os.fspath(path)
+        h = cls.new_header(grid, min_depth=min_depth, max_depth=max_depth, precision=precision,
+                           max_files=max_files, max_lines=max_lines, max_pings=max_pings,
+                           max_beams=max_beams, max_bin_soundings=max_bin_soundings,
+                           record_length=record_length, horizontal_error_max=horizontal_error_max,
+                           vertical_error_max=vertical_error_max,
+                           horizontal_error_scale=horizontal_error_scale,
+                           vertical_error_scale=vertical_error_scale, bin_size_m=bin_size_m,
+                           max_record_pointer=max_record_pointer, classification=classification,
+                           creation_software=creation_software, wkt=wkt,
+                           dynamic_reload=dynamic_reload, user_flag_names=user_flag_names)
+        data_dir = path + ".data"
+        if os.path.exists(path) or os.path.exists(data_dir):
+            raise PfmFormatError("refusing to create a PFM over an existing one "
+                                 "(the handle file or data directory exists)", path=path)
+        base = os.path.basename(path)
+        stem_rel = f"{path}.data{os.sep}{base}"
+        os.mkdir(data_dir)
+        with open(path, "w", encoding="latin-1", newline="\n") as fh:
+            fh.write(f"PFM Handle File - {LIBRARY_VERSION}\n")
+            fh.write("#\n" + "#" * 80 + "\n#\n")
+            fh.write("# This is a PFM handle file.  If you were expecting to see the PFM list file\n")
+            fh.write(f"# you need to look for a directory called:\n#\n#\t{data_dir}\n#\n")
+            fh.write(f"# In that directory should be a file called:\n#\n#\t{stem_rel}.ctl\n#\n")
+            fh.write("# That is the PFM list (or control) file.\n")
+            fh.write("#\n" + "#" * 80 + "\n#\n")
+        stem = os.path.join(data_dir, base)
+        with open(stem + ".ctl", "w", encoding="latin-1", newline="\n") as fh:
+            fh.write(f"{LIBRARY_VERSION}\n{stem_rel}.bin\n{stem_rel}.ndx\n{mosaic_path}\n{feature_path}\n")
+        open(stem + ".lin", "w").close()
+        layout = _bin_layout(h, True)
+        fd = os.open(stem + ".bin", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            os.write(fd, h.to_bytes())
+            # zero bin records (sparse): the library writes zero rows, the bytes are the same
+            os.ftruncate(fd, h.bin_header_size + h.bin_width * h.bin_height * layout.record_bytes)
+        finally:
+            os.close(fd)
+        os.close(os.open(stem + ".ndx", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        create_coverage_file(stem + ".cvg", h.bin_width, h.bin_height, LIBRARY_VERSION)
+        f = cls(path, "r+")
+        f._grid = grid
+        return f
+
+    @staticmethod
+    def new_header(grid, *, min_depth=-10000.0, max_depth=12000.0, precision=0.01, max_files=0,
+                   max_lines=0, max_pings=0, max_beams=0, max_bin_soundings=0,
+                   record_length=PFM_RECORD_LENGTH, horizontal_error_max=None,
+                   vertical_error_max=None, horizontal_error_scale=100.0,
+                   vertical_error_scale=100.0, bin_size_m=None, max_record_pointer=0,
+                   classification="UNCLASSIFIED", creation_software=None, wkt=WGS84_WKT,
+                   dynamic_reload=1, user_flag_names=None) -> PfmHeader:
+        """The header ``open_pfm_file`` + pfmLoader would write for a new PFM (no I/O)."""
+        if not precision > 0:
+            raise ConfigError(f"precision must be positive, got {precision}")
+        if not max_depth > min_depth:
+            raise ConfigError(f"max_depth ({max_depth}) must be greater than min_depth ({min_depth})")
+        if not 1 <= int(record_length) <= 255:
+            raise ConfigError(f"record_length must be 1..255, got {record_length}")
+        for name, v in (("max_files", max_files), ("max_lines", max_lines), ("max_pings", max_pings),
+                        ("max_beams", max_beams), ("max_bin_soundings", max_bin_soundings)):
+            if v is not None and (int(v) < 0 or int(v) > 2**32 - 1):
+                raise ConfigError(f"{name} must be 0 (library default) .. 2**32-1, got {v}")
+        md = np.float32(max_depth)                       # PFM_OPEN_ARGS.max_depth is float
+        off = np.float32(-float(min_depth))              # open_args.offset = -min_depth
+        scale = np.float32(1.0 / float(precision))       # open_args.scale = 1 / precision
+        # temp = max_depth + offset + 1.0 (float + float, then + double, stored in float)
+        temp = np.float32(float(np.float32(md + off)) + 1.0)
+        depth_bits = bits_for(float(np.float32(temp * scale)))
+        null_depth = _f32(float(md) + 1.0)
+
+        if vertical_error_max is None:
+            vertical_error_max = 15.0 if float(md) < 150.0 else float(md) * 0.10
+        if horizontal_error_max is None:
+            if bin_size_m:
+                horizontal_error_max = float(bin_size_m) * 10.0
+            else:
+                from ..geodesy import inverse
+
+                d, _, _ = inverse(grid.min_y, grid.min_x, grid.min_y + grid.y_bin, grid.min_x)
+                horizontal_error_max = float(d) * 10.0
+
+        def err_bits(mx, sc):
+            if not sc > 0.00001:
+                return 0
+            t = np.float32(np.float32(mx) + 1.0)
+            return bits_for(float(np.float32(t * np.float32(sc))))
+
+        h = PfmHeader()
+        h.version = LIBRARY_VERSION
+        h.record_length = int(record_length)
+        h.date = PfmHeader.now()
+        h.classification = classification
+        h.creation_software = creation_software or f"PFM Software - pfm-dask V{_PKG_VERSION}"
+        h.min_y, h.min_x, h.max_y, h.max_x = (float(grid.min_y), float(grid.min_x),
+                                              float(grid.max_y), float(grid.max_x))
+        h.bin_size_xy = float(grid.bin_size_xy)
+        h.x_bin_size, h.y_bin_size = float(grid.x_bin), float(grid.y_bin)
+        h.bin_width, h.bin_height = int(grid.width), int(grid.height)
+        # pfmLoader's initial extrema (replaced by write_header at the end of a load)
+        h.min_filtered_depth = h.min_depth = 9999999.0
+        h.max_filtered_depth = h.max_depth = -9999999.0
+        h.min_bin_count, h.max_bin_count = 9999999, 0
+        h.min_standard_deviation, h.max_standard_deviation = 9999999.0, -9999999.0
+        h.bin_header_size = BIN_HEADER_SIZE
+        h.count_bits = bits_for(max_bin_soundings) if max_bin_soundings else PFM_COUNT_BITS
+        h.std_bits = PFM_STD_BITS
+        h.std_scale = PFM_STD_SCALE
+        h.depth_bits = depth_bits
+        h.depth_scale = float(scale)
+        h.depth_offset = float(off)
+        h.record_pointer_bits = (bits_for(max_record_pointer) if max_record_pointer
+                                 else PFM_RECORD_POINTER_BITS)
+        h.file_number_bits = bits_for(max_files) if max_files else PFM_FILE_BITS
+        h.line_number_bits = bits_for(max_lines) if max_lines else PFM_LINE_BITS
+        h.ping_number_bits = bits_for(max_pings) if max_pings else PFM_PING_BITS
+        h.beam_number_bits = bits_for(max_beams) if max_beams else PFM_BEAM_BITS
+        h.offset_bits = int(getattr(grid, "offset_bits", PFM_OFFSET_BITS) or PFM_OFFSET_BITS)
+        h.validity_bits = PFM_VALIDITY_BITS
+        h.points = [(float(a), float(b)) for a, b in np.asarray(grid.polygon, dtype=np.float64)]
+        h.well_known_text = wkt
+        h.dynamic_reload = int(dynamic_reload)
+        if user_flag_names is not None:
+            names = list(user_flag_names)[:10]
+            h.user_flag_names = names + h.user_flag_names[len(names):]
+        h.coverage_map_address = 0
+        h.horizontal_error_scale = _f32(horizontal_error_scale)
+        h.max_horizontal_error = _f32(horizontal_error_max)
+        h.horizontal_error_bits = err_bits(horizontal_error_max, horizontal_error_scale)
+        h.vertical_error_scale = _f32(vertical_error_scale)
+        h.max_vertical_error = _f32(vertical_error_max)
+        h.vertical_error_bits = err_bits(vertical_error_max, vertical_error_scale)
+        h.null_depth = null_depth
+        if h.record_pointer_bits < 33:
+            raise ConfigError("max_record_pointer gives fewer than 33 pointer bits; the library's "
+                              "64-bit pointer packing needs at least 33")
+        return h
+
+    # ------------------------------------------------------------------ basics
+    def _fd(self, name: str) -> int:
+        if self._closed:
+            raise PfmFormatError("PFM is closed", path=self.path)
+        return self._fds[name]
+
+    def _writable(self) -> None:
+        if self.mode != "r+":
+            raise PfmFormatError("PFM is open read-only (open with mode 'r+' to change it)", path=self.path)
+        self._fd("bin")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self._close_fds()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _close_fds(self) -> None:
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds = {}
+
+    def flush(self) -> None:
+        """Make every write visible in the files (all writes go straight to the OS)."""
+        self._fd("bin")
+
+    def close(self, durable: bool = False) -> None:
+        """Close the parts; with ``durable=True`` fsync them (and the text files) first."""
+        if self._closed:
+            return
+        if durable and self.mode == "r+":
+            for fd in self._fds.values():
+                os.fsync(fd)
+            for p in (self.ctl_path, self.lin_path, self.path):
+                fd = os.open(p, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        self._close_fds()
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ------------------------------------------------------------------ .ctl / .lin
+    def files(self) -> list[PfmInputFile]:
+        """The input files of the ``.ctl`` in order; sequence numbers are checked."""
+        with open(self.ctl_path, "rb") as fh:
+            raw = fh.read().decode("latin-1")
+        lines = raw.split("\n")
+        out = []
+        offset = sum(len(x) + 1 for x in lines[:5])
+        for ln in lines[5:]:
+            s = ln.rstrip("\r")
+            if not s:
+                offset += len(ln) + 1
+                continue
+            parts = s.split(None, 3)
+            if len(parts) < 4 or s[1] != " ":
+                raise PfmFormatError(f"bad file list line {s!r}", path=self.ctl_path, offset=offset)
+            flag, seq, typ, p = parts
+            try:
+                seq_i, typ_i = int(seq), int(typ)
+            except ValueError as exc:
+                raise PfmFormatError(f"bad file list line {s!r}", path=self.ctl_path, offset=offset) from exc
+            if seq_i != len(out):
+                raise PfmFormatError(f"file sequence number {seq_i} on line {len(out) + 6} should be "
+                                     f"{len(out)}: the list file has been corrupted",
+                                     path=self.ctl_path, offset=offset)
+            out.append(PfmInputFile(seq_i, p, typ_i, flag == "-"))
+            offset += len(ln) + 1
+        return out
+
+    def add_files(self, paths: Iterable[str], data_type: int = PFM_GSF_DATA) -> list[int]:
+        """Append input files to the ``.ctl``; returns their file numbers."""
+        self._writable()
+        paths = [os.fspath(p) for p in paths]
+        n0 = len(self.files())
+        nums = list(range(n0, n0 + len(paths)))
+        if nums and nums[-1] > self.max_file_number:
+            raise PfmFormatError(f"file number {nums[-1]} exceeds the {self.header.file_number_bits}-bit "
+                                 f"limit {self.max_file_number} ([FILE NUMBER BITS])", path=self.ctl_path)
+        for p in paths:
+            if "\n" in p:
+                raise ConfigError(f"file name contains a newline: {p!r}")
+        with open(self.ctl_path, "ab") as fh:
+            fh.write("".join("+ %05d %02d %s\n" % (n, int(data_type), p)
+                             for n, p in zip(nums, paths)).encode("latin-1", "replace"))
+        return nums
+
+    def lines(self) -> list[str]:
+        """The line names of the ``.lin`` in order."""
+        with open(self.lin_path, "rb") as fh:
+            raw = fh.read().decode("latin-1")
+        out = raw.split("\n")
+        if out and out[-1] == "":
+            out.pop()
+        return [x.rstrip("\r") for x in out]
+
+    def add_lines(self, names: Iterable[str]) -> list[int]:
+        """Append line names to the ``.lin``; returns their line numbers."""
+        self._writable()
+        names = [str(x) for x in names]
+        n0 = len(self.lines())
+        nums = list(range(n0, n0 + len(names)))
+        if nums and nums[-1] > self.max_line_number:
+            raise PfmFormatError(f"line number {nums[-1]} exceeds the {self.header.line_number_bits}-bit "
+                                 f"limit {self.max_line_number} ([LINE NUMBER BITS])", path=self.lin_path)
+        for x in names:
+            if "\n" in x:
+                raise ConfigError(f"line name contains a newline: {x!r}")
+        with open(self.lin_path, "ab") as fh:
+            fh.write("".join(x + "\n" for x in names).encode("latin-1", "replace"))
+        return nums
+
+    # ------------------------------------------------------------------ coding
+    def _depth_codes(self, depth: np.ndarray) -> np.ndarray:
+        """Sounding depth codes, ``NINT((z + offset) * scale)`` in double."""
+        return scaled_code_f64(depth, self.header.depth_offset, self.header.depth_scale)
+
+    def _depth_decode(self, code: np.ndarray) -> np.ndarray:
+        h = self.header
+        return (code.astype(np.float64) / np.float64(np.float32(h.depth_scale))
+                - np.float64(np.float32(h.depth_offset)))
+
+    def _bin_depth_decode(self, code: np.ndarray) -> np.ndarray:
+        """Bin depths as ``unpack_bin_record``: ``(float)code / scale - offset`` in float."""
+        h = self.header
+        v = code.astype(np.float32) / np.float32(h.depth_scale) - np.float32(h.depth_offset)
+        return v.astype(np.float64)
+
+    def _error_codes(self, err, bits: int, scale: float, name: str) -> np.ndarray:
+        """``NINT(float(err) * float(scale))``; NaN, negative or too large -> null (2**bits - 1)."""
+        null = (1 << bits) - 1
+        e = np.asarray(err, dtype=np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            prod = e.astype(np.float32) * np.float32(scale)
+            code = nint(prod)
+            bad = ~np.isfinite(e) | (e < 0) | (code > null) | (code < 0)
+        return np.where(bad, null, code).astype(np.uint64)
+
+    def _error_decode(self, code: np.ndarray, bits: int, scale: float) -> np.ndarray:
+        if bits == 0:
+            return np.zeros(code.shape, dtype=np.float32)
+        null = (1 << bits) - 1
+        v = code.astype(np.float32) / np.float32(scale)
+        return np.where((code == null) | (v >= np.float32(null)), np.float32(-999.0), v).astype(np.float32)
+
+    def _check_range(self, name: str, arr: np.ndarray, limit: int, key: str) -> None:
+        if arr.size == 0:
+            return
+        lo, hi = arr.min(), arr.max()
+        if lo < 0 or hi > limit:
+            bad = int(np.flatnonzero((arr < 0) | (arr > limit))[0])
+            raise PfmFormatError(f"{name} {arr[bad]} (sounding {bad}) is outside 0..{limit} "
+                                 f"({key} = {limit.bit_length()} bits)", path=self.path)
+
+    # ------------------------------------------------------------------ appending
+    def add_sorted(self, bin_index, file, line, ping, beam, depth, x_off, y_off, validity,
+                   horizontal_error, vertical_error, *, attributes: Sequence | None = None) -> None:
+        """Append soundings already sorted by ``bin_index`` (``row * width + col``).
+
+        For each bin: free slots of its existing tail record are filled first
+        (batched read-modify-write of the tail records); the rest go into new
+        physical records written contiguously at the end of ``.ndx``, chained
+        by continuation pointers (0 ends a chain) and linked from the old tail.
+        Bin records get the new count, head/tail and ``validity |=`` the
+        soundings' flags (CHECKED cleared, as the library's cached loader
+        does); statistics are left to the recompute. Out-of-grid bins, file,
+        line, ping, beam, offset or validity values above the header limits,
+        and depths outside ``min_depth .. NULL DEPTH`` raise
+        :class:`PfmFormatError`. Errors above their bit range, negative or
+        NaN are stored as null. ``attributes``: one array per NDX attribute
+        of the header (coded ``NINT((v - min) * scale)``), else zeros.
+        """
+        self._writable()
+        b = _as_array("bin_index", bin_index).astype(np.int64, copy=False)
+        n = b.shape[0]
+        if n == 0:
+            return
+        h = self.header
+        cols = {
+            "file": _as_array("file", file, n), "line": _as_array("line", line, n),
+            "ping": _as_array("ping", ping, n), "beam": _as_array("beam", beam, n),
+            "x_off": _as_array("x_off", x_off, n), "y_off": _as_array("y_off", y_off, n),
+            "validity": _as_array("validity", validity, n),
+        }
+        depth = _as_array("depth", depth, n)
+        herr = _as_array("horizontal_error", horizontal_error, n)
+        verr = _as_array("vertical_error", vertical_error, n)
+        nbins = self.width * self.height
+        if b.min() < 0 or b.max() >= nbins:
+            bad = int(np.flatnonzero((b < 0) | (b >= nbins))[0])
+            raise PfmFormatError(f"bin_index {b[bad]} (sounding {bad}) is outside the "
+                                 f"{self.width} x {self.height} grid (0..{nbins - 1})", path=self.path)
+        if n > 1 and np.any(b[1:] < b[:-1]):
+            bad = int(np.flatnonzero(b[1:] < b[:-1])[0]) + 1
+            raise PfmFormatError(f"soundings are not sorted by bin_index (sounding {bad})", path=self.path)
+        codes: dict[str, np.ndarray] = {}
+        limits = {"file": (self.max_file_number, "[FILE NUMBER BITS]"),
+                  "line": (self.max_line_number, "[LINE NUMBER BITS]"),
+                  "ping": (self.max_ping_number, "[PING NUMBER BITS]"),
+                  "beam": (self.max_beam_number, "[BEAM NUMBER BITS]"),
+                  "x_off": ((1 << h.offset_bits) - 1, "[OFFSET BITS]"),
+                  "y_off": ((1 << h.offset_bits) - 1, "[OFFSET BITS]"),
+                  "validity": ((1 << h.validity_bits) - 1, "[VALIDITY BITS]")}
+        for k, arr in cols.items():
+            if not np.issubdtype(arr.dtype, np.integer):
+                if np.issubdtype(arr.dtype, np.floating) and np.all(np.mod(arr, 1) == 0):
+                    arr = arr.astype(np.int64)
+                else:
+                    raise PfmFormatError(f"{k} must be integers (got {arr.dtype})", path=self.path)
+            lim, key = limits[k]
+            self._check_range(k, arr, lim, key)
+            codes[k] = arr.astype(np.uint64)
+        dcode = self._depth_codes(depth)
+        null_code = int(scaled_code_f64(self.null_depth, h.depth_offset, h.depth_scale))
+        dmax = min(null_code, (1 << h.depth_bits) - 1)
+        if np.any(~np.isfinite(depth)) or dcode.min() < 0 or dcode.max() > dmax:
+            bad = int(np.flatnonzero(~np.isfinite(depth) | (dcode < 0) | (dcode > dmax))[0])
+            raise PfmFormatError(
+                f"depth {depth[bad]} (sounding {bad}) is outside {-h.depth_offset:g} .. "
+                f"{self.null_depth:g} (DEPTH OFFSET / NULL DEPTH, {h.depth_bits} depth bits)",
+                path=self.path)
+        codes["depth"] = dcode.astype(np.uint64)
+        codes["horizontal_error"] = (self._error_codes(herr, h.horizontal_error_bits,
+                                                       h.horizontal_error_scale, "horizontal_error")
+                                     if h.horizontal_error_bits else np.zeros(n, np.uint64))
+        codes["vertical_error"] = (self._error_codes(verr, h.vertical_error_bits,
+                                                     h.vertical_error_scale, "vertical_error")
+                                   if h.vertical_error_bits else np.zeros(n, np.uint64))
+        for i in range(NUM_ATTR):
+            nb = int(h.ndx_attribute_bits[i])
+            if nb == 0:
+                continue
+            if attributes is not None and i < len(attributes) and attributes[i] is not None:
+                a = _as_array(f"attributes[{i}]", attributes[i], n).astype(np.float64)
+                c = nint((a - np.float64(np.float32(h.min_ndx_attribute[i])))
+                         * np.float64(np.float32(h.ndx_attribute_scale[i])))
+                self._check_range(f"attribute {i}", c, (1 << nb) - 1, f"[NDX ATTRIBUTE BITS {i}]")
+                codes[("attr", i)] = c.astype(np.uint64)
+            else:
+                codes[("attr", i)] = np.zeros(n, np.uint64)
+
+        # split into steps at bin boundaries
+        starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+        cuts = [0]
+        if n > _ADD_CHUNK:
+            want = np.arange(_ADD_CHUNK, n, _ADD_CHUNK)
+            j = np.unique(starts[np.searchsorted(starts, want)[np.searchsorted(starts, want) < starts.size]])
+            cuts += [int(x) for x in j if x > 0]
+        cuts.append(n)
+        for a, c in zip(cuts[:-1], cuts[1:]):
+            if c > a:
+                self._add_step(b[a:c], {k: v[a:c] for k, v in codes.items()})
+
+    def _add_step(self, b: np.ndarray, codes: dict) -> None:
+        h = self.header
+        L = self.record_length
+        rsize = self.ndx_record_size
+        bsize = self.bin_record_size
+        BL, NL = self._bin_layout, self._ndx_layout
+        n = b.size
+        start = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+        counts = np.diff(np.r_[start, n])
+        ub = b[start]
+        nb = ub.size
+
+        # 1. the touched bin records
+        bspans = _Spans(self._fds["bin"], self.bin_header_size + ub * bsize, bsize,
+                        max_gap=_RMW_GAP, path=self.bin_path, what="bin record")
+        bwords = BL._to_words(bspans.records())
+        cur = BL.unpack_words(bwords, ["num_soundings", "validity", "head", "tail"])
+        c0 = cur["num_soundings"].astype(np.int64)
+        t0 = cur["tail"].astype(np.int64)
+        h0 = cur["head"].astype(np.int64)
+        total = c0 + counts
+        cmax = (1 << h.count_bits) - 1
+        if total.max() > cmax:
+            j = int(np.argmax(total > cmax))
+            raise PfmFormatError(f"bin {int(ub[j])} would hold {int(total[j])} soundings, more than the "
+                                 f"{cmax} of [COUNT BITS] = {h.count_bits}", path=self.path)
+
+        used = c0 % L
+        fill = np.where((c0 > 0) & (used > 0), np.minimum(L - used, counts), 0)
+        rem = counts - fill
+        m = (rem + L - 1) // L
+        cum_m = np.cumsum(m) - m
+        M = int(m.sum())
+        base = self.ndx_size
+        first_new = base + cum_m * rsize
+        last_new = base + (cum_m + m - 1) * rsize
+        g = np.repeat(np.arange(nb, dtype=np.int64), counts)
+        k = np.arange(n, dtype=np.int64) - start[g]
+        any_fill = bool(fill.any())
+        is_fill = (k < fill[g]) if any_fill else None
+
+        # 2. new physical records, contiguous at the end of .ndx
+        if M:
+            if any_fill:
+                sel = np.flatnonzero(~is_fill)
+                kk = k[sel] - fill[g[sel]]
+                gg = g[sel]
+            else:
+                sel = None
+                kk, gg = k, g
+            rec = cum_m[gg] + kk // L
+            slot = kk % L
+            flat = slot * M + rec          # (L, M) layout: one contiguous row per slot
+            words = np.zeros((NL.n_words, M), dtype=np.uint64)
+            vals = {}
+            for key, arr in codes.items():
+                col = np.zeros(L * M, dtype=np.uint64)
+                col[flat] = arr if sel is None else arr[sel]
+                colT = col.reshape(L, M)
+                for s in range(L):
+                    vals[(key, s)] = colT[s]
+            last = np.zeros(M, dtype=bool)
+            has = m > 0
+            last[cum_m[has] + m[has] - 1] = True
+            cont = np.where(last, 0, base + (np.arange(M, dtype=np.int64) + 1) * rsize)
+            vals["continuation"] = cont.astype(np.uint64)
+            NL.pack_words(words, vals, transposed=True)
+            out = np.empty((M, NL.n_words), dtype=">u8")
+            out[...] = words.T
+            raw = out.view(np.uint8).reshape(M, NL.n_words * 8)
+            if NL.n_words * 8 != rsize:
+                raw = np.ascontiguousarray(raw[:, :rsize])
+            _pwrite_all(self._fds["ndx"], raw, base)
+
+        # 3. old tails: fill free slots and/or link to the new run
+        need_tail = (c0 > 0) & ((fill > 0) | (m > 0))
+        if need_tail.any():
+            tb = np.flatnonzero(need_tail)
+            order = np.argsort(t0[tb], kind="stable")
+            tb = tb[order]
+            row_of_bin = np.full(nb, -1, dtype=np.int64)
+            row_of_bin[tb] = np.arange(tb.size)
+            tspans = _Spans(self._fds["ndx"], t0[tb], rsize, max_gap=_RMW_GAP,
+                            path=self.ndx_path, what="tail record")
+            twords = NL._to_words(tspans.records())
+            cont_old = NL.unpack_words(twords, ["continuation"])["continuation"]
+            if np.any(cont_old != 0):
+                j = int(np.flatnonzero(cont_old != 0)[0])
+                raise PfmFormatError(f"tail record of bin {int(ub[tb[j]])} has a non-zero continuation "
+                                     "pointer (chain corrupted)", path=self.ndx_path, offset=int(t0[tb[j]]))
+            if any_fill:
+                fsel = np.flatnonzero(is_fill)
+                fslot = used[g[fsel]] + k[fsel]
+                frow = row_of_bin[g[fsel]]
+                for s in range(L):
+                    w = fslot == s
+                    if not w.any():
+                        continue
+                    rows = frow[w]
+                    idx = fsel[w]
+                    NL.pack_words(twords, {(key, s): arr[idx] for key, arr in codes.items()},
+                                  clear=True, rows=rows)
+            link = m[tb] > 0
+            if link.any():
+                NL.pack_words(twords, {"continuation": first_new[tb[link]].astype(np.uint64)},
+                              clear=True, rows=np.flatnonzero(link))
+            tspans.store(NL._from_words(twords))
+            tspans.write()
+
+        # 4. bin records
+        vor = np.bitwise_or.reduceat(codes["validity"], start)
+        new_val = (cur["validity"] | vor) & np.uint64(((1 << h.validity_bits) - 1) & ~V.CHECKED)
+        new_head = np.where(c0 == 0, first_new, h0)
+        new_tail = np.where(m > 0, last_new, t0)
+        BL.pack_words(bwords, {"num_soundings": total.astype(np.uint64), "validity": new_val,
+                               "head": new_head.astype(np.uint64), "tail": new_tail.astype(np.uint64)},
+                      clear=True)
+        bspans.store(BL._from_words(bwords))
+        bspans.write()
+        self.ndx_size = base + M * rsize
+
+    # ------------------------------------------------------------------ reading bins
+    def _rect(self, row0, row1, col0, col1):
+        col1 = self.width if col1 is None else int(col1)
+        row0, row1, col0 = int(row0), int(row1), int(col0)
+        if not (0 <= row0 <= row1 <= self.height and 0 <= col0 <= col1 <= self.width):
+            raise ConfigError(f"rectangle rows {row0}..{row1}, cols {col0}..{col1} is outside the "
+                              f"{self.width} x {self.height} grid")
+        return row0, row1, col0, col1
+
+    def _read_bin_raw(self, row0, row1, col0, col1):
+        """(bin_index, raw records) of a rectangle, read with one pread."""
+        W, bs = self.width, self.bin_record_size
+        nr, nc = row1 - row0, col1 - col0
+        if nr == 0 or nc == 0:
+            return np.zeros(0, np.int64), np.zeros((0, bs), np.uint8)
+        first = row0 * W + col0
+        last = (row1 - 1) * W + col1
+        lo = self.bin_header_size + first * bs
+        want = (last - first) * bs
+        raw = os.pread(self._fd("bin"), want, lo)
+        if len(raw) != want:
+            raise PfmFormatError("bin file ends early", path=self.bin_path, offset=lo + len(raw))
+        allrec = np.frombuffer(raw, dtype=np.uint8).reshape(last - first, bs)
+        rows = np.arange(row0, row1, dtype=np.int64)
+        cols = np.arange(col0, col1, dtype=np.int64)
+        bidx = (rows[:, None] * W + cols[None, :]).ravel()
+        if nc == W:
+            return bidx, allrec
+        return bidx, allrec[bidx - first]
+
+    def read_bin_records(self, row0: int, row1: int, col0: int = 0, col1: int | None = None,
+                         *, codes: bool = False) -> dict:
+        """Bin records of rows ``row0..row1-1``, columns ``col0..col1-1`` (one read); see module doc."""
+        row0, row1, col0, col1 = self._rect(row0, row1, col0, col1)
+        bidx, recs = self._read_bin_raw(row0, row1, col0, col1)
+        return self._decode_bins(bidx, recs, codes=codes)
+
+    def _decode_bins(self, bidx, recs, *, codes=False) -> dict:
+        h = self.header
+        u = self._bin_layout.unpack(recs)
+        out = {"bin_index": bidx, "row": bidx // self.width, "col": bidx % self.width,
+               "num_soundings": u["num_soundings"].astype(np.int64),
+               "num_valid": (u["num_valid"].astype(np.int64) if "num_valid" in u
+                             else np.zeros(bidx.size, np.int64)),
+               "std": (u["std"].astype(np.float32) / np.float32(h.std_scale)).astype(np.float64)}
+        for k in _DEPTH_FIELDS:
+            out[k] = self._bin_depth_decode(u[k])
+        for i in range(self._n_bin_attr):
+            c = u[("attr", i)]
+            out[f"attr_{i}"] = (c.astype(np.float64) / np.float64(np.float32(h.bin_attribute_scale[i]))
+                                - np.float64(np.float32(h.bin_attribute_offsets[i]))).astype(np.float32)
+        out["validity"] = u["validity"].astype(np.int64)
+        out["head"] = u["head"].astype(np.int64)
+        out["tail"] = u["tail"].astype(np.int64)
+        if codes:
+            for k in ("std",) + _DEPTH_FIELDS:
+                out[k + "_code"] = u[k].astype(np.int64)
+        return out
+
+    # ------------------------------------------------------------------ reading soundings
+    def read_soundings(self, row0: int, row1: int, col0: int = 0, col1: int | None = None) -> dict:
+        """Every sounding of every bin in the rectangle (see module doc), in chain order.
+
+        Bin rows come from one read; physical records from a few large merged
+        reads (each chain's records are first assumed contiguous, as this
+        writer lays them out; other layouts are fetched as the walk finds
+        them). Chains are walked vectorised over chain depth.
+        """
+        row0, row1, col0, col1 = self._rect(row0, row1, col0, col1)
+        bidx, recs = self._read_bin_raw(row0, row1, col0, col1)
+        u = self._bin_layout.unpack(recs, ["num_soundings", "head"])
+        return self._read_chains(bidx, u["num_soundings"].astype(np.int64), u["head"].astype(np.int64))
+
+    def _read_chains(self, bidx, cnt, head) -> dict:
+        L = self.record_length
+        rsize = self.ndx_record_size
+        NL = self._ndx_layout
+        nz = np.flatnonzero(cnt > 0)
+        bidx, cnt, head = bidx[nz], cnt[nz], head[nz]
+        nrec = (cnt + L - 1) // L
+        R = int(nrec.sum())
+        rstart = np.cumsum(nrec) - nrec
+        self.ndx_size = os.fstat(self._fd("ndx")).st_size
+        cache = _RecordCache(self._fds["ndx"], rsize, self.ndx_size, path=self.ndx_path)
+        if R:
+            cache.load_ranges(head, head + nrec * rsize)
+        recaddr = np.zeros(R, dtype=np.int64)
+        active = np.arange(bidx.size)
+        cur = head.copy()
+        step = 0
+        cpos = self._single_bits * L
+        while active.size:
+            recaddr[rstart[active] + step] = cur
+            go = nrec[active] > step + 1
+            active = active[go]
+            if not active.size:
+                break
+            prev = cur[go]
+            raw = cache.get(prev)
+            nxt = NL.unpack(raw, ["continuation"])["continuation"].astype(np.int64)
+            bad = (nxt <= 0) | (nxt % rsize != 0) | (nxt + rsize > self.ndx_size)
+            if np.any(bad):
+                j = int(np.flatnonzero(bad)[0])
+                raise PfmFormatError(
+                    f"chain of bin {int(bidx[active[j]])} breaks after {step + 1} record(s): continuation "
+                    f"pointer {int(nxt[j])} but {int(cnt[active[j]])} soundings need "
+                    f"{int(nrec[active[j]])} records", path=self.ndx_path, offset=int(prev[j]))
+            cur = nxt
+            step += 1
+        del cpos
+        raw = cache.get(recaddr) if R else np.zeros((0, rsize), np.uint8)
+        words = NL._to_words(raw)
+        # which slots of each record are used
+        bin_of_rec = np.repeat(np.arange(bidx.size, dtype=np.int64), nrec)
+        k_of_rec = np.arange(R, dtype=np.int64) - rstart[bin_of_rec]
+        nused = np.minimum(L, cnt[bin_of_rec] - k_of_rec * L)
+        mask = np.arange(L)[None, :] < nused[:, None]
+        flat_rec = np.repeat(np.arange(R, dtype=np.int64), L).reshape(R, L)[mask]
+        flat_slot = np.broadcast_to(np.arange(L, dtype=np.int64), (R, L))[mask]
+        h = self.header
+        keys = list(SOUNDING_FIELDS) + [("attr", i) for i in range(self._n_ndx_attr)]
+        out = {}
+        b_of = bin_of_rec[flat_rec]
+        out["bin_index"] = bidx[b_of]
+        out["row"] = out["bin_index"] // self.width
+        out["col"] = out["bin_index"] % self.width
+        for key in keys:
+            mat = np.empty((R, L), dtype=np.uint64)
+            u = NL.unpack_words(words, [(key, s) for s in range(L)])
+            for s in range(L):
+                mat[:, s] = u[(key, s)]
+            vals = mat[mask]
+            if key == "depth":
+                out["depth"] = self._depth_decode(vals)
+            elif key == "horizontal_error":
+                out[key] = self._error_decode(vals, h.horizontal_error_bits, h.horizontal_error_scale)
+            elif key == "vertical_error":
+                out[key] = self._error_decode(vals, h.vertical_error_bits, h.vertical_error_scale)
+            elif isinstance(key, tuple):
+                i = key[1]
+                out[f"attr_{i}"] = (vals.astype(np.float64) / np.float64(np.float32(h.ndx_attribute_scale[i]))
+                                    + np.float64(np.float32(h.min_ndx_attribute[i]))).astype(np.float32)
+            else:
+                out[key] = vals.astype(np.int64)
+        out["record_offset"] = recaddr[flat_rec]
+        out["slot"] = flat_slot
+        out["address"] = (out["record_offset"] * L + flat_slot).astype(np.uint64)
+        return out
+
+    def read_bin(self, col: int, row: int) -> tuple[dict, dict]:
+        """One bin: its record (scalars) and its soundings (arrays)."""
+        rec = self.read_bin_records(row, row + 1, col, col + 1)
+        snd = self.read_soundings(row, row + 1, col, col + 1)
+        return {k: v[0] for k, v in rec.items()}, snd
+
+    def decode_positions(self, col, row, x_off, y_off):
+        """(lat, lon) of soundings from their bin and offset codes, as the library decodes them."""
+        return self.grid.decode_position(col, row, x_off, y_off)
+
+    # ------------------------------------------------------------------ rewriting
+    def set_validity(self, record_offset, slot, validity) -> None:
+        """Rewrite the validity of soundings at (record_offset, slot), in place.
+
+        Batched read-modify-write of the physical records concerned (sorted,
+        merged spans). Bin records are not touched: recompute the bins after.
+        """
+        self._writable()
+        ro = np.asarray(record_offset, dtype=np.int64).ravel()
+        sl = np.asarray(slot, dtype=np.int64).ravel()
+        va = np.broadcast_to(np.asarray(validity, dtype=np.int64), ro.shape).ravel()
+        if not (ro.size == sl.size):
+            raise ConfigError("record_offset and slot must have the same length")
+        if ro.size == 0:
+            return
+        L, rsize = self.record_length, self.ndx_record_size
+        self._check_range("slot", sl, L - 1, "[RECORD LENGTH]")
+        self._check_range("validity", va, (1 << self.header.validity_bits) - 1, "[VALIDITY BITS]")
+        bad = (ro < 0) | (ro % rsize != 0) | (ro + rsize > self.ndx_size)
+        if np.any(bad):
+            j = int(np.flatnonzero(bad)[0])
+            raise PfmFormatError(f"record offset {int(ro[j])} is not a physical record of the .ndx",
+                                 path=self.ndx_path, offset=int(ro[j]))
+        urec, inv = np.unique(ro, return_inverse=True)
+        spans = _Spans(self._fds["ndx"], urec, rsize, max_gap=_RMW_GAP, path=self.ndx_path)
+        NL = self._ndx_layout
+        words = NL._to_words(spans.records())
+        for s in range(L):
+            w = np.flatnonzero(sl == s)
+            if w.size == 0:
+                continue
+            rows = inv[w]
+            # duplicates of (record, slot): the last one wins
+            _, last = np.unique(rows[::-1], return_index=True)
+            keep = w[::-1][last]
+            NL.pack_words(words, {("validity", s): va[keep].astype(np.uint64)}, clear=True, rows=inv[keep])
+        spans.store(NL._from_words(words))
+        spans.write()
+
+    def write_bin_records(self, bin_index, *, coverage: bool = True, **fields) -> None:
+        """Write bin statistics for bins ``bin_index`` (batched read-modify-write).
+
+        ``fields``: any of ``num_valid, std, avg_filtered, min_filtered,
+        max_filtered, avg, min, max, validity`` (arrays parallel to
+        ``bin_index`` or scalars). Depths and std are coded with the
+        library's float32 rule ``NINT((float(v) + float(offset)) *
+        float(scale))``. Count, head and tail are never touched. With
+        ``validity`` and ``coverage=True`` the ``.cvg`` is updated too.
+        """
+        self._writable()
+        allowed = {"num_valid", "std", "validity"} | set(_DEPTH_FIELDS)
+        unknown = set(fields) - allowed
+        if unknown:
+            raise ConfigError(f"write_bin_records: unknown field(s) {sorted(unknown)}; "
+                              f"allowed: {sorted(allowed)}")
+        bi = np.asarray(bin_index, dtype=np.int64).ravel()
+        n = bi.size
+        if n == 0:
+            return
+        nbins = self.width * self.height
+        if bi.min() < 0 or bi.max() >= nbins:
+            raise PfmFormatError(f"bin_index outside 0..{nbins - 1}", path=self.path)
+        h = self.header
+        order = np.argsort(bi, kind="stable")
+        bs = bi[order]
+        if np.any(bs[1:] == bs[:-1]):
+            raise ConfigError("write_bin_records: a bin is given twice")
+        codes = {}
+        for k, v in fields.items():
+            arr = np.broadcast_to(np.asarray(v), (n,))[order]
+            if k in _DEPTH_FIELDS:
+                c = scaled_code_f32(arr, h.depth_offset, h.depth_scale)
+                lim, key = (1 << h.depth_bits) - 1, "[DEPTH BITS]"
+            elif k == "std":
+                c = nint(np.asarray(arr, np.float64).astype(np.float32) * np.float32(h.std_scale))
+                lim, key = (1 << h.std_bits) - 1, "[STD BITS]"
+            elif k == "num_valid":
+                if self.version < 70:
+                    raise PfmFormatError("num_valid does not exist before v7", path=self.path)
+                c = np.asarray(arr, dtype=np.int64)
+                lim, key = (1 << h.count_bits) - 1, "[COUNT BITS]"
+            else:
+                c = np.asarray(arr, dtype=np.int64)
+                lim, key = (1 << h.validity_bits) - 1, "[VALIDITY BITS]"
+            self._check_range(k, np.asarray(c), lim, key)
+            codes[k] = np.asarray(c).astype(np.uint64)
+        spans = _Spans(self._fds["bin"], self.bin_header_size + bs * self.bin_record_size,
+                       self.bin_record_size, max_gap=_RMW_GAP, path=self.bin_path, what="bin record")
+        BL = self._bin_layout
+        words = BL._to_words(spans.records())
+        BL.pack_words(words, codes, clear=True)
+        spans.store(BL._from_words(words))
+        spans.write()
+        if coverage and "validity" in codes:
+            self.update_coverage(bs, codes["validity"].astype(np.int64))
+
+    def update_coverage(self, bin_index, validity) -> None:
+        """Coverage bytes of bins from their validity (``update_cov_map``); see :mod:`._coverage`."""
+        self._writable()
+        update_coverage(self._fds["cvg"], bin_index, validity, path=self.cvg_path)
+
+    def read_coverage(self, bin_index) -> np.ndarray:
+        """Coverage bytes of the given bins."""
+        if self.version < 70:
+            base = int(self.header.coverage_map_address)
+            return read_coverage(self._fd("bin"), bin_index, base=base, path=self.bin_path)
+        return read_coverage(self._fd("cvg"), bin_index, path=self.cvg_path)
+
+    # ------------------------------------------------------------------ header
+    def compute_extrema(self, rows_per_read: int | None = None) -> dict:
+        """pfmLoader's header extrema from every bin with soundings (float32 values, raster order).
+
+        Counts: min/max ``num_soundings`` and their (col, row). For bins whose
+        max depth is below NULL DEPTH: min/max depth with coords; and if the
+        bin has DATA: min/max filtered depth with coords and min/max std.
+        Start values are pfmLoader's (9999999 / -9999999, count 9999999 / 0).
+        """
+        res = dict(min_filtered_depth=9999999.0, max_filtered_depth=-9999999.0,
+                   min_filtered_coord=(0, 0), max_filtered_coord=(0, 0),
+                   min_depth=9999999.0, max_depth=-9999999.0, min_coord=(0, 0), max_coord=(0, 0),
+                   min_bin_count=9999999, max_bin_count=0, min_count_coord=(0, 0),
+                   max_count_coord=(0, 0), min_standard_deviation=9999999.0,
+                   max_standard_deviation=-9999999.0)
+        step = rows_per_read or max(1, (16 << 20) // max(1, self.width * self.bin_record_size))
+        null = np.float32(self.null_depth)
+
+        def better(arr, bidx, key, coord_key, lower):
+            if arr.size == 0:
+                return
+            j = int(np.argmin(arr) if lower else np.argmax(arr))
+            v = float(arr[j])
+            if (v < res[key]) if lower else (v > res[key]):
+                res[key] = v
+                if coord_key:
+                    res[coord_key] = (int(bidx[j] % self.width), int(bidx[j] // self.width))
+
+        for r in range(0, self.height, step):
+            b = self.read_bin_records(r, min(self.height, r + step))
+            has = b["num_soundings"] > 0
+            if not has.any():
+                continue
+            bi = b["bin_index"][has]
+            cnt = b["num_soundings"][has]
+            j = int(np.argmin(cnt))
+            if cnt[j] < res["min_bin_count"]:
+                res["min_bin_count"] = int(cnt[j])
+                res["min_count_coord"] = (int(bi[j] % self.width), int(bi[j] // self.width))
+            j = int(np.argmax(cnt))
+            if cnt[j] > res["max_bin_count"]:
+                res["max_bin_count"] = int(cnt[j])
+                res["max_count_coord"] = (int(bi[j] % self.width), int(bi[j] // self.width))
+            mx = b["max"][has].astype(np.float32)
+            ok = mx < null
+            data = ok & ((b["validity"][has] & V.DATA) != 0)
+            better(b["min_filtered"][has][data].astype(np.float32), bi[data], "min_filtered_depth",
+                   "min_filtered_coord", True)
+            better(b["max_filtered"][has][data].astype(np.float32), bi[data], "max_filtered_depth",
+                   "max_filtered_coord", False)
+            better(b["std"][has][data].astype(np.float32), bi[data], "min_standard_deviation", None, True)
+            better(b["std"][has][data].astype(np.float32), bi[data], "max_standard_deviation", None, False)
+            better(b["min"][has][ok].astype(np.float32), bi[ok], "min_depth", "min_coord", True)
+            better(b["max"][has][ok].astype(np.float32), bi[ok], "max_depth", "max_coord", False)
+        return res
+
+    def write_header(self, **values) -> None:
+        """Set header keys (``PfmHeader`` field names) and rewrite the header block.
+
+        With no values, the extrema are computed from the bin records first
+        (:meth:`compute_extrema`). Geometry and bit widths cannot be changed.
+        """
+        self._writable()
+        frozen = {"record_length", "min_x", "min_y", "max_x", "max_y", "x_bin_size", "y_bin_size",
+                  "bin_width", "bin_height", "bin_header_size", "count_bits", "std_bits", "std_scale",
+                  "depth_bits", "depth_scale", "depth_offset", "record_pointer_bits",
+                  "file_number_bits", "line_number_bits", "ping_number_bits", "beam_number_bits",
+                  "offset_bits", "validity_bits", "bin_attribute_bits", "ndx_attribute_bits",
+                  "horizontal_error_bits", "vertical_error_bits", "horizontal_error_scale",
+                  "vertical_error_scale", "null_depth", "points"}
+        if not values:
+            values = self.compute_extrema()
+        h = self.header.copy()
+        for k, v in values.items():
+            if k in frozen:
+                raise ConfigError(f"write_header: {k} defines the layout and cannot be changed")
+            if not hasattr(h, k) or k in ("unknown", "size_missing"):
+                raise ConfigError(f"write_header: unknown header field {k!r}")
+            setattr(h, k, tuple(v) if isinstance(v, list) and k.endswith("coord") else v)
+        data = h.to_bytes()
+        if len(data) != self.bin_header_size:
+            raise PfmFormatError("header block size changed", path=self.bin_path)
+        os.pwrite(self._fds["bin"], data, 0)
+        self.header = h
+
+
+def create(path, grid, **kwargs) -> PfmFile:
+    """Create a new PFM v7; see :meth:`PfmFile.create`."""
+    return PfmFile.create(path, grid, **kwargs)
+
+
+def open_pfm(path, mode: str = "r") -> PfmFile:
+    """Open an existing PFM (``"r"`` or ``"r+"``)."""
+    return PfmFile(path, mode)

@@ -1,0 +1,215 @@
+"""Vectorised MSB-first bit packing of fixed-layout PFM records.
+
+Every PFM record (a bin record in ``.bin``, a physical depth record in
+``.ndx``) is a bit stream: unsigned fields packed back to back, most
+significant bit first, the record padded with zero bits to a whole byte
+(``lib-pfm_lib : bit_pack.c``; PFM_NOTES 2.6, 2.7). A :class:`BitLayout`
+describes one such record as a list of ``(key, bit_offset, nbits)`` fields and
+packs or unpacks many records at once with numpy.
+
+How: a record of ``B`` bytes is viewed as ``ceil(B / 8)`` big-endian 64-bit
+words. A field of at most 64 bits touches one word or two neighbouring ones,
+so packing a field is one or two ``shift``/``or`` operations on a column of
+words for all records together, and unpacking is the reverse. There is no
+Python loop per record or per sounding; the loops run over the (few dozen)
+fields of the layout.
+
+Field values are taken modulo ``2**nbits`` (as the C packer does); range
+checks belong to the caller, which knows what a field means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Hashable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+__all__ = [
+    "BitField",
+    "BitLayout",
+    "pack_reference",
+    "unpack_reference",
+]
+
+_U64 = np.uint64
+
+
+@dataclass(frozen=True)
+class BitField:
+    """One field of a record: where it starts (bit 0 = MSB of byte 0) and how wide it is."""
+
+    key: Hashable
+    offset: int
+    nbits: int
+
+
+class BitLayout:
+    """A fixed record layout; packs and unpacks ``(n, record_bytes)`` uint8 matrices.
+
+    ``fields`` is a sequence of ``(key, bit_offset, nbits)``; zero-width fields
+    are allowed and ignored (the PFM keeps absent attributes and error fields
+    at 0 bits). ``record_bytes`` defaults to the last bit rounded up to bytes.
+    """
+
+    def __init__(self, fields: Iterable[tuple[Hashable, int, int]], record_bytes: int | None = None):
+        fl = [BitField(k, int(o), int(b)) for k, o, b in fields]
+        for f in fl:
+            if f.nbits < 0 or f.nbits > 64 or f.offset < 0:
+                raise ValueError(f"bad field {f}")
+        end = max((f.offset + f.nbits for f in fl), default=0)
+        self.total_bits = end
+        self.record_bytes = int(record_bytes) if record_bytes is not None else (end + 7) // 8
+        if self.record_bytes * 8 < end:
+            raise ValueError("record_bytes smaller than the layout")
+        self.n_words = (self.record_bytes + 7) // 8
+        self.fields = {f.key: f for f in fl}
+
+    # ------------------------------------------------------------------ words
+    def _to_words(self, records: np.ndarray) -> np.ndarray:
+        """(n, record_bytes) uint8 -> (n, n_words) native uint64, zero padded."""
+        recs = np.asarray(records, dtype=np.uint8)
+        if recs.ndim != 2 or recs.shape[1] != self.record_bytes:
+            raise ValueError(f"expected (n, {self.record_bytes}) uint8 records, got {recs.shape}")
+        n = recs.shape[0]
+        padded = np.zeros((n, self.n_words * 8), dtype=np.uint8)
+        padded[:, : self.record_bytes] = recs
+        return padded.view(">u8").astype(_U64)
+
+    def _from_words(self, words: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """(n, n_words) native uint64 -> (n, record_bytes) uint8."""
+        be = words.astype(">u8", copy=False)
+        raw = be.view(np.uint8).reshape(words.shape[0], self.n_words * 8)
+        if out is None:
+            return np.ascontiguousarray(raw[:, : self.record_bytes])
+        out[...] = raw[:, : self.record_bytes]
+        return out
+
+    # --------------------------------------------------------------- packing
+    def pack_words(self, words: np.ndarray, values: Mapping[Hashable, np.ndarray],
+                   *, clear: bool = False, rows: np.ndarray | None = None,
+                   transposed: bool = False) -> None:
+        """OR field values into a word matrix in place.
+
+        ``clear=True`` first zeroes each field's bits (read-modify-write of
+        existing records). With ``rows``, values apply to those rows only
+        (``values[k]`` then has ``len(rows)`` entries). ``transposed=True``
+        means ``words`` is ``(n_words, n)``: each word column is contiguous,
+        which makes the shifts and ors over many records faster.
+        """
+        if transposed:
+            words = words.T
+        for key, vals in values.items():
+            f = self.fields[key]
+            if f.nbits == 0:
+                continue
+            v = np.asarray(vals).astype(_U64, copy=False)
+            if f.nbits < 64:
+                v = v & _U64((1 << f.nbits) - 1)
+            w, b = divmod(f.offset, 64)
+            end = b + f.nbits  # bit just past the field, counted from word w's MSB
+            if end <= 64:
+                sh = 64 - end
+                part = v << _U64(sh) if sh else v
+                if clear:
+                    m = _U64((((1 << f.nbits) - 1) << sh) ^ 0xFFFFFFFFFFFFFFFF)
+                    self._apply_and(words, w, m, rows)
+                self._apply_or(words, w, part, rows)
+            else:
+                lo_bits = end - 64          # bits that spill into word w + 1
+                hi_bits = f.nbits - lo_bits  # bits that stay in word w
+                hi = v >> _U64(lo_bits)
+                lo = (v & _U64((1 << lo_bits) - 1)) << _U64(64 - lo_bits)
+                if clear:
+                    self._apply_and(words, w, _U64(((1 << hi_bits) - 1) ^ 0xFFFFFFFFFFFFFFFF), rows)
+                    self._apply_and(words, w + 1,
+                                    _U64((((1 << lo_bits) - 1) << (64 - lo_bits)) ^ 0xFFFFFFFFFFFFFFFF),
+                                    rows)
+                self._apply_or(words, w, hi, rows)
+                self._apply_or(words, w + 1, lo, rows)
+
+    @staticmethod
+    def _apply_or(words, col, part, rows):
+        if rows is None:
+            words[:, col] |= part
+        else:
+            words[rows, col] |= part
+
+    @staticmethod
+    def _apply_and(words, col, mask, rows):
+        if rows is None:
+            words[:, col] &= mask
+        else:
+            words[rows, col] &= mask
+
+    def pack(self, values: Mapping[Hashable, np.ndarray], n: int | None = None,
+             *, out: np.ndarray | None = None) -> np.ndarray:
+        """Pack ``values`` (key -> length-n array) into a new (n, record_bytes) matrix.
+
+        Fields not given are zero. With ``out`` (an existing record matrix),
+        the given fields are overwritten and all other bits kept.
+        """
+        if out is not None:
+            words = self._to_words(out)
+            self.pack_words(words, values, clear=True)
+            return self._from_words(words, out=out)
+        if n is None:
+            n = len(next(iter(values.values()))) if values else 0
+        words = np.zeros((n, self.n_words), dtype=_U64)
+        self.pack_words(words, values)
+        return self._from_words(words)
+
+    # ------------------------------------------------------------- unpacking
+    def unpack_words(self, words: np.ndarray, keys: Sequence[Hashable] | None = None,
+                     rows: np.ndarray | None = None, transposed: bool = False) -> dict:
+        """Field values (uint64) from a word matrix, optionally for some ``rows`` only."""
+        if transposed:
+            words = words.T
+        out = {}
+        for key in (self.fields if keys is None else keys):
+            f = self.fields[key]
+            nrow = words.shape[0] if rows is None else len(rows)
+            if f.nbits == 0:
+                out[key] = np.zeros(nrow, dtype=_U64)
+                continue
+            w, b = divmod(f.offset, 64)
+            end = b + f.nbits
+            col = words[:, w] if rows is None else words[rows, w]
+            if end <= 64:
+                v = col >> _U64(64 - end) if end < 64 else col.copy()
+            else:
+                lo_bits = end - 64
+                nxt = words[:, w + 1] if rows is None else words[rows, w + 1]
+                v = (col << _U64(lo_bits)) | (nxt >> _U64(64 - lo_bits))
+            if f.nbits < 64:
+                v &= _U64((1 << f.nbits) - 1)
+            out[key] = v
+        return out
+
+    def unpack(self, records: np.ndarray, keys: Sequence[Hashable] | None = None) -> dict:
+        """Field values (uint64 arrays) of every record in an (n, record_bytes) matrix."""
+        return self.unpack_words(self._to_words(records), keys)
+
+
+# ---------------------------------------------------------------------------
+# Slow, obviously-correct reference (bit strings), used by the tests and for
+# single records where speed does not matter.
+
+def pack_reference(fields: Sequence[tuple[int, int, int]], record_bytes: int) -> bytes:
+    """Pack ``(bit_offset, nbits, value)`` triples into ``record_bytes`` bytes via a '0'/'1' string."""
+    bits = ["0"] * (record_bytes * 8)
+    for off, nb, val in fields:
+        if nb == 0:
+            continue
+        s = format(int(val) % (1 << nb), f"0{nb}b")
+        bits[off: off + nb] = list(s)
+    s = "".join(bits)
+    return bytes(int(s[i: i + 8], 2) for i in range(0, len(s), 8))
+
+
+def unpack_reference(record: bytes, offset: int, nbits: int) -> int:
+    """One field of one record, read through a '0'/'1' string."""
+    if nbits == 0:
+        return 0
+    s = "".join(format(b, "08b") for b in record)
+    return int(s[offset: offset + nbits], 2)
