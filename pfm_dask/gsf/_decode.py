@@ -104,19 +104,48 @@ class PingDirectory:
         return len(self.n_beams)
 
 
+class _Trace:
+    """What one ping's walk read and where its scale factors came from.
+
+    Another ping of the same record size holding the same bytes at every position
+    read here is walked identically (same subrecords at the same places, same
+    widths): only its scale-factor values may differ, and those are gathered with
+    numpy. ``reads`` are (relative offset, byte count) that must hold the same
+    bytes; ``probes`` are look-ahead words that need only give the same answer to
+    "is this an array subrecord header?"; ``tables`` (relative offset
+    of the first entry, entry count); ``reusable`` is False when the walk depended
+    on state in a way the bytes do not capture (a width taken from the nibble, a
+    scale-factor table after an array).
+    """
+
+    __slots__ = ("reads", "probes", "tables", "src", "reusable", "array_seen")
+
+    def __init__(self):
+        self.reads = []
+        self.probes = []       # (relative offset, outcome) of width look-ahead probes
+        self.tables = []
+        self.src = {}          # array id -> (table index, entry index) in this ping
+        self.reusable = True
+        self.array_seen = False
+
+
 def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate: bool,
-              path, roff: int, seen: set):
+              path, roff: int, seen: set, trace: _Trace | None = None):
     """Walk one ping record's subrecords, updating ``st`` as libgsf would.
 
     Returns ``(n_beams, found)`` where ``found`` maps output slot -> (payload offset,
-    width, multiplier, offset). Raises :class:`GsfError` (offset = the ping record's
-    header) on anything libgsf would refuse or that would read outside the record.
-    ``validate=False`` walks with an incomplete state (only to collect tables).
+    width, multiplier, offset, source table entry or None). Raises :class:`GsfError`
+    (offset = the ping record's header) on anything libgsf would refuse or that would
+    read outside the record. ``validate=False`` walks with an incomplete state (only
+    to collect tables). ``trace`` (optional) records what the walk depended on.
     """
     if size < hdr_len:
         raise GsfError(f"ping record holds {size} data bytes, fewer than its "
                        f"{hdr_len}-byte ping header", path=path, offset=roff)
     (n,) = _U16(buf, doff + 16)
+    if trace is not None:
+        reads = trace.reads
+        reads.append((16, 2))
     if n == 0 or n > MAX_BEAMS:
         raise GsfError(f"ping declares {n} beams; valid is 1..{MAX_BEAMS}",
                        path=path, offset=roff)
@@ -126,6 +155,8 @@ def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate:
     mult, soff, low, high = st.mult, st.offset, st.low, st.high
     while end - p > 4:
         (word,) = _U32(buf, p)
+        if trace is not None:
+            reads.append((p - doff, 4))
         sid = word >> 24
         ssize = word & 0xFFFFFF
         q = p + 4
@@ -140,6 +171,8 @@ def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate:
                     st.resolve_high(sid)
                     h = high[sid]
                 fs = h & 0xF0
+                if trace is not None:
+                    trace.reusable = False
             sr = ssize
             count = 0
             while end - p - sr > 4 and count <= 3:
@@ -148,7 +181,10 @@ def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate:
                     (nw,) = _U32(buf, nq)
                     nid = nw >> 24
                     nsz = nw & 0xFFFFFF
-                    if 0 < nid <= MAX_ARRAY_ID and (nsz == n or nsz == 2 * n or nsz == 4 * n):
+                    hit = 0 < nid <= MAX_ARRAY_ID and (nsz == n or nsz == 2 * n or nsz == 4 * n)
+                    if trace is not None:
+                        trace.probes.append((nq - doff, hit))
+                    if hit:
                         fs2 = _FIELD_SIZE.get(sr // n)
                         if fs2 is None:
                             h = high[sid]
@@ -156,6 +192,8 @@ def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate:
                                 st.resolve_high(sid)
                                 h = high[sid]
                             fs2 = h & 0xF0
+                            if trace is not None:
+                                trace.reusable = False
                         fs = fs2
                         break
                 if count < 3:
@@ -177,6 +215,8 @@ def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate:
             m = 0
             o = 0
             if spec.scaled:
+                if trace is not None:
+                    trace.array_seen = True
                 m = mult[sid]
                 if m is None:
                     if validate:
@@ -199,7 +239,8 @@ def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate:
                 o = soff[sid]
             slot = _SLOT[sid]
             if slot >= 0:
-                found[slot] = (q, width, m, o)
+                found[slot] = (q, width, m, o,
+                               trace.src.get(sid) if trace is not None else None)
             p = q + nbytes
         elif sid == SUB_SCALE_FACTORS:
             if end - q < 4:
@@ -213,6 +254,15 @@ def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate:
                     if count_m >= 1 else
                     "scale-factor subrecord declares 0 entries",
                     path=path, offset=roff)
+            if trace is not None:
+                reads.append((q - doff, 4))
+                if trace.array_seen:
+                    trace.reusable = False
+                t_index = len(trace.tables)
+                trace.tables.append((q + 4 - doff, count_m))
+                for e in range(count_m):
+                    reads.append((q + 4 + 12 * e - doff, 4))
+            e = 0
             for aid, cflag, _res, m, o in _SCALE_ENTRY.iter_unpack(
                     bytes(buf[q + 4:q + 4 + 12 * count_m])):
                 if m < 1:
@@ -224,6 +274,9 @@ def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate:
                     soff[aid] = o
                     low[aid] = cflag & 0x0F
                     high[aid] = cflag & 0xF0
+                    if trace is not None:
+                        trace.src[aid] = (t_index, e)
+                e += 1
             p = q + 4 + 12 * count_m
         elif sid == SUB_QUALITY_FLAGS:
             # 2 bits per beam, packed 4 to a byte; not output, only stepped over.
@@ -240,13 +293,20 @@ def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate:
     return n, found
 
 
+_PY_ERRORS = (struct.error, IndexError, ValueError, OverflowError, TypeError)
+
+
 def walk_pings(buf, data_offsets, sizes, record_offsets, hdr_len: int, st: ScaleState,
-               path, *, strict: bool = True, seen: set | None = None):
+               path, *, strict: bool = True, seen: set | None = None, u8=None):
     """Walk a run of consecutive ping records with scale-factor state ``st``.
 
     Returns ``(directory, damage)``: the directory of the pings before the first
     damaged one, and that damage (a :class:`GsfError`) or None. With ``strict`` the
     damage is raised instead.
+
+    After each ping walked in Python, the following pings that repeat its structure
+    byte for byte at every position the walk read (see :class:`_Trace`) are taken
+    in one numpy step; a typical file is then walked in a handful of Python steps.
     """
     n_pings = len(data_offsets)
     nb = np.zeros(n_pings, dtype=np.int64)
@@ -255,24 +315,30 @@ def walk_pings(buf, data_offsets, sizes, record_offsets, hdr_len: int, st: Scale
     mult = np.ones((n_pings, _N_OUT), dtype=np.float64)
     off = np.zeros((n_pings, _N_OUT), dtype=np.float64)
     damage = None
-    dlist = data_offsets.tolist()
+    doffs = np.asarray(data_offsets, dtype=np.int64)
+    sizes = np.asarray(sizes, dtype=np.int64)
+    dlist = doffs.tolist()
     slist = sizes.tolist()
-    rlist = record_offsets.tolist()
-    rows = []
-    done = n_pings
+    rlist = np.asarray(record_offsets).tolist()
     if seen is None:
         seen = set()
-    for i in range(n_pings):
+    if u8 is None and n_pings > 2:
+        u8 = np.frombuffer(buf, dtype=np.uint8) if len(buf) else np.zeros(0, np.uint8)
+    window = 8
+    i = 0
+    done = n_pings
+    while i < n_pings:
+        trace = _Trace() if (u8 is not None and i + 1 < n_pings) else None
         try:
             n, found = walk_ping(buf, dlist[i], slist[i], hdr_len, st, True, path, rlist[i],
-                                 seen)
+                                 seen, trace)
         except GsfError as err:
             if strict:
                 raise
             damage = err
             done = i
             break
-        except (struct.error, IndexError, ValueError, OverflowError) as err:
+        except _PY_ERRORS as err:
             gerr = GsfError(f"malformed ping record ({type(err).__name__}: {err})",
                             path=path, offset=rlist[i])
             if strict:
@@ -281,18 +347,106 @@ def walk_pings(buf, data_offsets, sizes, record_offsets, hdr_len: int, st: Scale
             done = i
             break
         nb[i] = n
-        if found:
-            rows.append((i, found))
-    for i, found in rows:
-        for slot, (q, w, m, o) in found.items():
+        for slot, (q, w, m, o, _src) in found.items():
             pos[i, slot] = q
             width[i, slot] = w
             mult[i, slot] = m
             off[i, slot] = o
-    dirn = PingDirectory(data_offsets=np.asarray(data_offsets[:done], dtype=np.int64),
-                         n_beams=nb[:done], pos=pos[:done], width=width[:done],
-                         mult=mult[:done], off=off[:done])
+        t = i
+        i += 1
+        if trace is None or not trace.reusable:
+            continue
+        # --- take the following pings that repeat ping t's structure ---
+        while i < n_pings:
+            k = _run_length(u8, doffs, sizes, t, i, min(n_pings, i + window), trace)
+            if k == 0:
+                window = max(8, window // 2)
+                break
+            _fill_run(u8, doffs, t, i, i + k, n, found, trace, nb, pos, width, mult, off)
+            _apply_last_tables(u8, doffs[i + k - 1], trace, st)
+            i += k
+            if k < window:
+                window = max(8, window // 2)
+                break
+            window = min(window * 4, 4096)
+    dirn = PingDirectory(data_offsets=doffs[:done], n_beams=nb[:done], pos=pos[:done],
+                         width=width[:done], mult=mult[:done], off=off[:done])
     return dirn, damage
+
+
+def _trace_index(trace: _Trace) -> np.ndarray:
+    idx = [np.arange(r, r + k) for r, k in trace.reads]
+    return np.concatenate(idx) if idx else np.zeros(0, np.int64)
+
+
+def _run_length(u8, doffs, sizes, t: int, i: int, j: int, trace: _Trace) -> int:
+    """How many pings from i (at most j - i) repeat ping t's walk exactly."""
+    same_size = sizes[i:j] == sizes[t]
+    m = len(same_size) if same_size.all() else int(np.argmin(same_size))
+    if m == 0:
+        return 0
+    ridx = _trace_index(trace)
+    tmpl = u8[doffs[t] + ridx]
+    cand = u8[doffs[i:i + m, None] + ridx]
+    ok = (cand == tmpl).all(axis=1)
+    if trace.probes and ok.any():
+        n = int(trace_n(u8, doffs[t]))
+        rel = np.array([r for r, _ in trace.probes], dtype=np.int64)
+        want = np.array([h for _, h in trace.probes], dtype=bool)
+        w = _u32_at(u8, doffs[i:i + m, None] + rel[None, :])
+        nid = w >> 24
+        nsz = w & 0xFFFFFF
+        hit = (nid > 0) & (nid <= MAX_ARRAY_ID) & ((nsz == n) | (nsz == 2 * n) | (nsz == 4 * n))
+        ok &= (hit == want).all(axis=1)
+    k = m if ok.all() else int(np.argmin(ok))
+    if k and trace.tables:
+        # Every multiplier of every table must be >= 1 (libgsf refuses the ping
+        # otherwise): stop the run before the first ping that breaks this.
+        good = np.ones(k, dtype=bool)
+        for rel, count in trace.tables:
+            at = doffs[i:i + k, None] + (rel + 4 + 12 * np.arange(count))[None, :]
+            mu = _u32_at(u8, at)
+            good &= (mu >= 1).all(axis=1)
+        if not good.all():
+            k = int(np.argmin(good))
+    return k
+
+
+def trace_n(u8, doff) -> int:
+    """number_beams of the ping whose data part starts at ``doff``."""
+    return (int(u8[doff + 16]) << 8) | int(u8[doff + 17])
+
+
+def _u32_at(u8, at: np.ndarray) -> np.ndarray:
+    b = u8[at[..., None] + np.arange(4)]
+    return b.view(">u4")[..., 0]
+
+
+def _fill_run(u8, doffs, t, i, j, n, found, trace, nb, pos, width, mult, off) -> None:
+    """Directory entries of pings [i, j), which repeat ping t's structure."""
+    nb[i:j] = n
+    base = doffs[i:j]
+    for slot, (q, w, m, o, src) in found.items():
+        pos[i:j, slot] = base + (q - doffs[t])
+        width[i:j, slot] = w
+        if src is None:
+            mult[i:j, slot] = m
+            off[i:j, slot] = o
+        else:
+            rel, _count = trace.tables[src[0]]
+            at = base + rel + 12 * src[1]
+            mult[i:j, slot] = _u32_at(u8, at + 4)
+            off[i:j, slot] = _u32_at(u8, at + 8).view(">i4")
+
+
+def _apply_last_tables(u8, doff, trace: _Trace, st: ScaleState) -> None:
+    """Bring the state to where it is after the run's last ping (its table values)."""
+    for rel, count in trace.tables:
+        raw = u8[doff + rel: doff + rel + 12 * count].tobytes()
+        for aid, _cflag, _res, m, o in _SCALE_ENTRY.iter_unpack(raw):
+            if 1 <= aid <= MAX_ARRAY_ID:
+                st.mult[aid] = m
+                st.offset[aid] = o
 
 
 # --- stage 2: vectorised decoding -------------------------------------------------------
