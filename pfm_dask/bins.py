@@ -43,6 +43,7 @@ __all__ = [
     "BinAssignment",
     "DEFAULT_OFFSET_BITS",
     "MAX_BINS",
+    "MAX_POLY",
     "point_in_polygon",
 ]
 
@@ -52,6 +53,9 @@ DEFAULT_OFFSET_BITS = 12
 #: Largest grid accepted: pfmLoader computes ``bin_width * bin_height`` in a
 #: 32-bit ``int`` (its add map and bin loop), so larger grids overflow there.
 MAX_BINS = 2**31 - 1
+
+#: Most ``[POINT]`` polygon points the library accepts (``MAX_POLY`` in ``pfm.h``).
+MAX_POLY = 2000
 
 
 def _fmt(value: float, decimals: int) -> float:
@@ -115,6 +119,8 @@ def _as_polygon(points) -> np.ndarray:
         raise ConfigError(f"polygon must be a sequence of (lat, lon) pairs; got an array of shape {poly.shape}")
     if poly.shape[0] < 3:
         raise ConfigError(f"polygon needs at least 3 (lat, lon) points; got {poly.shape[0]}")
+    if poly.shape[0] > MAX_POLY:
+        raise ConfigError(f"polygon has {poly.shape[0]} points; the PFM library accepts at most {MAX_POLY}")
     if not np.all(np.isfinite(poly)):
         raise ConfigError("polygon points must be finite numbers (found NaN or infinity)")
     return poly

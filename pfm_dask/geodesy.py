@@ -83,9 +83,13 @@ def direct(lat_deg, lon_deg, azimuth_deg, distance_m):
     Negative distances move the other way. Azimuths need not be reduced to
     [0, 360). NaN in any input gives NaN out. Returns ``(lat2_deg, lon2_deg)``.
     """
-    lat, lon, az, s = np.broadcast_arrays(
-        np.asarray(lat_deg, dtype=np.float64), np.asarray(lon_deg, dtype=np.float64),
-        np.asarray(azimuth_deg, dtype=np.float64), np.asarray(distance_m, dtype=np.float64))
+    # No up-front broadcast: terms that depend only on the start latitude or only on the azimuth
+    # (per ping, when beams come as (pings, beams) against (pings, 1)) are computed once per ping.
+    lat = np.asarray(lat_deg, dtype=np.float64)
+    lon = np.asarray(lon_deg, dtype=np.float64)
+    az = np.asarray(azimuth_deg, dtype=np.float64)
+    s = np.asarray(distance_m, dtype=np.float64)
+    shape = np.broadcast_shapes(lat.shape, lon.shape, az.shape, s.shape)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         # newgp: on the equator heading exactly east or west the series divides by
         # tan(0); the C wrapper lifts the start latitude by 1e-37 degrees.
@@ -150,9 +154,9 @@ def direct(lat_deg, lon_deg, azimuth_deg, distance_m):
         wrap = np.abs(alampr) > 648000.0
         alampr = np.where(wrap & (alampr > 0.0), alampr - 1296000.0,
                           np.where(wrap & (alampr < 0.0), alampr + 1296000.0, alampr))
-        lat2 = phipri / 3600.0
-        lon2 = alampr / 3600.0
-    return _out(lat2, lon2)
+        lat2 = np.broadcast_to(phipri / 3600.0, shape)
+        lon2 = np.broadcast_to(alampr / 3600.0, shape)
+    return _out(np.array(lat2), np.array(lon2))
 
 
 def _invgp_distance_azimuth(lat1, lon1, lat2, lon2, a0=WGS84_A, b0=WGS84_B):

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pfm_dask.bins import MAX_BINS, BinGrid, point_in_polygon
+from pfm_dask.bins import MAX_BINS, MAX_POLY, BinGrid, point_in_polygon
 from pfm_dask.errors import ConfigError
 
 geographiclib = pytest.importorskip("geographiclib.geodesic")
@@ -195,6 +195,9 @@ def test_invalid_polygons_raise_config_error():
         BinGrid.from_polygon([1.0, 2.0, 3.0])
     with pytest.raises(ConfigError, match=r"lon\+360"):
         BinGrid.from_polygon([(10.0, 179.5), (11.0, 179.5), (11.0, -179.5), (10.0, -179.5)])
+    circle = [(10 + 0.1 * math.sin(t), 20 + 0.1 * math.cos(t)) for t in np.linspace(0, 6.28, MAX_POLY + 1)]
+    with pytest.raises(ConfigError, match="at most 2000"):
+        BinGrid.from_polygon(circle)
     with pytest.raises(ConfigError, match="header"):
         BinGrid.from_header_values(min_x=1.0, min_y=1.0, max_x=0.5, max_y=2.0, x_bin=0.1, y_bin=0.1,
                                    width=5, height=10, polygon=[(1, 1), (2, 1), (2, 2)])
