@@ -80,6 +80,22 @@ def round_half_away(x):
     return np.trunc(x + np.copysign(0.5, x))
 
 
+def _quantise(a: np.ndarray, sf: "ScaleFactor", nonnegative: bool) -> np.ndarray:
+    """(a + offset) × multiplier ± ½ in float64: casting it to an integer type (which truncates
+    toward zero) then gives round_half_away((a + offset) × multiplier).
+
+    ``nonnegative`` says the scaled values are known to be ≥ 0 (unsigned fields after the
+    range check), which saves a pass.
+    """
+    t = np.add(a, float(sf.offset), dtype=np.float64)
+    t *= float(sf.multiplier)
+    if nonnegative:
+        t += 0.5
+    else:
+        t += np.copysign(0.5, t)
+    return t
+
+
 @dataclass(frozen=True)
 class ScaleFactor:
     """One scale-factor entry: ``raw = round_half_away((value + offset) × multiplier)``.
@@ -293,7 +309,9 @@ class GsfWriter:
         for name, value in given.items():
             if value is None:
                 continue
-            a = np.asarray(value, dtype=np.float64)
+            a = np.asarray(value)
+            if a.dtype not in (np.float64, np.float32):
+                a = a.astype(np.float64)
             if a.shape != (P, B):
                 raise self._error(f"{name} must have shape {(P, B)} (pings × beams), got {a.shape}")
             arrays[name] = a
@@ -310,7 +328,8 @@ class GsfWriter:
         raws: dict[str, np.ndarray] = {}
         for name, a in arrays.items():
             vals = a[valid] if ragged else a
-            if not np.all(np.isfinite(vals)):
+            vmin, vmax = float(vals.min()), float(vals.max())
+            if not (np.isfinite(vmin) and np.isfinite(vmax)):   # NaN propagates into min/max
                 bad = np.argwhere(~np.isfinite(a) & (valid if ragged else True))[0]
                 raise self._error(f"{name} holds a non-finite value at ping {bad[0]} beam {bad[1]} "
                                   "of this call; GSF cannot store NaN or infinity")
@@ -321,27 +340,22 @@ class GsfWriter:
                     raise ValueError(f"{name} is always {_FIXED_WIDTH[name]} bytes wide in GSF, "
                                      f"got width {sf.width}")
             else:
-                sf = self._choose(name, vals)
-            raw = round_half_away((a + sf.offset) * sf.multiplier)
+                sf = self._choose(name, vmin, vmax)
+            # quantisation is monotone, so the extremes decide whether everything fits
             lo, hi = _INT_RANGE[(sf.width, signed)]
-            rv = raw[valid] if ragged else raw
-            if rv.size and (rv.min() < lo or rv.max() > hi):
+            rmin, rmax = (round_half_away((np.array([vmin, vmax]) + sf.offset) * sf.multiplier))
+            if rmin < lo or rmax > hi:
                 raise self._error(
-                    f"{name} values {vals.min():.6g} to {vals.max():.6g} do not fit "
+                    f"{name} values {vmin:.6g} to {vmax:.6g} do not fit "
                     f"{sf.width}-byte {'signed' if signed else 'unsigned'} fields with multiplier "
                     f"{sf.multiplier} and offset {sf.offset}")
-            if ragged:
-                raw[~valid] = 0
             chosen[name] = sf
-            raws[name] = raw
 
         # Which entries of the file's table change (the first ping of a file lists all).
         changes = {ARRAY_IDS[n]: sf for n, sf in chosen.items()
                    if self.scale_factors.get(ARRAY_IDS[n]) != sf}
         order = sorted(arrays, key=lambda n: ARRAY_IDS[n])
 
-        start = self._offset
-        blobs = []
         # Runs of pings that share a layout: same beam count, table only in the first ping.
         bounds = [0]
         if changes:
@@ -350,26 +364,35 @@ class GsfWriter:
             cut = np.flatnonzero(np.diff(nb)) + 1
             bounds.extend(int(c) for c in cut)
         bounds = sorted(set(bounds + [P]))
-        total = 0
+        runs = []
         for i0, i1 in zip(bounds[:-1], bounds[1:]):
             table = changes if (i0 == 0 and changes) else None
-            blob = self._encode_run(hdr, i0, i1, int(nb[i0]), order, raws, chosen, flags, table)
-            blobs.append(blob)
-            total += len(blob)
-        for blob in blobs:
-            self._fh.write(blob)
+            dt, rec_size = self._ping_dtype(int(nb[i0]), order, chosen, table)
+            if rec_size - 8 > _MAX_RECORD_SIZE:
+                raise self._error(f"a ping of {int(nb[i0])} beams needs {rec_size - 8:,} bytes, "
+                                  f"more than the GSF maximum record size of {_MAX_RECORD_SIZE:,}")
+            runs.append((i0, i1, dt, table))
+
+        # Everything is checked: encode and write in blocks of about a megabyte per array, so
+        # the temporaries stay in cache and memory does not grow with the call.
+        total = 0
+        block = max(1, (1 << 17) // max(B, 1))
+        for i0, i1, dt, table in runs:
+            n = int(nb[i0])
+            for j0 in range(i0, i1, block):
+                j1 = min(i1, j0 + block)
+                rec = self._encode_block(hdr, j0, j1, n, dt, order, arrays, chosen, flags, table)
+                self._fh.write(memoryview(rec).cast("B"))
+                total += rec.nbytes
         self._offset += total
         self.records_written += P
         self.pings_written += P
         for aid, sf in changes.items():
             self.scale_factors[aid] = sf
-        assert self._offset - start == total
         return total
 
-    def _choose(self, name: str, vals: np.ndarray) -> ScaleFactor:
+    def _choose(self, name: str, vmin: float, vmax: float) -> ScaleFactor:
         signed, rules = _ARRAY_RULES[name]
-        vmin = float(vals.min()) if vals.size else 0.0
-        vmax = float(vals.max()) if vals.size else 0.0
         for width, mult in rules:
             lo, hi = _INT_RANGE[(width, signed)]
             offsets = [0]
@@ -491,12 +514,9 @@ class GsfWriter:
             fields.append(("padding", "V%d" % pad))
         return np.dtype(fields), size + pad
 
-    def _encode_run(self, hdr, i0, i1, n, order, raws, chosen, flags, table) -> bytes:
-        dt, rec_size = self._ping_dtype(n, order, chosen, table)
-        data_size = rec_size - 8
-        if data_size > _MAX_RECORD_SIZE:
-            raise self._error(f"a ping of {n} beams needs {data_size:,} bytes, more than the GSF "
-                              f"maximum record size of {_MAX_RECORD_SIZE:,}")
+    def _encode_block(self, hdr, i0, i1, n, dt, order, arrays, chosen, flags, table) -> np.ndarray:
+        """Pings i0..i1 (all of width ``n``) as one structured array whose bytes are the records."""
+        data_size = dt.itemsize - 8
         rec = np.zeros(i1 - i0, dtype=dt)
         rec["size"] = data_size
         rec["rid"] = _REC_PING
@@ -518,9 +538,10 @@ class GsfWriter:
                 ent[k] = (aid, _WIDTH_NIBBLE[sf.width], 0, sf.multiplier, sf.offset)
             rec["sf_entries"] = np.frombuffer(ent.tobytes(), dtype="V%d" % (12 * len(table)))[0]
         for name in order:
-            width = chosen[name].width
-            rec[name + "__header"] = (ARRAY_IDS[name] << 24) | (n * width)
-            rec[name] = raws[name][i0:i1, :n].astype(np.int64)
+            sf = chosen[name]
+            rec[name + "__header"] = (ARRAY_IDS[name] << 24) | (n * sf.width)
+            # range-checked already; the cast to the integer field truncates toward 0
+            rec[name] = _quantise(arrays[name][i0:i1, :n], sf, nonnegative=not _ARRAY_RULES[name][0])
         rec["beam_flags__header"] = (_SUB_BEAM_FLAGS << 24) | n
         rec["beam_flags"] = flags[i0:i1, :n]
-        return rec.tobytes()
+        return rec
