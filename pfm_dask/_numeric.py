@@ -24,6 +24,7 @@ import numpy as np
 
 __all__ = [
     "nint",
+    "nint32",
     "to_f32",
     "scaled_code_f32",
     "scaled_code_f64",
@@ -46,6 +47,26 @@ def nint(x) -> np.ndarray | np.int64:
         shifted = np.where(v < 0.0, v - 0.5, v + 0.5)
         ok = np.isfinite(shifted) & (np.abs(shifted) < 9.2e18)
         out = np.trunc(np.where(ok, shifted, 0.0)).astype(np.int64)
+    return out[()] if scalar else out
+
+
+def nint32(x) -> np.ndarray | np.int64:
+    """``NINT`` including its ``(int32_t)`` cast as compiled for x86-64 (values as int64).
+
+    The C macro converts to ``int32_t``; out-of-range values and NaN are
+    undefined behaviour in C, and x86-64 (``cvttsd2si``) gives the "integer
+    indefinite" value -2**31 for them. This matters only for codes that can
+    exceed 2**31 - 1, e.g. a standard deviation above 2147.48 m with the
+    default STD SCALE of 1e6: the library then packs 0x80000000.
+    """
+    a = np.asarray(x)
+    scalar = a.ndim == 0
+    v = a.astype(np.float64, copy=False)
+    with np.errstate(invalid="ignore"):
+        shifted = np.where(v < 0.0, v - 0.5, v + 0.5)
+        t = np.trunc(shifted)
+        ok = np.isfinite(t) & (t >= -2.0**31) & (t <= 2.0**31 - 1)
+        out = np.where(ok, t, -2.0**31).astype(np.int64)
     return out[()] if scalar else out
 
 

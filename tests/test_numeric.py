@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pfm_dask._numeric import nint, scaled_code_f32, scaled_code_f64, to_f32
+from pfm_dask._numeric import nint, nint32, scaled_code_f32, scaled_code_f64, to_f32
 
 
 def ref_round_half_away(x: float) -> int:
@@ -100,3 +100,10 @@ def test_scaled_code_f64_matches_reference(value):
     exact = Decimal(p) + (Decimal(0.5) if p >= 0 else -Decimal(0.5))
     if Decimal(p + 0.5 if p >= 0 else p - 0.5) == exact:
         assert scaled_code_f64(value, 10000.0, 100.0) == ref_round_half_away(p)
+
+
+def test_nint32_matches_x86_int32_conversion():
+    # in range it is NINT; beyond int32 (or NaN) x86-64's cvttsd2si yields 0x80000000
+    assert nint32(np.array([2.5, -2.5, 2147483646.6, 2147483647.4])).tolist() == [3, -3, 2147483647, 2147483647]
+    assert nint32(np.array([2147483647.5, 3e9, -2147483648.6, np.nan])).tolist() == [-2**31] * 4
+    assert nint32(-2147483648.4) == -2**31
