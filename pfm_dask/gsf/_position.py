@@ -18,7 +18,7 @@ __all__ = ["beam_positions"]
 
 
 def beam_positions(latitude, longitude, heading, across_track, along_track=None, *,
-                   exact_zero: bool = False):
+                   along_present=None, exact_zero: bool = False):
     """Geographic positions (lat, lon) of beams, as pfmLoader computes them.
 
     All arguments broadcast together: typically ``latitude``, ``longitude``
@@ -26,7 +26,11 @@ def beam_positions(latitude, longitude, heading, across_track, along_track=None,
     values, or shaped ``(n_pings, 1)`` against ``(n_pings, n_beams)`` arrays of
     ``across_track`` (metres, + starboard) and ``along_track`` (metres,
     + forward). ``along_track=None`` means the ping has no along-track array:
-    only the across-track move is made, as pfmLoader does.
+    only the across-track move is made, as pfmLoader does. When beams of
+    pings with and without an along-track array are mixed in one call, pass
+    ``along_present`` (bool, broadcastable): where it is false the along-track
+    move is skipped (the ``along_track`` value there is ignored). Do not
+    substitute 0 m for a missing array: a 0 m move is not a no-op (below).
 
     pfmLoader calls the geodesic even for a zero distance, and the NGS code
     then moves the point by about 1.4 mm (it floors each local displacement
@@ -46,10 +50,16 @@ def beam_positions(latitude, longitude, heading, across_track, along_track=None,
     if along_track is None:
         return _out(lat1), _out(lon1)
     along = np.asarray(along_track, dtype=np.float64)
+    if along_present is not None:
+        present = np.asarray(along_present, dtype=bool)
+        along = np.where(present, along, 0.0)  # keep NaN from absent entries out of the result
     lat2, lon2 = direct(lat1, lon1, hdg, along)
     if exact_zero:
         lat2 = np.where(along == 0.0, lat1, lat2)
         lon2 = np.where(along == 0.0, lon1, lon2)
+    if along_present is not None:
+        lat2 = np.where(present, lat2, lat1)
+        lon2 = np.where(present, lon2, lon1)
     return _out(lat2), _out(lon2)
 
 

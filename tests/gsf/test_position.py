@@ -72,3 +72,18 @@ def test_nan_in_nan_out_without_warnings():
     assert np.isnan(lat).tolist() == [True, True, True]
     lat, lon = beam_positions(30.0, -80.0, np.array([10.0, np.nan]), 5.0)
     assert np.isfinite(lat[0]) and np.isnan(lon[1])
+
+
+def test_along_present_mask_mixes_pings_with_and_without_along_track():
+    lat = np.array([30.0, 30.0, 30.0])
+    across = np.array([100.0, 100.0, 100.0])
+    along = np.array([5.0, np.nan, 0.0])  # the second ping has no along-track array
+    present = np.array([True, False, True])
+    blat, blon = beam_positions(lat, -80.0, 10.0, across, along, along_present=present)
+    only_lat, only_lon = beam_positions(30.0, -80.0, 10.0, 100.0)
+    both_lat, both_lon = beam_positions(30.0, -80.0, 10.0, 100.0, 5.0)
+    zero_lat, zero_lon = beam_positions(30.0, -80.0, 10.0, 100.0, 0.0)
+    assert (blat[0], blon[0]) == (both_lat, both_lon)
+    assert (blat[1], blon[1]) == (only_lat, only_lon)  # no second move at all, not a 0 m move
+    assert (blat[2], blon[2]) == (zero_lat, zero_lon)
+    assert (zero_lat, zero_lon) != (only_lat, only_lon)
