@@ -37,7 +37,9 @@ from . import validity as V
 
 __all__ = [
     "PRIOR_KEEP",
+    "EXTREMA_START",
     "compute_bin_stats",
+    "recompute",
 ]
 
 # The library ANDs the bin's previous validity with 65535 ^ (SUSPECT | SELECTED |
@@ -201,3 +203,212 @@ def compute_bin_stats(bin_index, depth, validity, *, null_depth, class_type=0,
     word = np.where(has_valid, word | V.DATA, word & ~V.DATA)
     out["validity"] = (word & V.VAL_MASK).astype(np.uint32)
     return out
+
+
+# ---------------------------------------------------------------------------
+# Recompute of an open PfmFile, by bands, with pfmLoader's header extrema.
+
+#: pfmLoader's starting values for the header extrema of a new PFM; they stay in
+#: the header when no bin qualifies. Keys are :class:`PfmHeader` field names.
+EXTREMA_START = {
+    "min_filtered_depth": 9999999.0, "max_filtered_depth": -9999999.0,
+    "min_filtered_coord": (0, 0), "max_filtered_coord": (0, 0),
+    "min_depth": 9999999.0, "max_depth": -9999999.0,
+    "min_coord": (0, 0), "max_coord": (0, 0),
+    "min_bin_count": 9999999, "max_bin_count": 0,
+    "min_count_coord": (0, 0), "max_count_coord": (0, 0),
+    "min_standard_deviation": 9999999.0, "max_standard_deviation": -9999999.0,
+}
+
+#: Soundings held in memory at once by :func:`recompute` (about 150 bytes each).
+BAND_SOUNDINGS = 2_000_000
+#: Bin records read at once while planning bands.
+_PLAN_BINS = 1 << 20
+
+_AVERAGE_NAMES = ("Average Filtered Depth", "Average Edited")
+
+
+class _Extrema:
+    """pfmLoader's running header extrema: strict comparisons in raster order."""
+
+    def __init__(self, start: dict | None, width: int):
+        self.v = dict(EXTREMA_START)
+        if start:
+            unknown = set(start) - set(EXTREMA_START)
+            if unknown:
+                raise ValueError(f"unknown extrema keys {sorted(unknown)}")
+            self.v.update(start)
+        self.width = width
+
+    def _coord(self, b) -> tuple[int, int]:
+        return (int(b % self.width), int(b // self.width))
+
+    def _take(self, vals, bidx, key, coord_key, lower: bool) -> None:
+        if vals.size == 0:
+            return
+        j = int(np.argmin(vals) if lower else np.argmax(vals))  # first occurrence = raster order
+        x = vals[j]
+        cur = self.v[key]
+        if (x < cur) if lower else (x > cur):
+            self.v[key] = x.item()
+            if coord_key:
+                self.v[coord_key] = self._coord(bidx[j])
+
+    def update(self, bidx, stats, null32) -> None:
+        """Fold in a band of recomputed bins (``bidx`` ascending, ``stats`` float32 values)."""
+        cnt = stats["num_soundings"].astype(np.int64)
+        self._take(cnt, bidx, "min_bin_count", "min_count_coord", True)
+        self._take(cnt, bidx, "max_bin_count", "max_count_coord", False)
+        # pfmLoader: bin max depth (float) < max_depth + 1.0, i.e. below NULL DEPTH
+        ok = stats["max"].astype(np.float64) < float(null32)
+        data = ok & ((stats["validity"].astype(np.int64) & V.DATA) != 0)
+        self._take(stats["min_filtered"][data], bidx[data], "min_filtered_depth",
+                   "min_filtered_coord", True)
+        self._take(stats["max_filtered"][data], bidx[data], "max_filtered_depth",
+                   "max_filtered_coord", False)
+        std = stats["std"][data].astype(np.float64)  # header std extrema are doubles
+        self._take(std, bidx[data], "min_standard_deviation", None, True)
+        self._take(std, bidx[data], "max_standard_deviation", None, False)
+        self._take(stats["min"][ok], bidx[ok], "min_depth", "min_coord", True)
+        self._take(stats["max"][ok], bidx[ok], "max_depth", "max_coord", False)
+
+    def result(self) -> dict:
+        out = {}
+        for k, v in self.v.items():
+            if isinstance(v, tuple):
+                out[k] = (int(v[0]), int(v[1]))
+            elif k.endswith("bin_count"):
+                out[k] = int(v)
+            else:
+                out[k] = float(v)
+        return out
+
+
+def _plan_bands(pfm_file, want_rows: np.ndarray | None, rows_per_band: int | None,
+                budget: int):
+    """Yield (row0, row1, col0, col1) rectangles holding at most ~``budget`` soundings.
+
+    Counts come from the bin records (read ``_PLAN_BINS`` at a time); rows are
+    grouped while their soundings fit, a row too heavy on its own is cut into
+    column ranges. ``want_rows`` restricts the plan to those rows.
+    """
+    W, H = pfm_file.width, pfm_file.height
+    if rows_per_band is not None:
+        rows_per_band = max(1, int(rows_per_band))
+    chunk = max(1, _PLAN_BINS // max(1, W))
+    for r0 in range(0, H, chunk):
+        r1 = min(H, r0 + chunk)
+        if want_rows is not None:
+            if not np.any((want_rows >= r0) & (want_rows < r1)):
+                continue
+        cnt = pfm_file.read_bin_records(r0, r1)["num_soundings"].reshape(r1 - r0, W)
+        per_row = cnt.sum(axis=1)
+        row = r0
+        while row < r1:
+            if (want_rows is not None and not np.isin(row, want_rows)) or per_row[row - r0] == 0:
+                row += 1
+                continue
+            if per_row[row - r0] > budget and rows_per_band is None:
+                csum = np.cumsum(cnt[row - r0])
+                c0 = 0
+                while c0 < W:
+                    base = csum[c0 - 1] if c0 else 0
+                    c1 = int(np.searchsorted(csum, base + budget, side="right"))
+                    c1 = max(c1, c0 + 1)
+                    yield row, row + 1, c0, min(c1, W)
+                    c0 = c1
+                row += 1
+                continue
+            end = row + 1
+            tot = int(per_row[row - r0])
+            while end < r1 and (rows_per_band is None or end - row < rows_per_band):
+                nxt = int(per_row[end - r0])
+                if rows_per_band is None and tot + nxt > budget:
+                    break
+                if want_rows is not None and not np.isin(end, want_rows) and nxt:
+                    break
+                tot += nxt
+                end += 1
+            yield row, end, 0, W
+            row = end
+
+
+def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_mask: int = 0,
+              extrema: dict | None = None, band_soundings: int = BAND_SOUNDINGS) -> dict:
+    """Recompute bins of an open (``"r+"``) :class:`PfmFile` and return the header extrema.
+
+    ``bin_index``: the bins to recompute (``row * width + col``), or ``None``
+    for every bin with soundings. Work goes by bands of rows (``rows`` rows per
+    band, or as many as hold about ``band_soundings`` soundings): read the
+    band's bin records and soundings, :func:`compute_bin_stats` with the
+    records' validity and std as the prior values, write the records back and
+    update the ``.cvg``. ``keep_mask`` is the library's recompute mask (0 as in
+    pfmLoader); ``clear_mask`` bits are cleared from the new validity (pfmLoader
+    clears CHECKED | VERIFIED on an append; here the coverage map follows).
+
+    Returns pfmLoader's header extrema over the recomputed bins, in raster
+    order from ``extrema`` (default :data:`EXTREMA_START`), as a dict of
+    :class:`PfmHeader` field names ready for ``pfm_file.write_header(**...)``.
+    Bins whose max depth is not below NULL DEPTH are left out, as pfmLoader
+    does. The averages are only rewritten while ``[AVERAGE FILTERED NAME]`` is
+    one the library recomputes.
+    """
+    h = pfm_file.header
+    W = pfm_file.width
+    null32 = np.float32(pfm_file.null_depth)
+    compute_average = h.average_filtered_name in _AVERAGE_NAMES
+    ext = _Extrema(extrema, W)
+    wanted = None
+    want_rows = None
+    if bin_index is not None:
+        wanted = np.unique(np.asarray(bin_index, dtype=np.int64).ravel())
+        if wanted.size == 0:
+            return ext.result()
+        if wanted[0] < 0 or wanted[-1] >= W * pfm_file.height:
+            raise PfmFormatError(f"bin_index outside 0..{W * pfm_file.height - 1}", path=pfm_file.path)
+        want_rows = np.unique(wanted // W)
+    for r0, r1, c0, c1 in _plan_bands(pfm_file, want_rows, rows, int(band_soundings)):
+        if wanted is not None:
+            lo, hi = np.searchsorted(wanted, [r0 * W, r1 * W])
+            band_bins = wanted[lo:hi]
+            band_bins = band_bins[((band_bins % W) >= c0) & ((band_bins % W) < c1)]
+            if band_bins.size == 0:
+                continue
+            cols = band_bins % W
+            c0, c1 = int(cols.min()), int(cols.max()) + 1
+        recs = pfm_file.read_bin_records(r0, r1, c0, c1)
+        snd = pfm_file.read_soundings(r0, r1, c0, c1)
+        if snd["bin_index"].size == 0:
+            continue
+        if wanted is not None:
+            keep = np.isin(snd["bin_index"], band_bins)
+            snd = {k: v[keep] for k, v in snd.items()}
+            if snd["bin_index"].size == 0:
+                continue
+        ub = np.unique(snd["bin_index"])
+        pos = np.searchsorted(recs["bin_index"], ub)
+        stats = compute_bin_stats(snd["bin_index"], snd["depth"], snd["validity"],
+                                  null_depth=null32, class_type=h.class_type,
+                                  prior_validity=recs["validity"][pos],
+                                  prior_std=recs["std"][pos].astype(np.float32),
+                                  keep_mask=keep_mask)
+        if np.any(stats["num_soundings"] != recs["num_soundings"][pos]):
+            j = int(np.flatnonzero(stats["num_soundings"] != recs["num_soundings"][pos])[0])
+            raise PfmFormatError(f"bin {int(ub[j])}: record says {int(recs['num_soundings'][pos][j])} "
+                                 f"soundings, chain holds {int(stats['num_soundings'][j])}",
+                                 path=pfm_file.path)
+        if clear_mask:
+            stats["validity"] = (stats["validity"].astype(np.int64) & ~int(clear_mask)).astype(np.uint32)
+        fields = {k: stats[k] for k in ("num_valid", "std", "min_filtered", "max_filtered",
+                                         "min", "max")}
+        if compute_average:
+            fields["avg_filtered"] = stats["avg_filtered"]
+            fields["avg"] = stats["avg"]
+        else:
+            # the record keeps its averages (e.g. a CUBE surface): report those
+            stats["avg_filtered"] = recs["avg_filtered"][pos].astype(np.float32)
+            stats["avg"] = recs["avg"][pos].astype(np.float32)
+        fields["validity"] = stats["validity"].astype(np.int64)
+        pfm_file.write_bin_records(ub, **fields)
+        ext.update(ub, stats, null32)
+    return ext.result()

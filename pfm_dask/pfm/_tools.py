@@ -1,1 +1,1004 @@
-__all__ = []  # placeholder, being written
+"""Look inside a PFM: ``info`` (a summary), ``dump`` (everything as Parquet) and ``check``.
+
+``check`` is a full validity check that reads the parts with its own small
+raw reader (header text, bit layouts from the header, ``.bin``/``.ndx``/``.cvg``
+bytes), so that it does not trust the code that wrote the file and keeps going
+on damaged bytes: anything wrong becomes a :class:`Problem`; only a header from
+which no layout can be derived raises :class:`PfmFormatError` (path and byte
+offset). It works in bands of bins in raster order; chains are walked for all
+bins of a band at once, one step of chain depth at a time, with a bitmap over
+the ``.ndx`` physical records to find records reached twice (a cycle, or a
+record shared by two bins) and records reached by no bin (orphans).
+
+``info`` and ``dump`` read through :mod:`._store`; ``dump`` streams by bands of
+rows into ``pyarrow.parquet.ParquetWriter``. The Parquet column names are
+fixed (:data:`SOUNDING_COLUMNS`, :data:`BIN_COLUMNS`): other tools compare
+PFMs through them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._numeric import nint, scaled_code_f32
+from ..errors import PfmDaskError, PfmFormatError
+from . import validity as V
+from ._bitpack import BitLayout
+from ._header import BIN_HEADER_SIZE, NUM_ATTR, PfmHeader, bits_for, version_number
+from ._recompute import compute_bin_stats
+
+__all__ = [
+    "Problem",
+    "check",
+    "info",
+    "dump",
+    "SOUNDING_COLUMNS",
+    "BIN_COLUMNS",
+]
+
+#: Columns of the soundings Parquet file, in order (sorted by bin_y, bin_x, chain order).
+SOUNDING_COLUMNS = ("file", "line", "ping", "beam", "bin_x", "bin_y", "x", "y", "depth",
+                    "validity", "horizontal_error", "vertical_error")
+#: Columns of the bins Parquet file, in order (bins with soundings, raster order).
+BIN_COLUMNS = ("bin_x", "bin_y", "num_soundings", "num_valid", "std", "avg_filtered",
+               "min_filtered", "max_filtered", "avg", "min", "max", "validity")
+
+_COV_HEADER_SIZE = 65536
+_BAND_BINS = 1 << 18          # bin records per check band
+_BAND_SOUNDINGS = 2_000_000   # soundings per check band (soft)
+_MAX_PER_KIND = 20            # problems reported per kind before a summary line
+_AVERAGE_NAMES = ("Average Filtered Depth", "Average Edited")
+
+
+# ---------------------------------------------------------------------------
+# Problems
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a PFM.
+
+    ``part`` is the file concerned (``"handle"``, ``".ctl"``, ``".lin"``,
+    ``".bin"``, ``".ndx"``, ``".cvg"``) or ``"header"``; ``where`` says where
+    in it (``"bin (col, row)"``, ``"byte N"``, ``"line N"``, or ``""``);
+    ``what`` says what is wrong, with the numbers.
+    """
+
+    part: str
+    where: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.part} {self.where}: {self.what}" if self.where else f"{self.part}: {self.what}"
+
+
+class _Problems:
+    """Collects problems, at most ``_MAX_PER_KIND`` per kind plus a count of the rest."""
+
+    def __init__(self):
+        self.items: list[Problem] = []
+        self._count: dict[str, int] = {}
+        self._part: dict[str, str] = {}
+
+    def add(self, kind: str, part: str, where: str, what: str) -> None:
+        n = self._count.get(kind, 0)
+        self._count[kind] = n + 1
+        self._part[kind] = part
+        if n < _MAX_PER_KIND:
+            self.items.append(Problem(part, where, what))
+
+    def more(self, kind: str, part: str, n: int) -> None:
+        """Count ``n`` further problems of ``kind`` without describing them."""
+        if n > 0:
+            self._count[kind] = self._count.get(kind, 0) + int(n)
+            self._part[kind] = part
+
+    def finish(self) -> list[Problem]:
+        out = list(self.items)
+        for kind, n in self._count.items():
+            if n > _MAX_PER_KIND:
+                out.append(Problem(self._part[kind], "",
+                                   f"{n - _MAX_PER_KIND:,} more problem(s) of this kind: {kind}"))
+        return out
+
+
+def _bin_where(b: int, width: int) -> str:
+    return f"bin ({int(b) % width}, {int(b) // width})"
+
+
+def _byte_where(off: int) -> str:
+    return f"byte {int(off):,}"
+
+
+# ---------------------------------------------------------------------------
+# Paths and the raw layout
+
+def _parts(path) -> dict:
+    """The six part paths of the PFM whose handle is ``path``."""
+    handle = os.fspath(path)
+    data = handle + ".data"
+    stem = os.path.join(data, os.path.basename(handle))
+    return {"handle": handle, "data": data, ".ctl": stem + ".ctl", ".lin": stem + ".lin",
+            ".bin": stem + ".bin", ".ndx": stem + ".ndx", ".cvg": stem + ".cvg"}
+
+
+class _Layout:
+    """Bit layouts of bin and physical records derived from a header (``set_offsets``)."""
+
+    def __init__(self, h: PfmHeader, has_num_valid: bool):
+        f, pos = [], 0
+        for key, nb in (("count", h.count_bits), ("std", h.std_bits),
+                        ("avg_filtered", h.depth_bits), ("min_filtered", h.depth_bits),
+                        ("max_filtered", h.depth_bits), ("avg", h.depth_bits),
+                        ("min", h.depth_bits), ("max", h.depth_bits)):
+            f.append((key, pos, nb))
+            pos += nb
+        if has_num_valid:
+            f.append(("num_valid", pos, h.count_bits))
+            pos += h.count_bits
+        for i in range(NUM_ATTR):
+            pos += int(h.bin_attribute_bits[i])
+        for key, nb in (("validity", h.validity_bits), ("head", h.record_pointer_bits),
+                        ("tail", h.record_pointer_bits)):
+            f.append((key, pos, nb))
+            pos += nb
+        self.bin = BitLayout(f)
+        per, pos = [], 0
+        for key, nb in (("file", h.file_number_bits), ("line", h.line_number_bits),
+                        ("ping", h.ping_number_bits), ("beam", h.beam_number_bits),
+                        ("depth", h.depth_bits), ("x_off", h.offset_bits), ("y_off", h.offset_bits)):
+            per.append((key, pos, nb))
+            pos += nb
+        for i in range(NUM_ATTR):
+            pos += int(h.ndx_attribute_bits[i])
+        for key, nb in (("validity", h.validity_bits), ("horizontal_error", h.horizontal_error_bits),
+                        ("vertical_error", h.vertical_error_bits)):
+            per.append((key, pos, nb))
+            pos += nb
+        self.sounding_bits = pos
+        self.L = int(h.record_length)
+        nf = [((k, s), s * pos + o, nb) for s in range(self.L) for k, o, nb in per]
+        nf.append(("cont", self.L * pos, h.record_pointer_bits))
+        self.ndx = BitLayout(nf)
+        self.bin_bytes = self.bin.record_bytes
+        self.phys = self.ndx.record_bytes
+        self.sounding_keys = [k for k, _, _ in per]
+
+
+_LAYOUT_KEYS = [  # (attribute, key phrase, lo, hi): a header outside these has no usable layout
+    ("record_length", "[RECORD LENGTH]", 1, 4096),
+    ("bin_width", "[BIN WIDTH]", 1, 2**31 - 1),
+    ("bin_height", "[BIN HEIGHT]", 1, 2**31 - 1),
+    ("bin_header_size", "[BIN HEADER SIZE]", 1, 1 << 30),
+    ("count_bits", "[COUNT BITS]", 1, 32),
+    ("std_bits", "[STD BITS]", 1, 64),
+    ("depth_bits", "[DEPTH BITS]", 1, 32),
+    ("record_pointer_bits", "[RECORD POINTER BITS]", 1, 64),
+    ("file_number_bits", "[FILE NUMBER BITS]", 0, 32),
+    ("line_number_bits", "[LINE NUMBER BITS]", 0, 32),
+    ("ping_number_bits", "[PING NUMBER BITS]", 0, 32),
+    ("beam_number_bits", "[BEAM NUMBER BITS]", 0, 32),
+    ("offset_bits", "[OFFSET BITS]", 0, 32),
+    ("validity_bits", "[VALIDITY BITS]", 1, 32),
+    ("horizontal_error_bits", "[HORIZONTAL ERROR BITS]", 0, 32),
+    ("vertical_error_bits", "[VERTICAL ERROR BITS]", 0, 32),
+]
+
+
+def _read_header(bin_path: str) -> tuple[PfmHeader, int]:
+    """Parse the ``.bin`` header; raise :class:`PfmFormatError` if no layout can be derived.
+
+    Returns the header and the number of bytes read.
+    """
+    try:
+        with open(bin_path, "rb") as fh:
+            raw = fh.read(BIN_HEADER_SIZE)
+    except OSError as exc:
+        raise PfmFormatError(f"cannot read the bin file: {exc.strerror}", path=bin_path, offset=0) from exc
+    text_end = raw.find(b"\0")
+    text = raw if text_end < 0 else raw[:text_end]
+
+    def where(key: str) -> int:
+        i = text.find(key.encode("latin-1"))
+        return i if i >= 0 else 0
+
+    if not text.strip() or b"[VERSION]" not in text:
+        raise PfmFormatError("no PFM header: the [VERSION] key is missing", path=bin_path, offset=0)
+    try:
+        h = PfmHeader.parse(raw, path=bin_path)
+    except PfmFormatError as exc:
+        m = re.search(r"\[[^\]]*\]", exc.reason)
+        raise PfmFormatError(exc.reason, path=bin_path, offset=where(m.group(0)) if m else 0) from None
+    if "PFM" not in h.version:
+        raise PfmFormatError(f"[VERSION] = {h.version!r} is not a PFM version", path=bin_path,
+                             offset=where("[VERSION]"))
+    for attr, key, lo, hi in _LAYOUT_KEYS:
+        v = int(getattr(h, attr))
+        if not lo <= v <= hi:
+            raise PfmFormatError(f"header {key} = {v} is outside {lo}..{hi}: no record layout",
+                                 path=bin_path, offset=where(key))
+    for i in range(NUM_ATTR):
+        for name, arr in (("BIN", h.bin_attribute_bits), ("NDX", h.ndx_attribute_bits)):
+            if not 0 <= int(arr[i]) <= 32:
+                key = f"[{name} ATTRIBUTE BITS {i}]"
+                raise PfmFormatError(f"header {key} = {arr[i]} is outside 0..32", path=bin_path,
+                                     offset=where(key))
+    for attr, key in (("depth_scale", "[DEPTH SCALE]"), ("std_scale", "[STD SCALE]")):
+        v = float(getattr(h, attr))
+        if not (math.isfinite(v) and v > 0):
+            raise PfmFormatError(f"header {key} = {v} must be a positive number", path=bin_path,
+                                 offset=where(key))
+    for attr, key in (("depth_offset", "[DEPTH OFFSET]"), ("null_depth", "[NULL DEPTH]")):
+        if not math.isfinite(float(getattr(h, attr))):
+            raise PfmFormatError(f"header {key} is not a finite number", path=bin_path, offset=where(key))
+    return h, len(raw)
+
+
+def _file_size(p: str) -> int | None:
+    try:
+        return os.stat(p).st_size
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------------------
+# check: pieces
+
+def _check_handle(parts: dict, pr: _Problems) -> None:
+    try:
+        with open(parts["handle"], "rb") as fh:
+            raw = fh.read(1 << 20)
+    except OSError:
+        pr.add("missing handle", "handle", "", f"the handle file {parts['handle']} is missing")
+        return
+    lines = raw.decode("latin-1").split("\n")
+    if "PFM Handle File" not in lines[0]:
+        pr.add("handle first line", "handle", "line 1", "first line does not contain 'PFM Handle File'")
+    for i, ln in enumerate(lines[1:], start=2):
+        if ln.strip() and not ln.startswith("#"):
+            pr.add("handle comment", "handle", f"line {i}", f"line does not start with '#': {ln[:60]!r}")
+
+
+_CTL_LINE = re.compile(r"^([+-]) (\d{5,}) (\d{2,}) (.+)$")
+
+
+def _check_ctl(path: str, pr: _Problems) -> tuple[int | None, list[bool]]:
+    """Parse the file list; returns (number of files or None, deleted flags)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read().decode("latin-1")
+    except OSError:
+        pr.add("missing .ctl", ".ctl", "", "the control (file list) file is missing")
+        return None, []
+    lines = raw.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) < 5:
+        pr.add("ctl short", ".ctl", "", f"the control file has {len(lines)} line(s); the version, bin, "
+               "ndx, mosaic and feature lines (5) are required")
+        return None, []
+    ver = version_number(lines[0])
+    if "PFM I/O library V" not in lines[0]:
+        pr.add("ctl version", ".ctl", "line 1", f"no library version string: {lines[0][:80]!r}")
+    elif ver != 70:
+        pr.add("ctl version", ".ctl", "line 1", f"version {ver / 10:.2f}, expected 7.00")
+    n, deleted = 0, []
+    offset = sum(len(x) + 1 for x in lines[:5])
+    for i, ln in enumerate(lines[5:], start=6):
+        s = ln.rstrip("\r")
+        m = _CTL_LINE.match(s)
+        if not m:
+            pr.add("ctl line", ".ctl", f"line {i} (byte {offset:,})",
+                   f"not a file line ('+ NNNNN TT path'): {s[:80]!r}")
+        else:
+            seq = int(m.group(2))
+            if seq != n:
+                pr.add("ctl sequence", ".ctl", f"line {i} (byte {offset:,})",
+                       f"file sequence number {seq} should be {n}: the library refuses this list as corrupted")
+            deleted.append(m.group(1) == "-")
+        n += 1
+        offset += len(ln) + 1
+    return n, deleted
+
+
+def _check_lin(path: str, pr: _Problems) -> int | None:
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read().decode("latin-1")
+    except OSError:
+        pr.add("missing .lin", ".lin", "", "the line file is missing")
+        return None
+    lines = raw.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    elif lines and raw:
+        pr.add("lin end", ".lin", "", "the last line name has no newline")
+    for i, ln in enumerate(lines, start=1):
+        if not ln.strip():
+            pr.add("lin empty", ".lin", f"line {i}", "empty line name")
+    return len(lines)
+
+
+def _check_header(h: PfmHeader, hdr_len: int, sizes: dict, lay: _Layout, n_files, n_lines,
+                  pr: _Problems) -> None:
+    W, H = int(h.bin_width), int(h.bin_height)
+    hs = int(h.bin_header_size)
+    add = lambda kind, what: pr.add(kind, "header", "", what)  # noqa: E731
+    if version_number(h.version) != 70:
+        add("header version", f"[VERSION] {h.version!r} is not V7.00")
+    if h.size_missing:
+        add("header size", "[BIN HEADER SIZE] is missing (a pre-6.0 header); v7 writes 131072")
+    elif hs != BIN_HEADER_SIZE:
+        add("header size", f"[BIN HEADER SIZE] = {hs:,}; PFM library V7.00 writes {BIN_HEADER_SIZE:,}")
+    if not 0 <= int(h.class_type) <= 10:
+        add("header class type", f"[CLASS TYPE] = {h.class_type} is not 0..10; statistics not checked")
+    if int(h.validity_bits) != 23:
+        add("header bits", f"[VALIDITY BITS] = {h.validity_bits}; v7 uses 23")
+    # depth coding
+    scale, off, null = float(h.depth_scale), float(h.depth_offset), float(h.null_depth)
+    null_code = int(scaled_code_f32(null, off, scale))
+    if null_code < 0 or null_code >= (1 << int(h.depth_bits)):
+        add("header depth", f"NULL DEPTH {null:g} codes to {null_code}, which does not fit "
+            f"[DEPTH BITS] = {h.depth_bits}")
+    want_bits = bits_for(float(np.float32(np.float32(null + off) * np.float32(scale))))
+    if want_bits != int(h.depth_bits):
+        add("header depth", f"[DEPTH BITS] = {h.depth_bits}, but the library's rule gives {want_bits} "
+            f"for NULL DEPTH {null:g}, DEPTH OFFSET {off:g}, DEPTH SCALE {scale:g}")
+    if not null > -off:
+        add("header depth", f"NULL DEPTH {null:g} is not above the minimum depth {-off:g}")
+    for name, bits, scl, mx in (("HORIZONTAL", h.horizontal_error_bits, h.horizontal_error_scale,
+                                 h.max_horizontal_error),
+                                ("VERTICAL", h.vertical_error_bits, h.vertical_error_scale,
+                                 h.max_vertical_error)):
+        if int(bits) and float(scl) > 0:
+            code = int(nint(np.float32(mx) * np.float32(scl)))
+            if code > (1 << int(bits)) - 1:
+                add("header errors", f"[MAXIMUM {name} ERROR] {mx:g} x scale {scl:g} = {code} does not "
+                    f"fit [{name} ERROR BITS] = {bits}")
+    if n_files is not None and n_files > (1 << int(h.file_number_bits)):
+        add("header bits", f"{n_files} input files do not fit [FILE NUMBER BITS] = {h.file_number_bits}")
+    if n_lines is not None and n_lines > (1 << int(h.line_number_bits)):
+        add("header bits", f"{n_lines} lines do not fit [LINE NUMBER BITS] = {h.line_number_bits}")
+    ndx = sizes.get(".ndx")
+    if ndx is not None and ndx >= (1 << int(h.record_pointer_bits)):
+        add("header bits", f"the .ndx ({ndx:,} bytes) is too large for [RECORD POINTER BITS] = "
+            f"{h.record_pointer_bits}")
+    # geometry
+    geo = [("MIN X", h.min_x), ("MIN Y", h.min_y), ("MAX X", h.max_x), ("MAX Y", h.max_y),
+           ("X BIN SIZE", h.x_bin_size), ("Y BIN SIZE", h.y_bin_size)]
+    if not all(math.isfinite(float(v)) for _, v in geo):
+        add("header geometry", "MBR or bin size is not a finite number")
+    elif not (h.x_bin_size > 0 and h.y_bin_size > 0):
+        add("header geometry", f"bin sizes must be positive: x {h.x_bin_size}, y {h.y_bin_size}")
+    elif not (h.max_x > h.min_x and h.max_y > h.min_y):
+        add("header geometry", "the MBR is empty or inverted")
+    else:
+        for name, lo, hi, size, n in (("WIDTH", h.min_x, h.max_x, h.x_bin_size, W),
+                                      ("HEIGHT", h.min_y, h.max_y, h.y_bin_size, H)):
+            span = (float(hi) - float(lo)) / float(size)
+            if abs(span - n) > 1e-3 * max(1.0, n) + 1e-6:
+                add("header geometry", f"[BIN {name}] = {n} but the MBR spans {span:.6f} bins "
+                    f"of {size!r} degrees")
+        pts = np.asarray(h.points, dtype=np.float64).reshape(-1, 2)
+        if len(pts) < 3:
+            add("header geometry", f"the [POINT] polygon has {len(pts)} point(s); at least 3 are needed")
+        else:
+            tol = 1e-6
+            if (pts[:, 0].min() < h.min_y - tol or pts[:, 0].max() > h.max_y + tol
+                    or pts[:, 1].min() < h.min_x - tol or pts[:, 1].max() > h.max_x + tol):
+                add("header geometry", "the [POINT] polygon reaches outside the MBR")
+        if not int(h.projection):
+            try:
+                from ..geodesy import inverse
+                cy = h.min_y + (h.max_y - h.min_y) * 0.5
+                cx = h.min_x + (h.max_x - h.min_x) * 0.5
+                d = float(inverse(cy, cx, cy + h.y_bin_size, cx)[0])
+                if h.bin_size_xy and abs(d - float(h.bin_size_xy)) > 1e-4 * max(1.0, d):
+                    add("header geometry", f"[BIN SIZE XY] = {h.bin_size_xy} m but one y bin at the "
+                        f"area centre is {d:.6f} m")
+            except Exception:  # noqa: BLE001 - geodesy on absurd values; reported above
+                pass
+    # sizes of the parts
+    bsz = sizes.get(".bin")
+    if bsz is not None:
+        need = hs + W * H * lay.bin_bytes
+        if bsz < hs:
+            pr.add("bin size", ".bin", _byte_where(bsz), f"the file ends inside the {hs:,}-byte header")
+        elif bsz != need:
+            pr.add("bin size", ".bin", _byte_where(min(bsz, need)),
+                   f"the file is {bsz:,} bytes; header + {W} x {H} records of {lay.bin_bytes} bytes "
+                   f"is {need:,} ({'truncated' if bsz < need else 'trailing bytes'})")
+    csz = sizes.get(".cvg")
+    if csz is not None and csz != _COV_HEADER_SIZE + W * H:
+        pr.add("cvg size", ".cvg", _byte_where(min(csz, _COV_HEADER_SIZE + W * H)),
+               f"the file is {csz:,} bytes; 65,536 + {W} x {H} is {_COV_HEADER_SIZE + W * H:,}")
+    if ndx is not None and ndx % lay.phys:
+        pr.add("ndx size", ".ndx", _byte_where(ndx - ndx % lay.phys),
+               f"the file is {ndx:,} bytes, not a whole number of {lay.phys}-byte physical records "
+               f"({ndx % lay.phys} bytes left over: torn append?)")
+
+
+def _check_cvg_header(path: str, pr: _Problems) -> None:
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(4096)
+    except OSError:
+        return
+    text = raw.split(b"\0", 1)[0].decode("latin-1")
+    lines = text.split("\n")
+    if "PFM I/O library V" not in lines[0]:
+        pr.add("cvg header", ".cvg", "byte 0", "the coverage header has no version line")
+    if "[END OF HEADER]" not in text:
+        pr.add("cvg header", ".cvg", "", "the coverage header lacks [END OF HEADER]")
+
+
+class _Walker:
+    """Walks chains of many bins at once over a memory-mapped ``.ndx``."""
+
+    def __init__(self, ndx_path: str, ndx_size: int | None, lay: _Layout, width: int, pr: _Problems):
+        self.lay = lay
+        self.W = width
+        self.pr = pr
+        self.size = int(ndx_size or 0)
+        self.n_phys = self.size // lay.phys
+        self.mm = None
+        if self.n_phys:
+            self.mm = np.memmap(ndx_path, dtype=np.uint8, mode="r",
+                                shape=(self.n_phys, lay.phys))
+        self.visited = np.zeros(self.n_phys, dtype=bool)
+        self.classified = 0
+
+    def close(self) -> None:
+        mm, self.mm = self.mm, None
+        if mm is not None:
+            del mm
+
+    def _read(self, addr: np.ndarray) -> dict:
+        recs = np.asarray(self.mm[addr // self.lay.phys])
+        return self.lay.ndx.unpack(recs)
+
+    def _classify(self, b: int, head: int, target: int, steps: int) -> str:
+        """Cycle or shared: walk bin ``b`` again (slowly) and see if it met ``target`` before."""
+        if self.classified >= 2 * _MAX_PER_KIND:
+            return "reached twice (a cycle, or shared with another bin)"
+        self.classified += 1
+        cur = head
+        L = self.lay
+        for _ in range(steps):
+            if cur == target:
+                return "reached twice by this bin's own chain (a cycle)"
+            if cur % L.phys or cur < 0 or cur + L.phys > self.size:
+                break
+            cur = int(L.ndx.unpack(np.asarray(self.mm[cur // L.phys])[None, :], ["cont"])["cont"][0])
+        return "already part of another bin's chain (a record shared by two bins)"
+
+    def walk(self, bidx: np.ndarray, count: np.ndarray, head: np.ndarray, tail: np.ndarray):
+        """Walk the chains; returns (ok mask per bin, soundings dict in chain order)."""
+        L = self.lay
+        n = bidx.size
+        nrec = (count + L.L - 1) // L.L
+        ok = np.ones(n, dtype=bool)
+        out_parts: list[dict] = []
+        active = np.flatnonzero(count > 0)
+        cur = head.astype(np.int64).copy()
+        step = 0
+        W = self.W
+        while active.size:
+            a = cur[active]
+            bad = (a < 0) | (a % L.phys != 0) | (a + L.phys > self.size)
+            for j in np.flatnonzero(bad):
+                bi = active[j]
+                what = ("head pointer" if step == 0 else f"continuation pointer (record {step + 1} "
+                        "of the chain)")
+                self.pr.add("chain pointer", ".bin" if step == 0 else ".ndx", _bin_where(bidx[bi], W),
+                            f"{what} {int(a[j]):,} is not a physical record of the .ndx "
+                            f"({self.size:,} bytes of {L.phys}-byte records)")
+                ok[bi] = False
+            active, a = active[~bad], a[~bad]
+            if not active.size:
+                break
+            idx = a // L.phys
+            # records reached twice: already visited, or twice within this step
+            order = np.argsort(idx, kind="stable")
+            dup_in_step = np.zeros(idx.size, dtype=bool)
+            same = idx[order][1:] == idx[order][:-1]
+            dup_in_step[order[1:][same]] = True
+            again = self.visited[idx] | dup_in_step
+            for j in np.flatnonzero(again):
+                bi = active[j]
+                kind = self._classify(int(bidx[bi]), int(head[bi]), int(a[j]), step)
+                self.pr.add("chain revisit", ".ndx", _bin_where(bidx[bi], W),
+                            f"physical record at byte {int(a[j]):,} (step {step + 1} of the chain) {kind}")
+                ok[bi] = False
+            keep = ~again
+            active, a, idx = active[keep], a[keep], idx[keep]
+            if not active.size:
+                break
+            self.visited[idx] = True
+            u = self._read(a)
+            cont = u["cont"].astype(np.int64)
+            n_here = np.minimum(L.L, count[active] - step * L.L)
+            rows, slot = np.nonzero(np.arange(L.L)[None, :] < n_here[:, None])
+            part = {"b": active[rows]}
+            for key in L.sounding_keys:
+                mat = np.stack([u[(key, s)] for s in range(L.L)], axis=1)
+                part[key] = mat[rows, slot]
+            part["addr"] = a[rows]
+            part["slot"] = slot
+            out_parts.append(part)
+            last = nrec[active] == step + 1
+            for j in np.flatnonzero(last & (cont != 0)):
+                bi = active[j]
+                self.pr.add("chain long", ".ndx", _bin_where(bidx[bi], W),
+                            f"the chain continues (to byte {int(cont[j]):,}) after the "
+                            f"{int(nrec[bi])} record(s) that {int(count[bi])} soundings need: "
+                            "the count is smaller than the chain")
+                ok[bi] = False
+            for j in np.flatnonzero(last & (a != tail[active])):
+                bi = active[j]
+                self.pr.add("chain tail", ".bin", _bin_where(bidx[bi], W),
+                            f"tail pointer {int(tail[bi]):,} but the chain ends at byte {int(a[j]):,}")
+                ok[bi] = False
+            short = ~last & (cont == 0)
+            for j in np.flatnonzero(short):
+                bi = active[j]
+                self.pr.add("chain short", ".ndx", _bin_where(bidx[bi], W),
+                            f"the chain ends after {step + 1} record(s) but the count {int(count[bi])} "
+                            f"needs {int(nrec[bi])}")
+                ok[bi] = False
+            go = ~last & ~short
+            active = active[go]
+            cur[active] = cont[go]
+            step += 1
+        if out_parts:
+            snd = {k: np.concatenate([p[k] for p in out_parts]) for k in out_parts[0]}
+            # order by bin, then chain step (stable: parts are in step order)
+            o = np.argsort(snd["b"], kind="stable")
+            snd = {k: v[o] for k, v in snd.items()}
+        else:
+            snd = {k: np.zeros(0, dtype=np.int64) for k in ["b", *L.sounding_keys, "addr", "slot"]}
+        return ok, snd
+
+
+def _split_by_soundings(cnt: np.ndarray, budget: int):
+    """Cut a run of bins into consecutive pieces of at most ``budget`` soundings (>= 1 bin each)."""
+    n = cnt.size
+    csum = np.cumsum(np.minimum(cnt, budget))
+    a = 0
+    while a < n:
+        base = csum[a - 1] if a else 0
+        b = int(np.searchsorted(csum, base + budget, side="right"))
+        b = max(b, a + 1)
+        yield a, min(b, n)
+        a = b
+
+
+def check(path) -> list[Problem]:
+    """Full validity check of the PFM whose handle is ``path``; returns the problems found.
+
+    See the module docstring and docs/pfm-format.md ("What check verifies").
+    Raises :class:`PfmFormatError` only when there is no PFM at ``path`` or
+    its header yields no record layout.
+    """
+    parts = _parts(path)
+    if not os.path.exists(parts["handle"]) and not os.path.isdir(parts["data"]):
+        raise PfmFormatError("no PFM here (neither the handle file nor its .data directory exists)",
+                             path=parts["handle"])
+    pr = _Problems()
+    _check_handle(parts, pr)
+    sizes = {}
+    for p in (".ctl", ".lin", ".bin", ".ndx", ".cvg"):
+        sizes[p] = _file_size(parts[p])
+    for p in (".bin", ".ndx", ".cvg"):
+        if sizes[p] is None:
+            pr.add(f"missing {p}", p, "", f"the {p} file is missing ({parts[p]})")
+    n_files, deleted = _check_ctl(parts[".ctl"], pr)
+    n_lines = _check_lin(parts[".lin"], pr)
+    if sizes[".bin"] is None:
+        return pr.finish()
+    h, hdr_len = _read_header(parts[".bin"])
+    lay = _Layout(h, version_number(h.version) >= 70)
+    _check_header(h, hdr_len, sizes, lay, n_files, n_lines, pr)
+    if sizes[".cvg"] is not None:
+        _check_cvg_header(parts[".cvg"], pr)
+    try:
+        _check_bins(parts, h, lay, sizes, n_files, n_lines, deleted, pr)
+    except PfmDaskError:
+        raise
+    except (OSError, ValueError, IndexError, OverflowError, MemoryError) as exc:
+        pr.add("check aborted", ".bin", "", f"the bin pass stopped on unreadable data: {exc}")
+    return pr.finish()
+
+
+def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, deleted,
+                pr: _Problems) -> None:
+    W, H = int(h.bin_width), int(h.bin_height)
+    hs = int(h.bin_header_size)
+    n_bins = W * H
+    avail = max(0, (sizes[".bin"] - hs) // lay.bin_bytes)
+    n_read = min(n_bins, avail)
+    scale32, off32 = np.float32(h.depth_scale), np.float32(h.depth_offset)
+    null32 = np.float32(h.null_depth)
+    std32 = np.float32(h.std_scale)
+    compute_average = h.average_filtered_name in _AVERAGE_NAMES
+    class_type = int(h.class_type) if 0 <= int(h.class_type) <= 10 else None
+    walker = _Walker(parts[".ndx"], sizes[".ndx"], lay, W, pr)
+    cvg_fd = None
+    if sizes[".cvg"] is not None:
+        cvg_fd = os.open(parts[".cvg"], os.O_RDONLY)
+    ext = _ExtremaCheck(W, null32)
+    try:
+        with open(parts[".bin"], "rb") as fb:
+            for b0 in range(0, n_read, _BAND_BINS):
+                b1 = min(n_read, b0 + _BAND_BINS)
+                fb.seek(hs + b0 * lay.bin_bytes)
+                raw = fb.read((b1 - b0) * lay.bin_bytes)
+                nb = len(raw) // lay.bin_bytes
+                if nb == 0:
+                    break
+                recs = np.frombuffer(raw[: nb * lay.bin_bytes], dtype=np.uint8).reshape(nb, lay.bin_bytes)
+                cnt = lay.bin.unpack(recs, ["count"])["count"].astype(np.int64)
+                for a, b in _split_by_soundings(cnt, _BAND_SOUNDINGS):
+                    bidx = np.arange(b0 + a, b0 + b, dtype=np.int64)
+                    _check_band(bidx, recs[a:b], lay, h, walker, cvg_fd, n_files, n_lines, deleted,
+                                pr, ext, scale32, off32, null32, std32, compute_average, class_type)
+        # orphans
+        if walker.n_phys:
+            orphans = np.flatnonzero(~walker.visited)
+            if orphans.size:
+                first = ", ".join(f"{int(x) * lay.phys:,}" for x in orphans[:5])
+                pr.add("orphans", ".ndx", "", f"{orphans.size:,} physical record(s) belong to no bin's "
+                       f"chain (first at byte(s) {first})")
+        ext.compare(h, pr)
+    finally:
+        walker.close()
+        if cvg_fd is not None:
+            os.close(cvg_fd)
+
+
+class _ExtremaCheck:
+    """Header extrema recomputed from the stored bin records, pfmLoader's rules."""
+
+    def __init__(self, width: int, null32):
+        self.W = width
+        self.null = float(null32)
+        self.v = {}
+        self.any = False
+
+    def _take(self, key, vals, bidx, lower, quantum):
+        if vals.size == 0:
+            return
+        j = int(np.argmin(vals) if lower else np.argmax(vals))
+        x = float(vals[j])
+        cur = self.v.get(key)
+        if cur is None or ((x < cur[0]) if lower else (x > cur[0])):
+            self.v[key] = (x, int(bidx[j]), quantum)
+
+    def update(self, bidx, cnt, vals: dict, validity, depth_q, std_q):
+        has = cnt > 0
+        if not has.any():
+            return
+        self.any = True
+        bi = bidx[has]
+        self._take("bin_count_min", cnt[has].astype(np.float64), bi, True, 0)
+        self._take("bin_count_max", cnt[has].astype(np.float64), bi, False, 0)
+        ok = vals["max"][has] < self.null - 0.5 * depth_q  # below NULL DEPTH
+        data = ok & ((validity[has] & V.DATA) != 0)
+        self._take("min_filtered", vals["min_filtered"][has][data], bi[data], True, depth_q)
+        self._take("max_filtered", vals["max_filtered"][has][data], bi[data], False, depth_q)
+        self._take("min_std", vals["std"][has][data], bi[data], True, std_q)
+        self._take("max_std", vals["std"][has][data], bi[data], False, std_q)
+        self._take("min", vals["min"][has][ok], bi[ok], True, depth_q)
+        self._take("max", vals["max"][has][ok], bi[ok], False, depth_q)
+
+    def compare(self, h: PfmHeader, pr: _Problems) -> None:
+        if not self.any:
+            return
+        W = self.W
+        checks = [("bin_count_min", "[MINIMUM BIN COUNT]", h.min_bin_count, h.min_count_coord),
+                  ("bin_count_max", "[MAXIMUM BIN COUNT]", h.max_bin_count, h.max_count_coord),
+                  ("min_filtered", "[MIN FILTERED DEPTH]", h.min_filtered_depth, h.min_filtered_coord),
+                  ("max_filtered", "[MAX FILTERED DEPTH]", h.max_filtered_depth, h.max_filtered_coord),
+                  ("min", "[MIN DEPTH]", h.min_depth, h.min_coord),
+                  ("max", "[MAX DEPTH]", h.max_depth, h.max_coord),
+                  ("min_std", "[MIN STANDARD DEVIATION]", h.min_standard_deviation, None),
+                  ("max_std", "[MAX STANDARD DEVIATION]", h.max_standard_deviation, None)]
+        for key, name, hv, hc in checks:
+            got = self.v.get(key)
+            if got is None:
+                continue
+            val, b, q = got
+            tol = q * 1.01 + 2e-6 * max(1.0, abs(val))  # header floats print with 6 decimals
+            if abs(float(hv) - val) > tol:
+                pr.add("header extrema", "header", "",
+                       f"{name} = {float(hv):g} but the bins give {val:g} at {_bin_where(b, W)}")
+            elif hc is not None and q == 0 and tuple(hc) != (b % W, b // W):
+                pr.add("header extrema", "header", "",
+                       f"{name} is at {tuple(hc)} in the header but first reached at {_bin_where(b, W)}")
+
+
+def _check_band(bidx, recs, lay: _Layout, h: PfmHeader, walker: _Walker, cvg_fd, n_files, n_lines,
+                deleted, pr: _Problems, ext: _ExtremaCheck, scale32, off32, null32, std32,
+                compute_average, class_type) -> None:
+    W = int(h.bin_width)
+    u = lay.bin.unpack(recs)
+    cnt = u["count"].astype(np.int64)
+    validity = u["validity"].astype(np.int64)
+    # empty bins must be all zero bytes (never written)
+    empty = cnt == 0
+    dirty = empty & recs.any(axis=1)
+    for j in np.flatnonzero(dirty):
+        pr.add("empty bin dirty", ".bin", _bin_where(bidx[j], W),
+               "count is 0 but the record has non-zero fields (statistics, flags or pointers)")
+    # cap the chain walk: a count larger than the .ndx can hold is corrupt
+    cap = walker.n_phys * lay.L
+    huge = (cnt > cap) if walker.n_phys else np.zeros(cnt.size, dtype=bool)
+    for j in np.flatnonzero(huge):
+        pr.add("count too large", ".bin", _bin_where(bidx[j], W),
+               f"count {int(cnt[j]):,} is more than the whole .ndx holds ({cap:,} soundings)")
+    walk_cnt = np.where(huge, 0, cnt)
+    ok, snd = walker.walk(bidx, walk_cnt, u["head"].astype(np.int64), u["tail"].astype(np.int64))
+    ok &= ~huge
+    has = cnt > 0
+    # file and line numbers
+    if snd["b"].size:
+        for key, n, part in (("file", n_files, ".ctl"), ("line", n_lines, ".lin")):
+            if n is None:
+                continue
+            bad = snd[key].astype(np.int64) >= n
+            if bad.any():
+                for j in np.flatnonzero(bad)[:_MAX_PER_KIND]:
+                    pr.add(f"{key} reference", ".ndx", _bin_where(bidx[snd['b'][j]], W),
+                           f"a sounding names {key} {int(snd[key][j])} but the {part} lists {n}")
+                pr.more(f"{key} reference", ".ndx", int(bad.sum()) - _MAX_PER_KIND)
+        if deleted and any(deleted):
+            dfl = np.asarray(deleted + [False], dtype=bool)
+            fnum = np.minimum(snd["file"].astype(np.int64), len(deleted))
+            nodel = dfl[fnum] & ((snd["validity"].astype(np.int64) & V.DELETED) == 0)
+            for j in np.flatnonzero(nodel)[:_MAX_PER_KIND]:
+                pr.add("deleted file", ".ndx", _bin_where(bidx[snd['b'][j]], W),
+                       f"a sounding of deleted file {int(snd['file'][j])} is not flagged DELETED")
+    # statistics: recompute the bins whose chain was walked cleanly
+    good = np.flatnonzero(has & ok) if class_type is not None else np.zeros(0, np.int64)
+    depth_q = 1.0 / float(scale32)
+    std_q = 1.0 / float(std32)
+    stored_code = {k: u[k].astype(np.int64) for k in ("std", "avg_filtered", "min_filtered",
+                                                       "max_filtered", "avg", "min", "max")}
+    if good.size:
+        sel = np.isin(snd["b"], good)
+        sb = snd["b"][sel]
+        z = (snd["depth"][sel].astype(np.float64) / np.float64(scale32) - np.float64(off32))
+        prior_std = (u["std"][good].astype(np.float32) / std32).astype(np.float32)
+        st = compute_bin_stats(sb, z, snd["validity"][sel].astype(np.int64), null_depth=null32,
+                               class_type=class_type, prior_validity=validity[good],
+                               prior_std=prior_std)
+        # st is ordered by b ascending == good ascending
+        msgs = []
+        if "num_valid" in u:
+            nv = u["num_valid"].astype(np.int64)[good]
+            for j in np.flatnonzero(nv != st["num_valid"]):
+                msgs.append((j, f"num_valid is {int(nv[j])}, the soundings give {int(st['num_valid'][j])}"))
+        fields = ["std", "min_filtered", "max_filtered", "min", "max"]
+        if compute_average:
+            fields += ["avg_filtered", "avg"]
+        for f in fields:
+            if f == "std":
+                want = nint(st["std"].astype(np.float32) * std32)
+            else:
+                want = scaled_code_f32(st[f], off32, scale32)
+            have = stored_code[f][good]
+            diff = np.abs(have - want)
+            for j in np.flatnonzero(diff > 1):
+                q = std_q if f == "std" else depth_q
+                hv = have[j] * q - (0 if f == "std" else float(off32))
+                wv = want[j] * q - (0 if f == "std" else float(off32))
+                msgs.append((j, f"{f} is {hv:.6g}, the soundings give {wv:.6g} (stale or wrong statistic)"))
+        vv = validity[good]
+        for j in np.flatnonzero(vv != st["validity"].astype(np.int64)):
+            msgs.append((j, f"validity is {int(vv[j]):#x}, the soundings give "
+                         f"{int(st['validity'][j]):#x}"))
+        for j, m in msgs:
+            pr.add("bin statistics", ".bin", _bin_where(bidx[good[j]], W), m)
+    # coverage map
+    if cvg_fd is not None:
+        raw = os.pread(cvg_fd, bidx.size, _COV_HEADER_SIZE + int(bidx[0]))
+        if len(raw) == bidx.size:
+            cov = np.frombuffer(raw, dtype=np.uint8).astype(np.int64)
+            d = (validity & V.DATA) != 0
+            wrong = (d != ((cov & V.COV_DATA) != 0))
+            wrong |= ((validity & V.CHECKED) != 0) != ((cov & V.COV_CHECKED) != 0)
+            wrong |= ((validity & V.VERIFIED) != 0) != ((cov & V.COV_VERIFIED) != 0)
+            wrong |= d & ((cov & V.COV_SURVEYED) == 0)
+            for j in np.flatnonzero(wrong):
+                pr.add("coverage", ".cvg", _bin_where(bidx[j], W),
+                       f"coverage byte {int(cov[j]):#04x} disagrees with the bin flags "
+                       f"(DATA {bool(d[j])}, CHECKED {bool(validity[j] & V.CHECKED)}, "
+                       f"VERIFIED {bool(validity[j] & V.VERIFIED)})")
+    # header extrema from the stored values of this band
+    vals = {}
+    for f in ("min_filtered", "max_filtered", "min", "max"):
+        vals[f] = (stored_code[f].astype(np.float32) / scale32 - off32).astype(np.float64)
+    vals["std"] = (stored_code["std"].astype(np.float32) / std32).astype(np.float64)
+    ext.update(bidx, cnt, vals, validity, depth_q, std_q)
+
+
+# ---------------------------------------------------------------------------
+# info and dump (through the store)
+
+def info(path) -> dict:
+    """Geometry, bit widths, depth coding, counts and extremes of a PFM, JSON-serialisable."""
+    from ._store import open_pfm
+
+    f = open_pfm(path, "r")
+    try:
+        h = f.header
+        W, H = f.width, f.height
+        counts = {"bins": W * H, "bins_with_soundings": 0, "bins_with_data": 0,
+                  "soundings": 0, "valid_soundings": 0}
+        ext = _ExtremaCheck(W, np.float32(h.null_depth))
+        step = max(1, _BAND_BINS // max(1, W))
+        depth_q = 1.0 / float(np.float32(h.depth_scale))
+        std_q = 1.0 / float(np.float32(h.std_scale))
+        for r in range(0, H, step):
+            b = f.read_bin_records(r, min(H, r + step))
+            cnt = b["num_soundings"]
+            has = cnt > 0
+            counts["bins_with_soundings"] += int(has.sum())
+            counts["bins_with_data"] += int(((b["validity"] & V.DATA) != 0).sum())
+            counts["soundings"] += int(cnt.sum())
+            counts["valid_soundings"] += int(b["num_valid"].sum())
+            ext.update(b["bin_index"], cnt, b, b["validity"], depth_q, std_q)
+        files = f.files()
+        recomputed = {}
+        names = {"bin_count_min": "min_bin_count", "bin_count_max": "max_bin_count",
+                 "min_filtered": "min_filtered_depth", "max_filtered": "max_filtered_depth",
+                 "min": "min_depth", "max": "max_depth", "min_std": "min_standard_deviation",
+                 "max_std": "max_standard_deviation"}
+        for k, name in names.items():
+            if k in ext.v:
+                val, bi, _ = ext.v[k]
+                recomputed[name] = int(val) if "count" in name else val
+                if "std" not in k:
+                    recomputed[name.replace("_depth", "").replace("bin_count", "count") + "_coord"] = \
+                        [int(bi % W), int(bi // W)]
+        return {
+            "path": os.fspath(path),
+            "version": h.version,
+            "creation_software": h.creation_software,
+            "date": h.date,
+            "geometry": {
+                "min_x": h.min_x, "min_y": h.min_y, "max_x": h.max_x, "max_y": h.max_y,
+                "x_bin_size_deg": h.x_bin_size, "y_bin_size_deg": h.y_bin_size,
+                "bin_size_m": h.bin_size_xy, "width": W, "height": H,
+                "polygon": [[float(a), float(b)] for a, b in h.points],
+            },
+            "bits": {k: int(getattr(h, k)) for k in (
+                "count_bits", "std_bits", "depth_bits", "record_pointer_bits", "file_number_bits",
+                "line_number_bits", "ping_number_bits", "beam_number_bits", "offset_bits",
+                "validity_bits", "horizontal_error_bits", "vertical_error_bits")},
+            "record_length": int(h.record_length),
+            "bin_record_bytes": int(f.bin_record_size),
+            "ndx_record_bytes": int(f.ndx_record_size),
+            "depth": {"min_depth": -float(h.depth_offset), "null_depth": float(h.null_depth),
+                      "max_depth": float(h.null_depth) - 1.0, "precision": depth_q,
+                      "depth_scale": float(h.depth_scale), "depth_offset": float(h.depth_offset),
+                      "std_scale": float(h.std_scale)},
+            "counts": {**counts, "input_files": len(files),
+                       "deleted_files": sum(1 for x in files if x.deleted),
+                       "lines": len(f.lines()),
+                       "ndx_records": int(f.ndx_size // f.ndx_record_size)},
+            "header_extrema": {
+                "min_filtered_depth": h.min_filtered_depth, "max_filtered_depth": h.max_filtered_depth,
+                "min_filtered_coord": list(h.min_filtered_coord),
+                "max_filtered_coord": list(h.max_filtered_coord),
+                "min_depth": h.min_depth, "max_depth": h.max_depth,
+                "min_coord": list(h.min_coord), "max_coord": list(h.max_coord),
+                "min_bin_count": int(h.min_bin_count), "max_bin_count": int(h.max_bin_count),
+                "min_count_coord": list(h.min_count_coord), "max_count_coord": list(h.max_count_coord),
+                "min_standard_deviation": h.min_standard_deviation,
+                "max_standard_deviation": h.max_standard_deviation},
+            "bin_extrema": recomputed,
+            "class_type": int(h.class_type),
+            "average_filtered_name": h.average_filtered_name,
+        }
+    finally:
+        f.close()
+
+
+def _sounding_schema():
+    import pyarrow as pa
+
+    return pa.schema([
+        ("file", pa.int32()), ("line", pa.int32()), ("ping", pa.int64()), ("beam", pa.int32()),
+        ("bin_x", pa.int32()), ("bin_y", pa.int32()),
+        pa.field("x", pa.float64(), metadata={"unit": "degrees east (longitude)"}),
+        pa.field("y", pa.float64(), metadata={"unit": "degrees north (latitude)"}),
+        pa.field("depth", pa.float64(), metadata={"unit": "m, positive down"}),
+        ("validity", pa.int32()),
+        pa.field("horizontal_error", pa.float32(), metadata={"unit": "m, -999 = null"}),
+        pa.field("vertical_error", pa.float32(), metadata={"unit": "m, -999 = null"}),
+    ])
+
+
+def _bin_schema():
+    import pyarrow as pa
+
+    f32 = pa.float32()
+    return pa.schema([
+        ("bin_x", pa.int32()), ("bin_y", pa.int32()), ("num_soundings", pa.int64()),
+        ("num_valid", pa.int64()), ("std", f32), ("avg_filtered", f32), ("min_filtered", f32),
+        ("max_filtered", f32), ("avg", f32), ("min", f32), ("max", f32), ("validity", pa.int32()),
+    ])
+
+
+def dump(path, *, soundings=None, bins=None) -> dict:
+    """Write a PFM's soundings and/or bins with soundings as Parquet; returns the counts.
+
+    Soundings are sorted by (bin_y, bin_x), then chain order; positions ``x``
+    (longitude) and ``y`` (latitude) are decoded as the library does. Bins
+    are those with at least one sounding, in raster order, with their stored
+    statistics (decoded float32). Streaming by bands of rows keeps memory
+    bounded. Column names: :data:`SOUNDING_COLUMNS`, :data:`BIN_COLUMNS`.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ._recompute import _plan_bands
+    from ._store import open_pfm
+
+    if soundings is None and bins is None:
+        raise PfmFormatError("dump: give a soundings and/or a bins output path", path=path)
+    f = open_pfm(path, "r")
+    sw = bw = None
+    n_snd = n_bins = 0
+    try:
+        if soundings is not None:
+            sw = pq.ParquetWriter(os.fspath(soundings), _sounding_schema())
+        if bins is not None:
+            bw = pq.ParquetWriter(os.fspath(bins), _bin_schema())
+        for r0, r1, c0, c1 in _plan_bands(f, None, None, _BAND_SOUNDINGS):
+            if bw is not None:
+                b = f.read_bin_records(r0, r1, c0, c1)
+                has = b["num_soundings"] > 0
+                if has.any():
+                    cols = {"bin_x": b["col"][has].astype(np.int32),
+                            "bin_y": b["row"][has].astype(np.int32),
+                            "num_soundings": b["num_soundings"][has],
+                            "num_valid": b["num_valid"][has]}
+                    for k in ("std", "avg_filtered", "min_filtered", "max_filtered", "avg", "min", "max"):
+                        cols[k] = b[k][has].astype(np.float32)
+                    cols["validity"] = b["validity"][has].astype(np.int32)
+                    bw.write_table(pa.table(cols, schema=_bin_schema()))
+                    n_bins += int(has.sum())
+            if sw is not None:
+                s = f.read_soundings(r0, r1, c0, c1)
+                if s["bin_index"].size:
+                    lat, lon = f.decode_positions(s["col"], s["row"], s["x_off"], s["y_off"])
+                    cols = {"file": s["file"].astype(np.int32), "line": s["line"].astype(np.int32),
+                            "ping": s["ping"].astype(np.int64), "beam": s["beam"].astype(np.int32),
+                            "bin_x": s["col"].astype(np.int32), "bin_y": s["row"].astype(np.int32),
+                            "x": np.asarray(lon, dtype=np.float64), "y": np.asarray(lat, dtype=np.float64),
+                            "depth": s["depth"].astype(np.float64),
+                            "validity": s["validity"].astype(np.int32),
+                            "horizontal_error": s["horizontal_error"].astype(np.float32),
+                            "vertical_error": s["vertical_error"].astype(np.float32)}
+                    sw.write_table(pa.table(cols, schema=_sounding_schema()))
+                    n_snd += int(s["bin_index"].size)
+    finally:
+        if sw is not None:
+            sw.close()
+        if bw is not None:
+            bw.close()
+        f.close()
+    out = {"path": os.fspath(path)}
+    if soundings is not None:
+        out["soundings"] = n_snd
+        out["soundings_path"] = os.fspath(soundings)
+    if bins is not None:
+        out["bins"] = n_bins
+        out["bins_path"] = os.fspath(bins)
+    return out
