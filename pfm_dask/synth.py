@@ -185,7 +185,7 @@ def generate(outdir, *, files: int = 8, pings: int = 200, beams: int = 432, seed
              azimuth: float = 0.0, speed_knots: float = 8.0, swath_deg: float = 65.0,
              overlap: float = 0.25, depth_range: tuple[float, float] = (800.0, 2500.0),
              spike_rate: float = 2e-4, cluster_rate: float = 0.01, flag_scale: float = 1.0,
-             extras: bool = True, version: str = "GSF-v03.08") -> dict:
+             extras: bool = True, version: str = "GSF-v03.08", workers: int = 1) -> dict:
     """Write a synthetic survey of ``files`` GSF lines into ``outdir``; return a JSON-ready summary.
 
     ``latitude``/``longitude`` is the south-west-ish origin of the first line, ``azimuth`` the
@@ -193,9 +193,12 @@ def generate(outdir, *, files: int = 8, pings: int = 200, beams: int = 432, seed
     at the shallowest depth. ``spike_rate`` is the chance that a valid sounding is an isolated
     spike; ``cluster_rate`` the chance per ping that a spike cluster starts there;
     ``flag_scale`` multiplies the rates of rejected beams. ``extras`` adds travel time and beam
-    angle arrays. Also writes ``truth.parquet`` (see :data:`TRUTH_SCHEMA`) and ``survey.json``.
+    angle arrays. ``workers`` > 1 writes files in that many processes (the bytes do not
+    depend on it). Also writes ``truth.parquet`` (see :data:`TRUTH_SCHEMA`) and ``survey.json``.
     """
     t_start = _time.perf_counter()
+    if int(workers) < 1:
+        raise ConfigError(f"workers must be at least 1, got {workers}")
     _check_args(files, pings, beams, depth_range, swath_deg, overlap, speed_knots, latitude,
                 longitude, spike_rate, cluster_rate, flag_scale)
     outdir = Path(outdir)
@@ -217,10 +220,12 @@ def generate(outdir, *, files: int = 8, pings: int = 200, beams: int = 432, seed
     box = [90.0, 180.0, -90.0, -180.0]
     dmin_all, dmax_all = math.inf, -math.inf
     total_bytes = 0
-    for line in plan["lines"]:
-        res = _write_line(outdir, line, plan, theta, seed=seed, spike_rate=spike_rate,
-                          cluster_rate=cluster_rate, flag_scale=flag_scale, extras=extras,
-                          version=version, params=params)
+    slim = {k: plan[k] for k in ("seafloor", "ue", "ve")}
+    jobs = [(outdir, line, slim, theta, dict(seed=seed, spike_rate=spike_rate,
+                                              cluster_rate=cluster_rate, flag_scale=flag_scale,
+                                              extras=extras, version=version, params=params))
+            for line in plan["lines"]]
+    for res in _run_jobs(jobs, workers):
         truth_parts.append(res["truth"])
         flag_counts += res["flag_counts"]
         s, w, n, e = res["area"]
@@ -262,6 +267,25 @@ def generate(outdir, *, files: int = 8, pings: int = 200, beams: int = 432, seed
     summary["elapsed_s"] = round(elapsed, 3)
     summary["mb_per_s"] = round(total_bytes / 1e6 / elapsed, 1) if elapsed > 0 else None
     return summary
+
+
+def _one_job(job):
+    outdir, line, plan, theta, kw = job
+    return _write_line(outdir, line, plan, theta, **kw)
+
+
+def _run_jobs(jobs, workers: int):
+    """Results of the per-line jobs, in order; in ``workers`` spawned processes if > 1."""
+    if workers <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            yield _one_job(job)
+        return
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    with cf.ProcessPoolExecutor(max_workers=min(workers, len(jobs)),
+                                mp_context=mp.get_context("spawn")) as ex:
+        yield from ex.map(_one_job, jobs)
 
 
 def _check_args(files, pings, beams, depth_range, swath_deg, overlap, speed_knots, lat, lon,
@@ -389,6 +413,9 @@ def _plan(files, pings, seed, start_sec, lat0, lon0, azimuth, speed_knots, swath
 
 
 # ---------------------------------------------------------------------------------- one line
+# flag for each probability band of the single draw; the last band is "planted spike"
+_FLAG_OF_BAND = np.array([0x01, 0x09, 0x21, 0x41, 0x10, 0x00], dtype=np.uint8)
+
 _BLOCK = 64  # pings generated together: small enough for the temporaries to stay in cache
 
 
@@ -441,7 +468,10 @@ def _write_line(outdir, line, plan, theta, *, seed, spike_rate, cluster_rate, fl
     p_iho2 = fs * f32(0.0004) * rel ** 2
     p_foot = fs * f32(0.002) * rel ** 12
     p_info = fs * (f32(0.002) + f32(0.01) * rel ** 4)
-    edges = np.cumsum(np.stack(np.broadcast_arrays(p_null, p_filt, p_iho2, p_foot, p_info)), axis=0)
+    bands = np.broadcast_arrays(p_null, p_filt, p_iho2, p_foot, p_info,
+                                np.full_like(p_null, spike_rate))
+    edges = np.cumsum(np.stack([b_[0] for b_ in bands]), axis=0)   # (6, B)
+    top = edges[-1][None, :]
     sub = np.unique(np.r_[np.arange(0, B, 4), B - 1])    # beams of the first footprint pass
     if len(sub) < B:
         jb = np.arange(B)
@@ -475,7 +505,7 @@ def _write_line(outdir, line, plan, theta, *, seed, spike_rate, cluster_rate, fl
         d1 = d_sub[:, kb] * (f32(1) - wb) + d_sub[:, kb + 1] * wb if len(sub) < B else d_sub
         xq = d1 * tan_t
         yq = d1 * along_k[q]
-        yq += rng.normal(0, 0.2, xq.shape).astype(f32)
+        yq += rng.random(xq.shape, dtype=np.float32) * f32(0.7) - f32(0.35)   # σ ≈ 0.2 m
         e_f, n_f = footprint(xq, yq)
         td = sf.depth(e_f, n_f)
         emin, emax = min(emin, float(e_f.min())), max(emax, float(e_f.max()))
@@ -497,17 +527,15 @@ def _write_line(outdir, line, plan, theta, *, seed, spike_rate, cluster_rate, fl
         if extras:
             np.multiply(slant, f32(2.0 / SOUND_SPEED), out=travel[q])
 
-        # beam flags (NAVO/HMPS), mostly 0x00: one uniform draw picks at most one reason
+        # beam flags (NAVO/HMPS), mostly 0x00, and isolated spikes: one uniform draw per beam
+        # falls in at most one of the stacked probability bands; only the few candidates
+        # below the top band are classified
         r = rng.random(xq.shape, dtype=np.float32)
-        fq = flags[q]
-        fq[r < edges[4]] = 0x10
-        fq[r < edges[3]] = 0x41
-        fq[r < edges[2]] = 0x21
-        fq[r < edges[1]] = 0x09
-        fq[r < edges[0]] = 0x01
-        # isolated spikes go into valid beams of valid pings
-        single[q] = ((fq == 0) & valid_ping[q, None]
-                     & (rng.random(xq.shape, dtype=np.float32) < f32(spike_rate)))
+        cp, cb = np.nonzero(r < top)
+        cat = (r[cp, cb][None, :] >= edges[:, cb]).sum(axis=0)
+        flags[q][cp, cb] = _FLAG_OF_BAND[cat]
+        hit = (cat == len(_FLAG_OF_BAND) - 1) & valid_ping[q][cp]
+        single[q][cp[hit], cb[hit]] = True
 
     # manually edited patches: an operator boxed a few areas of pings × beams
     for _ in range(rng.poisson(P / 400.0 * flag_scale)):

@@ -182,6 +182,14 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path):
     assert all((a / n).read_bytes() != (c / n).read_bytes() for n in gsf if (c / n).exists())
 
 
+def test_workers_do_not_change_the_bytes(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    synth.generate(one, files=3, pings=8, beams=32, seed=5, **KW)
+    synth.generate(two, files=3, pings=8, beams=32, seed=5, workers=2, **KW)
+    for p in sorted(one.iterdir()):
+        assert p.read_bytes() == (two / p.name).read_bytes(), p.name
+
+
 def test_rerun_replaces_an_earlier_survey(tmp_path):
     synth.generate(tmp_path, files=3, pings=5, beams=16, seed=1)
     synth.generate(tmp_path, files=1, pings=5, beams=16, seed=1)
