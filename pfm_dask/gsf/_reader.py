@@ -162,6 +162,9 @@ class GsfFile:
         self._state_keys: list = [0]
         self._bad_ping: int | None = None   # first ping found damaged (lenient)
         self._seen: set = set()             # subrecord ids met while walking
+        # Start pings at most this far past a known state are reached by walking
+        # forward; further ones by walking back (tests set 0 to force the latter).
+        self._forward_limit = _CHECKPOINT_EVERY
 
     # --- context manager / lifetime ---------------------------------------------------
 
@@ -204,7 +207,7 @@ class GsfFile:
         if start in self._states:
             return self._states[start].copy()
         k = self._state_keys[bisect.bisect_right(self._state_keys, start) - 1]
-        if start - k <= _CHECKPOINT_EVERY:
+        if start - k <= self._forward_limit:
             # A known state is close: walk forward from it (exact in every case).
             return self._walk_forward(k, start)
         # Otherwise resolve lazily, walking back from start only as far as needed.
@@ -216,7 +219,8 @@ class GsfFile:
             stop = min(start, k + _CHECKPOINT_EVERY)
             dirn, dmg = walk_pings(self._buf, self._pdata[k:stop], self._psize[k:stop],
                                    self.ping_offsets[k:stop], self._hdr_len, st,
-                                   self.path, strict=self.strict, seen=self._seen)
+                                   self.path, strict=self.strict, seen=self._seen,
+                                   u8=self._u8)
             if dmg is not None:
                 self._note_damage(dmg, k + len(dirn))
                 return None
@@ -257,7 +261,8 @@ class GsfFile:
         try:
             dirn, dmg = walk_pings(self._buf, self._pdata[start:stop], self._psize[start:stop],
                                    self.ping_offsets[start:stop], self._hdr_len, st,
-                                   self.path, strict=self.strict, seen=self._seen)
+                                   self.path, strict=self.strict, seen=self._seen,
+                                   u8=self._u8)
         except NeedHistory:
             k = self._state_keys[bisect.bisect_right(self._state_keys, start) - 1]
             st = self._walk_forward(k, start)
@@ -265,7 +270,8 @@ class GsfFile:
                 return empty, start
             dirn, dmg = walk_pings(self._buf, self._pdata[start:stop], self._psize[start:stop],
                                    self.ping_offsets[start:stop], self._hdr_len, st,
-                                   self.path, strict=self.strict, seen=self._seen)
+                                   self.path, strict=self.strict, seen=self._seen,
+                                   u8=self._u8)
         if dmg is not None:
             self._note_damage(dmg, start + len(dirn))
         elif st.resolver is None:

@@ -1,0 +1,152 @@
+"""Batched and partial reads equal the whole-file read.
+
+Reading from ping k must apply the merged scale-factor state in force at ping k,
+also when ping k carries no table of its own (samples #2 and #4) and when the
+state is rebuilt by walking back (forced here with ``_forward_limit = 0``) rather
+than forward. The reference is always the plain whole-file read, which is itself
+checked against libgsf in ``test_reader_vs_gsfpy.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pfm_dask import gsf
+
+from .test_pitfalls import array, header_record, ping_record, sf_table, sub, write
+
+
+def tail(table: pa.Table, start: int, stop: int | None = None) -> pa.Table:
+    """Rows of pings [start, stop) (0-based) of a whole-file table."""
+    ping = table.column("ping").to_numpy()
+    keep = ping > start
+    if stop is not None:
+        keep &= ping <= stop
+    return table.filter(pa.array(keep))
+
+
+@pytest.mark.parametrize("max_pings", [1, 3, 7, 1000])
+def test_batches_equal_whole(gsf_sample, max_pings):
+    whole = gsf.read_pings(gsf_sample)
+    batches = list(gsf.iter_batches(gsf_sample, max_pings))
+    assert all(b.schema.equals(gsf.SOUNDING_SCHEMA) for b in batches)
+    if whole.num_rows == 0:
+        assert batches == []
+        return
+    joined = pa.Table.from_batches(batches)
+    assert joined.equals(whole)
+    pings = [len(np.unique(b.column("ping").to_numpy())) for b in batches]
+    assert max(pings) <= max_pings
+
+
+@pytest.mark.parametrize("forward_limit", [0, 256])
+def test_read_from_every_ping_equals_tail(gsf_sample, forward_limit):
+    """Each start ping, on a fresh file object (no state cached): walking back or forward."""
+    whole = gsf.read_pings(gsf_sample)
+    with gsf.GsfFile(gsf_sample) as f0:
+        n = f0.n_pings
+    starts = range(n) if n <= 60 else list(range(0, n, 7)) + [n - 1]
+    for start in starts:
+        with gsf.GsfFile(gsf_sample) as f:
+            f._forward_limit = forward_limit
+            got = f.read(start_ping=start, stop_ping=min(n, start + 5))
+        assert got.equals(tail(whole, start, min(n, start + 5))), start
+
+
+def test_ranges_split_like_workers(sample_by_name):
+    """Splitting by ping ranges across 'workers' and concatenating gives the whole file."""
+    path = sample_by_name("6_184_1440")
+    whole = gsf.read_pings(path)
+    edges = [0, 13, 14, 50, 99, 131, 132]
+    parts = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        with gsf.GsfFile(path) as f:
+            f._forward_limit = 0
+            parts.extend(f.iter_batches(max_pings=10, start_ping=a, stop_ping=b))
+    assert pa.Table.from_batches(parts).equals(whole)
+
+
+def test_module_iter_batches_ranges(sample_by_name):
+    path = sample_by_name("EM302")
+    whole = gsf.read_pings(path)
+    got = pa.Table.from_batches(list(gsf.iter_batches(path, 4, start_ping=10, stop_ping=23)))
+    assert got.equals(tail(whole, 10, 23))
+    with gsf.GsfFile(path) as f:
+        assert f.read(start_ping=-5).equals(tail(whole, 45))
+        assert f.read(start_ping=60).num_rows == 0
+        with pytest.raises(ValueError):
+            next(f.iter_batches(0))
+
+
+def _merged_file(pings: int = 40) -> bytes:
+    """Tables in ping 0 (ids 1, 2, 16, 19), ping 10 (id 1 only), ping 25 (id 19 only)."""
+    n = 3
+    blob = header_record()
+    for k in range(pings):
+        body = b""
+        if k == 0:
+            body += sf_table([(1, 0, 100, 0), (2, 0, 10, -3), (19, 0, 100, 0)])
+        elif k == 10:
+            body += sf_table([(1, 0, 1000, -100)])
+        elif k == 25:
+            body += sf_table([(19, 0, 10, 0)])
+        body += (array(1, [k, k + 1, k + 2], "H") + array(2, [-k, 0, k], "h")
+                 + array(19, [5, 6, 7], "H") + array(16, [k % 2] * n, "B"))
+        blob += ping_record(body, n=n, sec=1_000_000 + k)
+    return blob
+
+
+def test_partial_tables_resolved_walking_back(tmp_path):
+    """Start pings after partial tables: each id takes its value from the latest table
+    that lists it (hand-computed here), however far back."""
+    path = write(tmp_path, "merge.gsf", _merged_file())
+    whole = gsf.read_pings(path)
+    depth = whole.column("depth").to_numpy().reshape(-1, 3)
+    across = whole.column("across_track").to_numpy().reshape(-1, 3)
+    verr = whole.column("vertical_error").to_numpy().reshape(-1, 3)
+    k = np.arange(40)[:, None]
+    exp_depth = np.where(k < 10, (k + np.arange(3)) / 100, (k + np.arange(3)) / 1000 + 100)
+    np.testing.assert_array_equal(depth, exp_depth)
+    np.testing.assert_array_equal(across, np.array([-1, 0, 1]) * k / 10 + 3)
+    np.testing.assert_array_equal(verr, np.where(k < 25, [0.05, 0.06, 0.07], [0.5, 0.6, 0.7]))
+    for start in range(40):
+        with gsf.GsfFile(path) as f:
+            f._forward_limit = 0
+            assert f.read(start_ping=start).equals(tail(whole, start)), start
+
+
+def test_width_from_history_falls_back_to_forward_walk(tmp_path):
+    """A depth array whose size is not N, 2N or 4N and that nothing confirms takes its
+    width from the table's nibble; starting mid-file must rebuild that from history."""
+    n = 4
+    blob = header_record()
+    for k in range(12):
+        body = sf_table([(1, 0x20, 100, 0)]) if k == 0 else b""
+        body += array(16, [0] * n, "B")
+        # declared 3N bytes, holds 2N; followed by a sensor subrecord (no look-ahead hit)
+        body += array(1, [k, k + 1, k + 2, k + 3], "H", declared=3 * n)
+        body += sub(134, b"\0" * 12)
+        blob += ping_record(body, n=n, sec=1_000 + k)
+    path = write(tmp_path, "hist.gsf", blob)
+    whole = gsf.read_pings(path)
+    np.testing.assert_array_equal(whole.column("depth").to_numpy().reshape(-1, n),
+                                  (np.arange(12)[:, None] + np.arange(n)) / 100)
+    for start in (1, 5, 11):
+        with gsf.GsfFile(path) as f:
+            f._forward_limit = 0
+            assert f.read(start_ping=start).equals(tail(whole, start))
+
+
+def test_synthetic_survey_batches(tmp_path):
+    """A 300-ping synthetic line (pfm_dask.synth): batches, far starts and the whole agree."""
+    synth = pytest.importorskip("pfm_dask.synth")
+    summary = synth.generate(tmp_path / "s", files=1, pings=300, beams=64, seed=3)
+    path = tmp_path / "s" / summary["files"][0]["name"]
+    whole = gsf.read_pings(path)
+    assert whole.num_rows == 300 * 64
+    assert pa.Table.from_batches(list(gsf.iter_batches(path, 37))).equals(whole)
+    with gsf.GsfFile(path) as f:                 # > 256 pings past ping 0: walks back
+        assert f.read(start_ping=290).equals(tail(whole, 290))
+        assert f.read(start_ping=150, stop_ping=151).equals(tail(whole, 150, 151))
