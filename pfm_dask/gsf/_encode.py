@@ -110,21 +110,22 @@ class ScaleFactor:
 
     def __post_init__(self):
         if not (1 <= int(self.multiplier) <= 0xFFFF_FFFF) or int(self.multiplier) != self.multiplier:
-            raise ValueError(f"multiplier must be an integer in 1..2**32-1, got {self.multiplier!r}")
+            raise GsfError(f"multiplier must be an integer in 1..2**32-1, got {self.multiplier!r}")
         if not (-0x8000_0000 <= int(self.offset) <= 0x7FFF_FFFF) or int(self.offset) != self.offset:
-            raise ValueError(f"offset must be a 32-bit integer, got {self.offset!r}")
+            raise GsfError(f"offset must be a 32-bit integer, got {self.offset!r}")
         if self.width not in (1, 2, 4):
-            raise ValueError(f"width must be 1, 2 or 4 bytes, got {self.width!r}")
+            raise GsfError(f"width must be 1, 2 or 4 bytes, got {self.width!r}")
 
 
-def _parse_version(version: str) -> tuple[int, int]:
+def _parse_version(version: str, path=None) -> tuple[int, int]:
     m = re.fullmatch(r"GSF-v(\d+)\.(\d+)", version)
     if not m or len(version) > 12:
-        raise ValueError(f"version must look like 'GSF-v03.08' (at most 12 characters), got {version!r}")
+        raise GsfError(f"version must look like 'GSF-v03.08' (at most 12 characters), got {version!r}",
+                       path=path)
     return int(m.group(1)), int(m.group(2))
 
 
-def _time_pair(time) -> tuple[int, int]:
+def _time_pair(time, path=None) -> tuple[int, int]:
     """(seconds, nanoseconds) from None (0), a number of seconds, or a (sec, nsec) pair."""
     if time is None:
         return 0, 0
@@ -137,7 +138,7 @@ def _time_pair(time) -> tuple[int, int]:
         if nsec >= 1_000_000_000:
             sec, nsec = sec + 1, nsec - 1_000_000_000
     if not (0 <= sec <= 0xFFFF_FFFF and 0 <= nsec < 1_000_000_000):
-        raise ValueError(f"time must be 0 ≤ seconds < 2**32 and 0 ≤ ns < 1e9, got {time!r}")
+        raise GsfError(f"time must be 0 ≤ seconds < 2**32 and 0 ≤ ns < 1e9, got {time!r}", path=path)
     return sec, nsec
 
 
@@ -157,7 +158,7 @@ class GsfWriter:
     def __init__(self, path: str | os.PathLike, *, version: str = "GSF-v03.08"):
         self.path = os.fspath(path)
         self.version = version
-        self.major, self.minor = _parse_version(version)
+        self.major, self.minor = _parse_version(version, self.path)
         self.scale_factors: dict[int, ScaleFactor] = {}  #: current table, by array id
         self.pings_written = 0
         self.records_written = 0
@@ -203,33 +204,33 @@ class GsfWriter:
     # -- small records ------------------------------------------------------------------------
     def write_comment(self, text: str, *, time=None) -> None:
         """A COMMENT record (id 6): time, u32 length, the text (UTF-8, no terminating NUL)."""
-        sec, nsec = _time_pair(time)
+        sec, nsec = _time_pair(time, self.path)
         raw = text.encode("utf-8")
         self._write_record(_REC_COMMENT, np.array([sec, nsec, len(raw)], ">u4").tobytes() + raw)
 
     def write_history(self, *, time=None, host_name: str = "", operator_name: str = "",
                       command_line: str = "", comment: str = "") -> None:
         """A HISTORY record (id 7): time, then four u16-length NUL-terminated strings."""
-        sec, nsec = _time_pair(time)
+        sec, nsec = _time_pair(time, self.path)
         parts = [np.array([sec, nsec], ">u4").tobytes()]
         for name, s in (("host_name", host_name), ("operator_name", operator_name),
                         ("command_line", command_line), ("comment", comment)):
             raw = s.encode("utf-8") + b"\0"
             if name in ("host_name", "operator_name") and len(raw) > 65:
-                raise ValueError(f"{name} is limited to 64 bytes by libgsf, got {len(raw) - 1}")
+                raise self._error(f"{name} is limited to 64 bytes by libgsf, got {len(raw) - 1}")
             if len(raw) > 0xFFFF:
-                raise ValueError(f"{name} is too long for a u16 length ({len(raw)} bytes)")
+                raise self._error(f"{name} is too long for a u16 length ({len(raw)} bytes)")
             parts.append(np.array([len(raw)], ">u2").tobytes() + raw)
         self._write_record(_REC_HISTORY, b"".join(parts))
 
     def write_processing_parameters(self, params: Mapping[str, object] | list[str], *,
                                     time=None) -> None:
         """A PROCESSING_PARAMETERS record (id 4): ``KEY=VALUE`` strings (u16 length incl. NUL)."""
-        sec, nsec = _time_pair(time)
+        sec, nsec = _time_pair(time, self.path)
         items = ([f"{k}={v}" for k, v in params.items()] if isinstance(params, Mapping)
                  else [str(p) for p in params])
         if len(items) > 128:
-            raise ValueError(f"libgsf reads at most 128 processing parameters, got {len(items)}")
+            raise self._error(f"libgsf reads at most 128 processing parameters, got {len(items)}")
         parts = [np.array([sec, nsec], ">u4").tobytes(), np.array([len(items)], ">u2").tobytes()]
         for s in items:
             raw = s.encode("utf-8") + b"\0"
@@ -240,8 +241,8 @@ class GsfWriter:
                       max_latitude: float, max_longitude: float, min_depth: float,
                       max_depth: float) -> None:
         """A SWATH_BATHY_SUMMARY record (id 9): time span, position box (1e-7°), depths (0.01 m)."""
-        s0, n0 = _time_pair(start_time)
-        s1, n1 = _time_pair(end_time)
+        s0, n0 = _time_pair(start_time, self.path)
+        s1, n1 = _time_pair(end_time, self.path)
         pos = round_half_away(np.array([min_latitude, min_longitude, max_latitude, max_longitude]) * 1e7)
         dep = round_half_away(np.array([min_depth, max_depth]) * 100.0)
         if np.any(np.abs(pos) > 0x7FFF_FFFF) or np.any(np.abs(dep) > 0x7FFF_FFFF):
@@ -322,8 +323,11 @@ class GsfWriter:
         overrides = {}
         for name, sf in (scale_factors or {}).items():
             if name not in ARRAY_IDS:
-                raise ValueError(f"unknown array {name!r} in scale_factors; known: {sorted(ARRAY_IDS)}")
-            overrides[name] = sf if isinstance(sf, ScaleFactor) else ScaleFactor(*sf)
+                raise self._error(f"unknown array {name!r} in scale_factors; known: {sorted(ARRAY_IDS)}")
+            try:
+                overrides[name] = sf if isinstance(sf, ScaleFactor) else ScaleFactor(*sf)
+            except GsfError as err:
+                raise self._error(f"scale factor for {name}: {err.reason}") from None
         chosen: dict[str, ScaleFactor] = {}
         raws: dict[str, np.ndarray] = {}
         for name, a in arrays.items():
@@ -337,7 +341,7 @@ class GsfWriter:
             if name in overrides:
                 sf = overrides[name]
                 if name in _FIXED_WIDTH and sf.width != _FIXED_WIDTH[name]:
-                    raise ValueError(f"{name} is always {_FIXED_WIDTH[name]} bytes wide in GSF, "
+                    raise self._error(f"{name} is always {_FIXED_WIDTH[name]} bytes wide in GSF, "
                                      f"got width {sf.width}")
             else:
                 sf = self._choose(name, vmin, vmax)

@@ -402,6 +402,23 @@ def test_explicit_factor_too_small_raises(tmp_path):
         w.write_pings(scale_factors={"depth": (1000, 0, 2)}, **sent)
 
 
+def test_bad_arguments_raise_gsf_error_with_path(tmp_path):
+    path = tmp_path / "args.gsf"
+    with pytest.raises(GsfError, match="version") as info:
+        GsfWriter(path, version="v3")
+    assert info.value.path == str(path)
+    with GsfWriter(path) as w:
+        for call in (lambda: w.write_comment("x", time=(-1, 0)),
+                     lambda: w.write_pings(scale_factors={"bogus": (1, 0, 2)}, **survey_like()),
+                     lambda: w.write_pings(scale_factors={"depth": (0, 0, 4)}, **survey_like()),
+                     lambda: w.write_pings(scale_factors={"beam_angle": (100, 0, 4)}, **survey_like()),
+                     lambda: w.write_pings(**survey_like(heading=np.zeros(2))),
+                     lambda: w.write_history(host_name="h" * 80)):
+            with pytest.raises(GsfError) as info:
+                call()
+            assert info.value.path == str(path)
+
+
 def test_writer_is_deterministic(tmp_path):
     for name in ("a.gsf", "b.gsf"):
         with GsfWriter(tmp_path / name) as w:
