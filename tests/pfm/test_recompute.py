@@ -292,3 +292,224 @@ def test_bad_arguments():
         compute_bin_stats([1, 2], [1.0], [0, 0], null_depth=NULL)
     with pytest.raises(ValueError):
         compute_bin_stats([1, 2], [1.0, 2.0], [0, 0], null_depth=NULL, prior_validity=[1, 2, 3])
+
+
+# --- recompute() on a PFM written by the store ---------------------------------------
+#
+# The inputs are generated here and kept; the expected bin records are computed from
+# them with the reference loop above and the hand-written codings, never read back.
+
+import os  # noqa: E402
+import shutil  # noqa: E402
+
+from pfm_dask import pfm as P  # noqa: E402
+from pfm_dask.bins import BinGrid  # noqa: E402
+from pfm_dask.pfm import recompute  # noqa: E402
+
+MIN_DEPTH, MAX_DEPTH = -10.0, 1000.0
+F_OFF, F_SCALE = np.float32(-MIN_DEPTH), np.float32(100.0)
+F_NULL = float(np.float32(MAX_DEPTH + 1.0))
+
+
+def decoded_depth(z) -> float:
+    """Depth as stored and read back by the library: code from double, decode in double."""
+    code = ref_nint((float(z) + float(F_OFF)) * float(F_SCALE))
+    return code / float(F_SCALE) - float(F_OFF)
+
+
+def make_soundings(seed: int, grid: BinGrid, n: int, *, heavy_bin=None, heavy=0, lat_fraction=1.0):
+    """Random soundings inside the grid; ``heavy`` extra ones in bin ``heavy_bin`` (col, row).
+
+    ``lat_fraction`` < 1 keeps the northern part of the area empty.
+    """
+    rng = np.random.default_rng(seed)
+    poly = np.asarray(grid.polygon)  # a rectangle: stay strictly inside it
+    south, north = poly[:, 0].min(), poly[:, 0].max()
+    lat = rng.uniform(south + 1e-9, south + (north - south) * lat_fraction - 1e-9, n)
+    lon = rng.uniform(poly[:, 1].min() + 1e-9, poly[:, 1].max() - 1e-9, n)
+    if heavy:
+        c, r = heavy_bin
+        lat = np.r_[lat, grid.min_y + (r + rng.uniform(0.1, 0.9, heavy)) * grid.y_bin]
+        lon = np.r_[lon, grid.min_x + (c + rng.uniform(0.1, 0.9, heavy)) * grid.x_bin]
+    m = lat.size
+    depth = np.round(rng.normal(120.0, 4.0, m), 3)
+    depth[rng.random(m) < 0.03] = F_NULL  # null depths, as pfmLoader stores out-of-range ones
+    flags = np.array([0, 0, 0, 0, V.USER_01, V.FILTER_INVAL | V.MODIFIED, V.MANUALLY_INVAL,
+                      V.REFERENCE, V.DELETED, V.SUSPECT | V.USER_01, V.USER_05, V.USER_07,
+                      V.SELECTED_SOUNDING])
+    val = rng.choice(flags, m)
+    return {"lat": lat, "lon": lon, "depth": depth, "validity": val,
+            "file": rng.integers(0, 3, m), "line": rng.integers(0, 4, m),
+            "ping": rng.integers(1, 5000, m), "beam": rng.integers(1, 400, m),
+            "herr": np.round(rng.uniform(0.5, 3.0, m), 2), "verr": np.round(rng.uniform(0.1, 1.0, m), 2)}
+
+
+def build_pfm(tmp_path, *, seed=0, n=400, batches=2, heavy_bin=(2, 1), heavy=20, do_recompute=True,
+              name="t.pfm", lat_fraction=1.0):
+    """A small PFM written in ``batches`` add_sorted calls; returns (path, grid, inputs).
+
+    ``inputs`` holds every sounding in chain order (bins ascending; within a bin, the
+    order of the add calls then input order) with its bin (col, row).
+    """
+    grid = BinGrid.from_mbr(30.0, -80.0, 30.0006, -79.9993, bin_size_m=10.0)
+    path = os.fspath(tmp_path / name)
+    f = P.create(path, grid, min_depth=MIN_DEPTH, max_depth=MAX_DEPTH)
+    f.add_files(["a.gsf", "b.gsf", "c.gsf"])
+    f.add_lines(["a-1", "b-1", "b-2", "c-1"])
+    snd = make_soundings(seed, grid, n, heavy_bin=heavy_bin, heavy=heavy, lat_fraction=lat_fraction)
+    asg = grid.assign(snd["lat"], snd["lon"])
+    assert asg.inside.all()
+    m = snd["lat"].size
+    batch = np.arange(m) % batches
+    chain_rank = []
+    for k in range(batches):
+        sel = np.flatnonzero(batch == k)
+        order = sel[np.argsort(asg.bin_index[sel], kind="stable")]
+        f.add_sorted(asg.bin_index[order], snd["file"][order], snd["line"][order],
+                     snd["ping"][order], snd["beam"][order], snd["depth"][order],
+                     asg.x_off[order], asg.y_off[order], snd["validity"][order],
+                     snd["herr"][order], snd["verr"][order])
+        chain_rank.append(order)
+    # chain order: by bin, then batch, then position within the batch
+    allorder = np.concatenate(chain_rank)
+    final = allorder[np.argsort(asg.bin_index[allorder], kind="stable")]
+    inputs = {k: v[final] for k, v in snd.items()}
+    inputs["bin_index"] = asg.bin_index[final]
+    inputs["col"] = asg.col[final].astype(np.int64)
+    inputs["row"] = asg.row[final].astype(np.int64)
+    inputs["x_off"] = asg.x_off[final]
+    inputs["y_off"] = asg.y_off[final]
+    if do_recompute:
+        ext = recompute(f)
+        f.write_header(**ext)
+    f.close()
+    return path, grid, inputs
+
+
+def expected_bins(inputs, *, class_type=0):
+    """Reference bin records (library coding) from the known inputs."""
+    out = {}
+    for b in np.unique(inputs["bin_index"]):
+        sel = np.flatnonzero(inputs["bin_index"] == b)
+        vs = [int(x) for x in inputs["validity"][sel]]
+        prior = 0
+        for x in vs:
+            prior |= x
+        prior &= ~V.CHECKED  # the cached add: OR of the soundings' flags, CHECKED cleared
+        r = ref_recompute_one([decoded_depth(z) for z in inputs["depth"][sel]], vs,
+                              null_depth=F_NULL, class_type=class_type, prior=prior)
+        out[int(b)] = r
+    return out
+
+
+def test_recompute_file_matches_reference(tmp_path):
+    path, grid, inputs = build_pfm(tmp_path, seed=3)
+    want = expected_bins(inputs)
+    with P.open_pfm(path) as f:
+        got = f.read_bin_records(0, f.height, codes=True)
+        cov = f.read_coverage(got["bin_index"])
+    seen = 0
+    for i, b in enumerate(got["bin_index"]):
+        w = want.get(int(b))
+        if w is None:
+            assert got["num_soundings"][i] == 0 and got["validity"][i] == 0 and cov[i] == 0
+            continue
+        seen += 1
+        assert got["num_soundings"][i] == w["num_soundings"]
+        assert got["num_valid"][i] == w["num_valid"]
+        assert got["validity"][i] == w["validity"], (b, hex(got["validity"][i]), hex(w["validity"]))
+        for fld in ("avg_filtered", "min_filtered", "max_filtered", "avg", "min", "max"):
+            assert got[fld + "_code"][i] == ref_depth_code(w[fld], F_OFF, F_SCALE), (b, fld)
+        assert got["std_code"][i] == ref_nint(float(np.float32(w["std"]) * np.float32(1e6)))
+        data = bool(w["validity"] & V.DATA)
+        assert bool(cov[i] & V.COV_DATA) == data
+        assert bool(cov[i] & V.COV_SURVEYED) == data
+    assert seen == len(want)
+
+
+def reference_extrema(want: dict, width: int):
+    """pfmLoader's loop: raster order, strict comparisons, from its starting values."""
+    e = {"min_filtered_depth": 9999999.0, "max_filtered_depth": -9999999.0,
+         "min_filtered_coord": (0, 0), "max_filtered_coord": (0, 0), "min_depth": 9999999.0,
+         "max_depth": -9999999.0, "min_coord": (0, 0), "max_coord": (0, 0),
+         "min_bin_count": 9999999, "max_bin_count": 0, "min_count_coord": (0, 0),
+         "max_count_coord": (0, 0), "min_standard_deviation": 9999999.0,
+         "max_standard_deviation": -9999999.0}
+    for b in sorted(want):
+        r = want[b]
+        c = (b % width, b // width)
+        if r["num_soundings"] < e["min_bin_count"]:
+            e["min_bin_count"], e["min_count_coord"] = r["num_soundings"], c
+        if r["num_soundings"] > e["max_bin_count"]:
+            e["max_bin_count"], e["max_count_coord"] = r["num_soundings"], c
+        if float(r["max"]) < F_NULL:
+            if r["validity"] & V.DATA:
+                if r["min_filtered"] < e["min_filtered_depth"]:
+                    e["min_filtered_depth"], e["min_filtered_coord"] = float(r["min_filtered"]), c
+                if r["max_filtered"] > e["max_filtered_depth"]:
+                    e["max_filtered_depth"], e["max_filtered_coord"] = float(r["max_filtered"]), c
+                e["min_standard_deviation"] = min(e["min_standard_deviation"], float(r["std"]))
+                e["max_standard_deviation"] = max(e["max_standard_deviation"], float(r["std"]))
+            if r["min"] < e["min_depth"]:
+                e["min_depth"], e["min_coord"] = float(r["min"]), c
+            if r["max"] > e["max_depth"]:
+                e["max_depth"], e["max_coord"] = float(r["max"]), c
+    return e
+
+
+def test_recompute_returns_pfmloader_extrema(tmp_path):
+    grid = BinGrid.from_mbr(30.0, -80.0, 30.0006, -79.9993, bin_size_m=10.0)
+    path, grid, inputs = build_pfm(tmp_path, seed=4, do_recompute=False)
+    with P.open_pfm(path, "r+") as f:
+        ext = recompute(f)
+    assert ext == reference_extrema(expected_bins(inputs), grid.width)
+
+
+def test_band_sizes_do_not_change_the_bytes(tmp_path):
+    a, _, _ = build_pfm(tmp_path, seed=5, do_recompute=False, name="a.pfm")
+    b = os.fspath(tmp_path / "b.pfm")
+    shutil.copy(a, b)
+    shutil.copytree(a + ".data", b + ".data")
+    for p in (b + ".data/a.pfm." + e for e in ("ctl", "lin", "bin", "ndx", "cvg")):
+        os.rename(p, p.replace("a.pfm.", "b.pfm."))
+    with P.open_pfm(a, "r+") as f:
+        ea = recompute(f)
+    with P.open_pfm(b, "r+") as f:
+        eb = recompute(f, band_soundings=7)  # tiny bands: heavy rows are cut into columns
+    assert ea == eb
+    for e in ("bin", "cvg"):
+        with open(f"{a}.data/a.pfm.{e}", "rb") as x, open(f"{b}.data/b.pfm.{e}", "rb") as y:
+            assert x.read() == y.read()
+
+
+def test_recompute_subset_and_rows(tmp_path):
+    path, grid, inputs = build_pfm(tmp_path, seed=6, do_recompute=False)
+    want = expected_bins(inputs)
+    chosen = sorted(want)[::3]
+    with P.open_pfm(path, "r+") as f:
+        recompute(f, chosen, rows=1)
+        got = f.read_bin_records(0, f.height, codes=True)
+    for i, b in enumerate(got["bin_index"]):
+        b = int(b)
+        if b in chosen:
+            assert got["num_valid"][i] == want[b]["num_valid"]
+            assert got["min_code"][i] == ref_depth_code(want[b]["min"], F_OFF, F_SCALE)
+        elif b in want:  # not recomputed: the loader's zero statistics are still there
+            assert got["num_valid"][i] == 0 and got["std_code"][i] == 0
+
+
+def test_clear_mask_and_prior_flags(tmp_path):
+    path, grid, inputs = build_pfm(tmp_path, seed=7)
+    with P.open_pfm(path, "r+") as f:
+        b = f.read_bin_records(0, f.height)
+        has = np.flatnonzero(b["num_soundings"] > 0)
+        bins = b["bin_index"][has]
+        f.write_bin_records(bins, validity=b["validity"][has] | V.VERIFIED | V.CHECKED)
+        recompute(f)  # CHECKED and VERIFIED are kept from the prior record (library mask)
+        again = f.read_bin_records(0, f.height)
+        assert np.all(again["validity"][has] & (V.VERIFIED | V.CHECKED) == (V.VERIFIED | V.CHECKED))
+        assert np.all(f.read_coverage(bins) & V.COV_VERIFIED)
+        recompute(f, clear_mask=V.VERIFIED | V.CHECKED)  # what an append does, coverage follows
+        last = f.read_bin_records(0, f.height)
+        assert not np.any(last["validity"][has] & (V.VERIFIED | V.CHECKED))
+        assert not np.any(f.read_coverage(bins) & (V.COV_VERIFIED | V.COV_CHECKED))
