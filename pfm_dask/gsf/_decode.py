@@ -459,22 +459,55 @@ _INT_DTYPES = {
 _OUT_SPECS = [ARRAY_SPECS[sid] for sid in OUT_IDS]
 
 
+def _evenly_spaced(starts: np.ndarray) -> int:
+    """The common step of sorted start offsets, or 0 if they are not evenly spaced."""
+    if len(starts) < 2:
+        return 1
+    step = int(starts[1] - starts[0])
+    if step > 0 and (np.diff(starts) == step).all():
+        return step
+    return 0
+
+
 def _gather(u8, starts: np.ndarray, nbytes: int) -> np.ndarray:
     """Copy ``nbytes`` bytes from each start offset: a (len(starts), nbytes) uint8 array."""
-    if len(starts) == 1:
-        s = int(starts[0])
-        return np.array(u8[s:s + nbytes]).reshape(1, nbytes)
-    if len(starts) > 1:
-        diffs = np.diff(starts)
-        step = int(diffs[0])
-        if step > 0 and (diffs == step).all():
-            # Evenly spaced (common: identical consecutive pings): one strided copy.
-            s0 = int(starts[0])
-            view = np.lib.stride_tricks.as_strided(
-                u8[s0:], shape=(len(starts), nbytes), strides=(step, 1), writeable=False)
-            return view.copy()
+    step = _evenly_spaced(starts)
+    if step and len(starts):
+        view = np.lib.stride_tricks.as_strided(
+            u8[int(starts[0]):], shape=(len(starts), nbytes), strides=(step, 1),
+            writeable=False)
+        return view.copy()
     windows = np.lib.stride_tricks.sliding_window_view(u8, nbytes)
     return windows[starts]
+
+
+def _rows(u8, starts: np.ndarray, n: int, dtype: np.dtype) -> np.ndarray:
+    """A (len(starts), n) array of big-endian values starting at each offset.
+
+    Evenly spaced starts give a zero-copy strided (possibly unaligned) view into the
+    file; it must only be read from, never returned. Otherwise the bytes are gathered.
+    """
+    w = dtype.itemsize
+    step = _evenly_spaced(starts)
+    if step and len(starts):
+        return np.ndarray(shape=(len(starts), n), dtype=dtype, buffer=u8,
+                          offset=int(starts[0]), strides=(step, w))
+    return _gather(u8, starts, n * w).view(dtype)
+
+
+def _per_ping(v: np.ndarray, m):
+    """A per-ping vector as a scalar when all its values are equal (cheaper broadcasting)."""
+    return v[0] if len(v) and (v == v[0]).all() else v[:, None]
+
+
+#: Every per-beam column decode_pings makes, with its dtype (the array columns last).
+_COLUMN_DTYPES = [
+    ("time", np.dtype(np.float64)), ("time_sec", np.dtype(np.int64)),
+    ("time_nsec", np.dtype(np.int32)), ("latitude", np.dtype(np.float64)),
+    ("longitude", np.dtype(np.float64)), ("heading", np.dtype(np.float64)),
+    ("ping_flags", np.dtype(np.uint16)), ("beam", np.dtype(np.uint16)),
+] + [(OUTPUT_ARRAYS[sid], np.dtype(np.float64 if ARRAY_SPECS[sid].scaled else np.uint8))
+     for sid in OUT_IDS]
 
 
 def decode_pings(u8: np.ndarray, dirn: PingDirectory, header_dtype: np.dtype) -> dict:
@@ -482,13 +515,33 @@ def decode_pings(u8: np.ndarray, dirn: PingDirectory, header_dtype: np.dtype) ->
 
     Returns a dict of column name -> ndarray, plus ``"_valid"``: column name ->
     boolean per-beam validity mask for the array columns that some ping lacks.
+    Scaled values are ``raw / multiplier - offset`` in float64, the same operations
+    (hence the same bits) as libgsf.
     """
     n_pings = len(dirn)
     nb = dirn.n_beams
     total = int(nb.sum())
-    row_start = np.zeros(n_pings, dtype=np.int64)
-    if n_pings:
-        np.cumsum(nb[:-1], out=row_start[1:])
+    uniform = n_pings > 0 and bool((nb == nb[0]).all())
+    n_uni = int(nb[0]) if uniform else 0
+
+    # All output columns live in one allocation: fresh memory is paid for page by
+    # page, and one large block costs about half as much as many separate ones.
+    arena_cols = _COLUMN_DTYPES
+    offs, size = {}, 0
+    for name, dt in arena_cols:
+        offs[name] = size
+        size += -(-total * dt.itemsize // 64) * 64
+    arena = np.empty(size, dtype=np.uint8)
+    cols: dict = {name: arena[offs[name]:offs[name] + total * dt.itemsize].view(dt)
+                  for name, dt in arena_cols}
+    ping_of_row = None if uniform else np.repeat(np.arange(n_pings), nb)
+
+    def expand(v, out):   # per-ping values -> per-beam, written into ``out``
+        if uniform:
+            out.reshape(n_pings, n_uni)[...] = v[:, None]
+        else:
+            np.take(v, ping_of_row, out=out)
+        return out
 
     # Ping headers: one gather, one structured view.
     hl = header_dtype.itemsize
@@ -496,7 +549,6 @@ def decode_pings(u8: np.ndarray, dirn: PingDirectory, header_dtype: np.dtype) ->
         hdr = _gather(u8, dirn.data_offsets, hl).view(header_dtype).reshape(n_pings)
     else:
         hdr = np.zeros(0, dtype=header_dtype)
-    cols: dict = {}
     sec = hdr["time_sec"].astype(np.int64)
     nsec = hdr["time_nsec"].astype(np.int64)
     ping_cols = {
@@ -509,40 +561,44 @@ def decode_pings(u8: np.ndarray, dirn: PingDirectory, header_dtype: np.dtype) ->
         "ping_flags": hdr["ping_flags"].astype(np.uint16),
     }
     for name, v in ping_cols.items():
-        cols[name] = np.repeat(v, nb)
-    beam = np.arange(total, dtype=np.int64)
-    beam -= np.repeat(row_start, nb)
-    beam += 1
-    cols["beam"] = beam.astype(np.uint16)
+        expand(v, cols[name])
+    if uniform:
+        cols["beam"].reshape(n_pings, n_uni)[...] = np.arange(1, n_uni + 1, dtype=np.uint16)
+    else:
+        row_start = np.zeros(n_pings, dtype=np.int64)
+        if n_pings:
+            np.cumsum(nb[:-1], out=row_start[1:])
+        beam = np.arange(total, dtype=np.int64)
+        beam -= np.take(row_start, ping_of_row)
+        beam += 1
+        cols["beam"][...] = beam
 
     # Array columns: group pings by layout (N, and per array: width, 0 = absent). The
     # array positions may differ from ping to ping: each gather takes its own starts.
     key = np.concatenate([nb[:, None], dirn.width.astype(np.int64)], axis=1)
     if n_pings and (key == key[0]).all():
-        uniq, inverse = key[:1], np.zeros(n_pings, dtype=np.int64)
+        uniq, inverse = key[:1], None
     elif n_pings:
         uniq, inverse = np.unique(key, axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
     else:
-        uniq, inverse = np.zeros((0, key.shape[1]), dtype=np.int64), np.zeros(0, np.int64)
+        uniq, inverse = np.zeros((0, key.shape[1]), dtype=np.int64), None
     single = len(uniq) == 1
+    if not single and n_pings:
+        row_start = np.zeros(n_pings, dtype=np.int64)
+        np.cumsum(nb[:-1], out=row_start[1:])
 
     valid: dict = {}
-    out = {}
     for k, sid in enumerate(OUT_IDS):
-        spec = _OUT_SPECS[k]
         name = OUTPUT_ARRAYS[sid]
-        dt = np.uint8 if not spec.scaled else np.float64
         present = dirn.pos[:, k] >= 0
         if not present.all():
-            valid[name] = np.repeat(present, nb)
-        if single and present.all():
-            out[name] = None  # filled below without a scatter
-        else:
-            out[name] = np.zeros(total, dtype=dt)
+            valid[name] = expand(present, np.empty(total, dtype=bool))
+        if not (single and present.all()):
+            cols[name][...] = 0
 
     for g in range(len(uniq)):
-        members = np.flatnonzero(inverse == g) if not single else np.arange(n_pings)
+        members = np.arange(n_pings) if single else np.flatnonzero(inverse == g)
         n = int(uniq[g, 0])
         rows = None
         for k, sid in enumerate(OUT_IDS):
@@ -550,25 +606,20 @@ def decode_pings(u8: np.ndarray, dirn: PingDirectory, header_dtype: np.dtype) ->
             if w == 0:
                 continue
             spec = _OUT_SPECS[k]
-            name = OUTPUT_ARRAYS[sid]
-            raw = _gather(u8, dirn.pos[members, k], n * w).view(_INT_DTYPES[(w, spec.signed)])
+            col = cols[OUTPUT_ARRAYS[sid]]
+            raw = _rows(u8, dirn.pos[members, k], n, _INT_DTYPES[(w, spec.signed)])
+            dst = col.reshape(n_pings, n) if single else np.empty(
+                (len(members), n), dtype=col.dtype)
             if spec.scaled:
-                vals = raw.astype(np.float64)
-                vals /= dirn.mult[members, k][:, None]
-                vals -= dirn.off[members, k][:, None]
+                np.divide(raw, _per_ping(dirn.mult[members, k], n), out=dst)
+                o = dirn.off[members, k]
+                if o.any():
+                    np.subtract(dst, _per_ping(o, n), out=dst)
             else:
-                vals = raw.astype(np.uint8, copy=False)
-            if out[name] is None:
-                out[name] = vals.reshape(-1)
-            else:
+                np.copyto(dst, raw)
+            if not single:
                 if rows is None:
                     rows = (row_start[members][:, None] + np.arange(n)).reshape(-1)
-                out[name][rows] = vals.reshape(-1)
-    for k, sid in enumerate(OUT_IDS):
-        name = OUTPUT_ARRAYS[sid]
-        v = out[name]
-        if v is None:
-            v = np.zeros(total, dtype=np.float64 if _OUT_SPECS[k].scaled else np.uint8)
-        cols[name] = v
+                col[rows] = dst.reshape(-1)
     cols["_valid"] = valid
     return cols
