@@ -1,0 +1,520 @@
+"""The load: GSF files → Dask tasks → one pinned writer actor → PFM. The only module running Dask.
+
+Shape (docs/usage.md has the user's view, docs/design.md the reasons):
+
+1. **Pre-scan** (one Dask task per file): framing, ping and beam counts,
+   damage, and an extent from a sample of pings. The area defaults to the
+   union of the extents.
+2. **Plan**: one piece per file; a file much larger than the rest is split
+   into ping ranges, so no piece is larger than a fraction of the backlog.
+3. **Writer**: a :class:`~pfm_dask.writer.PfmWriter` created as an actor on
+   the worker that holds the ``disk`` resource.
+4. **Pieces**: tasks restricted to the ``compute`` resource decode and bin a
+   piece (:func:`~pfm_dask.soundings.prepare_piece`) and hand it straight to
+   the actor, which only buffers it; tasks never wait for their turn (that
+   deadlocks: DASK_NOTES 2.2). The *driver* holds the window: it submits a
+   piece only while the estimated bytes in flight plus the writer's backlog
+   stay under ``max_backlog_bytes``.
+5. **Final step** on the writer: area filter, recompute, header, check.
+
+``--serial`` runs the same stages in one process without Dask: the baseline
+for speedups, and the reference the Dask runs must match byte for byte in the
+dump.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import gsf
+from .bins import BinGrid
+from .config import LoadConfig
+from .errors import ConfigError, GsfError, LoadError, PfmDaskError
+from .soundings import BATCH_SCHEMA, Piece, prepare_piece
+from .writer import PfmWriter
+
+__all__ = ["prescan_file", "area_from_scans", "plan_pieces", "run_load", "LoadResult",
+           "make_local_cluster"]
+
+log = logging.getLogger("pfm_dask")
+
+BYTES_PER_SOUNDING = sum(f.type.bit_width // 8 for f in BATCH_SCHEMA) + 16  # batch + ping table slack
+_SAMPLE_PINGS = 256
+_PIECE_OVERHEAD = 16 * 1024  # Arrow buffers and the ping table of a piece, beyond its soundings
+
+
+def _estimate_bytes(piece: Piece) -> int:
+    """An upper bound on what a piece will hold while it waits for the writer."""
+    return piece.est_soundings * BYTES_PER_SOUNDING + _PIECE_OVERHEAD
+
+
+# ----------------------------------------------------------------- pre-scan
+def prescan_file(path: str) -> dict:
+    """Cheap facts about one input: counts, damage, and the extent of a ping sample.
+
+    Never raises for bad input: an unreadable file comes back with ``error`` set.
+    """
+    out = {"path": str(path), "n_pings": 0, "n_beams": 0, "max_beams": 0, "extent": None,
+           "damage": [], "error": None, "size": 0}
+    try:
+        out["size"] = os.path.getsize(path)
+        with gsf.GsfFile(path, strict=False) as f:
+            out["damage"] = [d.to_dict() for d in f.damage]
+            n = f.n_pings
+            out["n_pings"] = n
+            if n == 0:
+                return out
+            step = max(1, n // _SAMPLE_PINGS)
+            picks = sorted(set(range(0, n, step)) | {n - 1})
+            lats, lons = [], []
+            beams_seen = []
+            for i in picks:
+                t = f.read(i, i + 1)
+                if t.num_rows == 0:
+                    continue
+                beams_seen.append(t.num_rows)
+                lat = t.column("latitude").to_numpy()
+                lon = t.column("longitude").to_numpy()
+                ok = (lat <= 90) & (lon <= 180) & np.isfinite(lat) & np.isfinite(lon)
+                if not ok.any():
+                    continue
+                if t.num_rows > 1:
+                    across = t.column("across_track").fill_null(0.0).to_numpy()
+                    along_col = t.column("along_track")
+                    along = along_col.fill_null(0.0).to_numpy()
+                    present = along_col.is_valid().to_numpy(zero_copy_only=False)
+                    heading = t.column("heading").to_numpy()
+                    blat, blon = gsf.beam_positions(lat[ok], lon[ok], heading[ok],
+                                                    across[ok], along[ok],
+                                                    along_present=present[ok])
+                    lats.append(blat)
+                    lons.append(blon)
+                else:
+                    lats.append(lat[ok])
+                    lons.append(lon[ok])
+            for d in f.damage:
+                if d.to_dict() not in out["damage"]:
+                    out["damage"].append(d.to_dict())
+            mean_beams = float(np.mean(beams_seen)) if beams_seen else 0.0
+            out["max_beams"] = int(max(beams_seen)) if beams_seen else 0
+            out["n_beams"] = int(round(mean_beams * n))
+            if lats:
+                la = np.concatenate(lats)
+                lo = np.concatenate(lons)
+                fin = np.isfinite(la) & np.isfinite(lo)
+                if fin.any():
+                    out["extent"] = [float(la[fin].min()), float(lo[fin].min()),
+                                     float(la[fin].max()), float(lo[fin].max())]
+    except GsfError as err:
+        out["error"] = err.to_dict()
+    except OSError as err:
+        out["error"] = GsfError(f"cannot read file: {err.strerror or err}", path=path).to_dict()
+    return out
+
+
+def area_from_scans(scans: list[dict], cfg: LoadConfig) -> BinGrid:
+    """The bin grid: the user's MBR or polygon, else the union of the scanned extents."""
+    kw = ({"bin_size_m": cfg.bin_size_m} if cfg.bin_size_deg is None
+          else {"x_bin_deg": cfg.bin_size_deg[0], "y_bin_deg": cfg.bin_size_deg[1]})
+    if cfg.polygon is not None:
+        return BinGrid.from_polygon(np.asarray(cfg.polygon, dtype=float), **kw)
+    if cfg.mbr is not None:
+        return BinGrid.from_mbr(*cfg.mbr, **kw)
+    ext = np.array([s["extent"] for s in scans if s.get("extent")], dtype=float)
+    if ext.size == 0:
+        raise ConfigError("no input has a readable ping position: give the area with --mbr "
+                          "or --polygon")
+    south, west = ext[:, 0].min(), ext[:, 1].min()
+    north, east = ext[:, 2].max(), ext[:, 3].max()
+    # The extent comes from a sample of pings: pad it so beams of unsampled pings
+    # still fall inside (whatever still falls outside is counted, not lost silently).
+    pad_lat = max((north - south) * 0.01, 1e-4)
+    pad_lon = max((east - west) * 0.01, 1e-4)
+    return BinGrid.from_mbr(max(-90.0, south - pad_lat), west - pad_lon,
+                            min(90.0, north + pad_lat), east + pad_lon, **kw)
+
+
+def plan_pieces(scans: list[dict], cfg: LoadConfig, *, first_file_number: int = 0) -> list[Piece]:
+    """One piece per file; files with many pings become several ping ranges."""
+    pieces: list[Piece] = []
+    budget = max(1, cfg.max_backlog_bytes // 4 // BYTES_PER_SOUNDING)  # soundings per piece
+    for i, s in enumerate(scans):
+        n = int(s.get("n_pings") or 0)
+        beams = max(1, int(s.get("max_beams") or 1))
+        per_piece = max(1, min(cfg.split_pings, budget // beams))
+        if n <= per_piece:
+            pieces.append(Piece(len(pieces), first_file_number + i, s["path"], 0, None,
+                                0, 1, est_soundings=n * beams))
+            continue
+        k = -(-n // per_piece)
+        for j in range(k):
+            a, b = j * per_piece, min(n, (j + 1) * per_piece)
+            pieces.append(Piece(len(pieces), first_file_number + i, s["path"], a,
+                                b if j < k - 1 else None, j, k,
+                                est_soundings=(b - a) * beams))
+    return pieces
+
+
+# ------------------------------------------------------------------ result
+@dataclass
+class LoadResult:
+    """The load report: per file, totals, timings, the check, and the exit code."""
+
+    pfm: str
+    mode: str
+    files: list = field(default_factory=list)
+    totals: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+    check: dict = field(default_factory=dict)
+    problems: list = field(default_factory=list)
+    area_filter: dict | None = None
+    grid: dict = field(default_factory=dict)
+    workers: int = 0
+    dashboard: str | None = None
+    writer_worker: str | None = None
+    peak_backlog_bytes: int = 0
+    skipped_files: list = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        if not self.check.get("sound", False):
+            return 1
+        return 3 if self.problems else 0
+
+    def to_dict(self) -> dict:
+        return {"pfm": self.pfm, "mode": self.mode, "workers": self.workers,
+                "exit_code": self.exit_code, "grid": self.grid, "totals": self.totals,
+                "timings": self.timings, "check": self.check, "problems": self.problems,
+                "area_filter": self.area_filter, "files": self.files,
+                "dashboard": self.dashboard, "writer_worker": self.writer_worker,
+                "peak_backlog_bytes": self.peak_backlog_bytes,
+                "skipped_files": self.skipped_files}
+
+    def summary(self) -> str:
+        t = self.totals
+        lines = [f"PFM: {self.pfm}  ({self.mode}, {self.workers} worker(s))",
+                 f"files: {t.get('files', 0)}  with problems: {len(self.problems)}",
+                 f"soundings read: {t.get('soundings_read', 0):,}  loaded: {t.get('loaded', 0):,}",
+                 f"  not loaded: skipped pings {t.get('ping_skipped', 0):,}, rejected beams "
+                 f"{t.get('beam_rejected', 0):,}, outside area {t.get('outside_area', 0):,}",
+                 f"  loaded but invalid: by GSF flags {t.get('invalid_by_gsf_flags', 0):,}, "
+                 f"depth out of range {t.get('depth_out_of_range', 0):,}, swath filter "
+                 f"{t.get('flagged_swath_filter', 0):,}, area filter "
+                 f"{(self.area_filter or {}).get('flagged', 0):,}",
+                 "timings: " + ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items()
+                                         if isinstance(v, (int, float)))]
+        for p in self.problems:
+            lines.append(f"problem: {p}")
+        for f in self.skipped_files:
+            lines.append(f"skipped (already in the PFM): {f}")
+        lines.append("check: " + ("sound" if self.check.get("sound") else
+                                  f"{len(self.check.get('problems', []))} problem(s)"))
+        return "\n".join(lines)
+
+
+def _totals(files: list[dict]) -> dict:
+    keys = [k for k in files[0] if isinstance(files[0][k], int)] if files else []
+    tot = {k: int(sum(f.get(k, 0) for f in files)) for k in keys}
+    tot["files"] = len(files)
+    return tot
+
+
+def _problems(files: list[dict], scans: list[dict]) -> list[str]:
+    out = []
+    for f in files:
+        for d in f.get("damage", []):
+            off = d.get("offset")
+            where = f" at byte {off:,}" if off is not None else ""
+            out.append(f"{f['path']}{where}: {d.get('reason')}")
+    return out
+
+
+def _finalise(result_writer: dict, scans: list[dict], mode: str, grid: BinGrid,
+              timings: dict, workers: int, dashboard: str | None = None) -> LoadResult:
+    files = result_writer["files"]
+    res = LoadResult(pfm=result_writer["pfm"], mode=mode, files=files, totals=_totals(files),
+                     timings=timings, check=result_writer["check"],
+                     problems=_problems(files, scans), area_filter=result_writer.get("area_filter"),
+                     grid={"width": grid.width, "height": grid.height, "min_x": grid.min_x,
+                           "min_y": grid.min_y, "max_x": grid.max_x, "max_y": grid.max_y,
+                           "x_bin": grid.x_bin, "y_bin": grid.y_bin,
+                           "bin_size_xy": grid.bin_size_xy},
+                     workers=workers, dashboard=dashboard,
+                     peak_backlog_bytes=int(result_writer.get("peak_backlog_bytes", 0)))
+    for k, v in result_writer.get("writer_timings", {}).items():
+        res.timings.setdefault(k, v)
+    return res
+
+
+def write_report(res: LoadResult, path: Path) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(res.to_dict(), indent=2, default=str))
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------ serial
+def _existing(output: Path, append: bool) -> tuple[BinGrid | None, list[str]]:
+    """For ``--append``: the PFM's grid and the input files already in its ``.ctl``."""
+    if not append:
+        return None, []
+    from . import pfm
+
+    with pfm.open_pfm(output, "r") as f:
+        return f.grid, [x.path for x in f.files()]
+
+
+def _grid_and_pieces(scans, cfg, existing_grid, base):
+    grid = existing_grid if existing_grid is not None else area_from_scans(scans, cfg)
+    return grid, plan_pieces(scans, cfg, first_file_number=base)
+
+
+def _run_serial(files: list[str], output: Path, cfg: LoadConfig,
+                progress: Callable[[dict], None] | None, append: bool) -> LoadResult:
+    t0 = time.perf_counter()
+    existing_grid, existing = _existing(output, append)
+    scans = [prescan_file(f) for f in files]
+    t_scan = time.perf_counter()
+    grid, pieces = _grid_and_pieces(scans, cfg, existing_grid, len(existing))
+    writer = PfmWriter(output, grid, cfg, files, len(pieces), append=append)
+    try:
+        for p in pieces:
+            writer.put(prepare_piece(p, writer.pfm.grid, cfg))
+            writer.write_ready()
+            if progress:
+                progress(writer.status())
+        t_load = time.perf_counter()
+        rw = writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
+    t_end = time.perf_counter()
+    timings = {"prescan": t_scan - t0, "load": t_load - t_scan, "final": t_end - t_load,
+               "total": t_end - t0}
+    return _finalise(rw, scans, "serial", writer.pfm.grid, timings, 1)
+
+
+# -------------------------------------------------------------------- Dask
+class WriterActor:
+    """The Dask actor around :class:`PfmWriter`: sync methods run on the actor thread."""
+
+    def __init__(self, pfm_path, grid, cfg, files, n_pieces, append=False):
+        self.writer = PfmWriter(pfm_path, grid, cfg, files, n_pieces, append=append)
+        self.writer.start()
+        try:
+            from distributed import get_worker
+            self._worker = get_worker()
+            self.host = self._worker.address
+        except Exception:  # noqa: BLE001 - outside a worker (tests)
+            self._worker = None
+            self.host = None
+
+    def where(self) -> str | None:
+        return self.host
+
+    def grid(self):
+        return self.writer.pfm.grid
+
+    def put(self, prepared) -> bool:
+        return self.writer.put(prepared)
+
+    def skip(self, piece, error) -> bool:
+        return self.writer.skip(piece, error)
+
+    def status(self) -> dict:
+        return self.writer.status()
+
+    def finish(self) -> dict:
+        return self.writer.finish()
+
+    def abort(self) -> None:
+        self.writer.abort()
+
+
+def _piece_task(piece: Piece, grid: BinGrid, cfg: LoadConfig, writer) -> dict:
+    """A worker task: prepare the piece and hand it to the writer actor (never waits for order)."""
+    prepared = prepare_piece(piece, grid, cfg)
+    accepted = writer.put(prepared).result()
+    return {"seq": piece.seq, "nbytes": prepared.nbytes, "accepted": accepted,
+            "timings": prepared.timings}
+
+
+def make_local_cluster(workers: int, *, dashboard_address: str = ":0",
+                       memory_limit: str | int = "auto", processes: bool = True):
+    """An embedded cluster of ``workers`` processes; the first also holds ``disk=1``.
+
+    ``processes=False`` runs the workers in this process (tests that patch code).
+    """
+    from distributed import Nanny, Scheduler, SpecCluster, Worker
+
+    if workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {workers}")
+    specs = {}
+    for i in range(workers):
+        res = {"compute": 1}
+        if i == 0:
+            res["disk"] = 1
+        opts = {"nthreads": 1, "resources": res, "memory_limit": memory_limit}
+        if processes:
+            opts["silence_logs"] = logging.WARNING
+        specs[f"pfm-worker-{i}"] = {"cls": Nanny if processes else Worker, "options": opts}
+    scheduler = {"cls": Scheduler, "options": {"dashboard_address": dashboard_address}}
+    return SpecCluster(workers=specs, scheduler=scheduler, silence_logs=logging.WARNING,
+                       name="pfm-dask")
+
+
+def _check_disk_worker(client) -> str:
+    info = client.scheduler_info(n_workers=-1)
+    disk = [a for a, w in info["workers"].items() if w.get("resources", {}).get("disk", 0) >= 1]
+    if not disk:
+        raise ConfigError("no worker in this cluster has the 'disk' resource: start the worker "
+                          "on the disk node with `dask worker SCHEDULER --resources disk=1`")
+    compute = [a for a, w in info["workers"].items() if w.get("resources", {}).get("compute", 0) >= 1]
+    if not compute:
+        raise ConfigError("no worker in this cluster has the 'compute' resource: start compute "
+                          "workers with `dask worker SCHEDULER --resources compute=1`")
+    return disk[0]
+
+
+def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
+              progress: Callable[[dict], None] | None, append: bool, mode: str) -> LoadResult:
+    from distributed import wait
+
+    t0 = time.perf_counter()
+    _check_disk_worker(client)
+    scan_futs = client.map(prescan_file, files, key=[f"prescan-{i}" for i in range(len(files))],
+                           resources={"compute": 1}, pure=False)
+    scans = client.gather(scan_futs)
+    del scan_futs
+    t_scan = time.perf_counter()
+    existing_grid, existing = _existing(output, append)
+    grid, pieces = _grid_and_pieces(scans, cfg, existing_grid, len(existing))
+    out_path = str(Path(output).resolve())
+    actor_fut = client.submit(WriterActor, out_path, grid, cfg, files, len(pieces), append,
+                              actor=True, resources={"disk": 1}, pure=False,
+                              key="pfm-writer")
+    writer = actor_fut.result()
+    grid = writer.grid().result()
+    writer_addr = writer.where().result()
+    log.info("writer actor on %s", writer_addr)
+
+    pending = list(reversed(pieces))
+    in_flight: dict = {}
+    est = {p.seq: _estimate_bytes(p) for p in pieces}
+    status = writer.status().result()
+    last_progress = 0.0
+    try:
+        while status["watermark"] < len(pieces):
+            if status.get("error"):
+                raise LoadError(f"writer failed: {status['error']}", path=out_path)
+            in_flight_bytes = sum(est[p.seq] for p in in_flight.values())
+            while pending and len(in_flight) < cfg.max_window:
+                nxt = pending[-1]
+                room = cfg.max_backlog_bytes - status["backlog_bytes"] - in_flight_bytes
+                # Over budget: wait, unless nothing at all is in flight or waiting (a piece
+                # larger than the budget must still go through, alone). Waiting cannot
+                # deadlock: the piece the writer needs next is in flight or already buffered.
+                if est[nxt.seq] > room and (in_flight or status["backlog_batches"]):
+                    break
+                pending.pop()
+                fut = client.submit(_piece_task, nxt, grid, cfg, writer,
+                                    key=f"piece-{nxt.seq:06d}", resources={"compute": 1},
+                                    pure=False, priority=-nxt.seq, retries=1)
+                in_flight[fut] = nxt
+                in_flight_bytes += est[nxt.seq]
+            if in_flight:
+                done, _ = wait(list(in_flight), timeout=0.25, return_when="FIRST_COMPLETED")
+                for fut in done:
+                    piece = in_flight.pop(fut)
+                    if fut.status == "error":
+                        err = fut.exception()
+                        e = LoadError(f"task failed: {type(err).__name__}: {err}",
+                                      path=piece.path).to_dict()
+                        writer.skip(piece, e).result()
+                    fut.release()
+            else:
+                time.sleep(0.05)
+            status = writer.status().result()
+            now = time.perf_counter()
+            if progress and now - last_progress > 0.5:
+                last_progress = now
+                progress(status)
+        t_load = time.perf_counter()
+        rw = writer.finish().result()
+    except BaseException as err:
+        for fut in in_flight:
+            fut.cancel()
+        try:
+            writer.abort().result(timeout=30)
+        except Exception:  # noqa: BLE001 - the actor may be gone
+            pass
+        if isinstance(err, PfmDaskError) or not isinstance(err, Exception):
+            raise
+        if "Actor" in str(err) or "lost" in str(err):
+            raise LoadError(f"the writer's worker was lost ({err}); the partial output is "
+                            "not valid", path=out_path) from err
+        raise
+    t_end = time.perf_counter()
+    timings = {"prescan": t_scan - t0, "load": t_load - t_scan, "final": t_end - t_load,
+               "total": t_end - t0}
+    nworkers = len(client.scheduler_info(n_workers=-1)["workers"])
+    dash = getattr(client, "dashboard_link", None)
+    res = _finalise(rw, scans, mode, grid, timings, nworkers, dash)
+    res.writer_worker = writer_addr
+    return res
+
+
+def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig, *,
+             mode: str = "local", workers: int = 2, scheduler: str | None = None,
+             append: bool = False, progress: Callable[[dict], None] | None = None,
+             on_dashboard: Callable[[str], None] | None = None, client=None) -> LoadResult:
+    """Run a whole load; ``mode`` is ``serial``, ``local`` (embedded cluster) or ``scheduler``.
+
+    ``client``: an existing :class:`distributed.Client` to run on (any mode but serial).
+    """
+    files = [str(f) for f in inputs]
+    output = Path(output)
+    skipped: list[str] = []
+    if append:
+        if not output.exists():
+            raise ConfigError("--append needs an existing PFM", path=output)
+        _, existing = _existing(output, True)
+        known = {os.path.abspath(p) for p in existing}
+        skipped = [f for f in files if os.path.abspath(f) in known]
+        files = [f for f in files if os.path.abspath(f) not in known]
+        if not files:
+            raise ConfigError("every input file is already in the PFM's .ctl; nothing to "
+                              "append", path=output)
+    elif output.exists() or Path(str(output) + ".data").exists():
+        raise ConfigError(f"output {output} already exists: remove it, or add files to it "
+                          "with --append", path=output)
+    if mode == "serial":
+        res = _run_serial(files, output, cfg, progress, append)
+    elif client is not None:
+        res = _run_dask(client, files, output, cfg, progress, append, mode)
+    else:
+        from distributed import Client
+
+        if mode == "scheduler":
+            if not scheduler:
+                raise ConfigError("--scheduler needs an address, e.g. tcp://host:8786")
+            with Client(scheduler, timeout="30s") as client:
+                if on_dashboard:
+                    on_dashboard(client.dashboard_link)
+                res = _run_dask(client, files, output, cfg, progress, append, "scheduler")
+        else:
+            with make_local_cluster(workers) as cluster, Client(cluster) as client:
+                if on_dashboard:
+                    on_dashboard(client.dashboard_link)
+                res = _run_dask(client, files, output, cfg, progress, append,
+                                f"local ({workers} workers)")
+    res.skipped_files = skipped
+    write_report(res, Path(str(output) + ".data") / "load-report.json")
+    return res

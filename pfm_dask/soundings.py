@@ -1,0 +1,333 @@
+"""One GSF file (or a ping range of one) → soundings sorted by bin, ready to write.
+
+This is the work of a load's worker task, in plain numpy and Arrow, with no
+Dask: decode the pings, drop what pfmLoader drops, map GSF beam flags to PFM
+validity, place the beams on WGS-84, run the swath filter, assign bins, count
+every sounding that does not reach the PFM and why, and sort by (bin, ping,
+beam) so that the writer only writes.
+
+Every beam decoded is accounted for exactly once::
+
+    soundings_read = ping_skipped + beam_rejected + outside_area + loaded
+
+Soundings whose depth lies outside the depth range are *loaded* (as pfmLoader
+does: null depth, FILTER_INVAL | MODIFIED) and also counted in
+``depth_out_of_range``.
+
+Lines are not numbered here: whether a ping starts a new line depends on the
+heading at the previous line start, which for a split file lies in another
+task. The task returns, for every ping that contributed a sounding, its
+heading and time; the writer, which sees the pieces of a file in order,
+numbers the lines (:class:`LineTracker`).
+"""
+
+from __future__ import annotations
+
+import os
+import time as _time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from . import filters, gsf
+from .bins import BinGrid
+from .config import LoadConfig
+from .errors import GsfError
+from .pfm import validity as V
+
+__all__ = [
+    "BATCH_SCHEMA",
+    "PING_SCHEMA",
+    "Piece",
+    "PreparedPiece",
+    "prepare_piece",
+    "LineTracker",
+    "line_name",
+    "COUNT_KEYS",
+]
+
+BATCH_SCHEMA = pa.schema([
+    ("bin_index", pa.int64()),
+    ("ping", pa.uint32()),
+    ("beam", pa.uint16()),
+    ("depth", pa.float64()),
+    ("x_off", pa.uint16()),
+    ("y_off", pa.uint16()),
+    ("validity", pa.uint32()),
+    ("horizontal_error", pa.float32()),
+    ("vertical_error", pa.float32()),
+])
+
+# One row per ping that contributed at least one sounding inside the area.
+PING_SCHEMA = pa.schema([
+    ("ping", pa.uint32()),
+    ("heading", pa.float64()),
+    ("time_sec", pa.int64()),
+    ("time_nsec", pa.int32()),
+])
+
+COUNT_KEYS = (
+    "pings_read", "soundings_read", "ping_skipped", "beam_rejected",
+    "outside_area", "loaded", "depth_out_of_range", "invalid_by_gsf_flags",
+    "flagged_swath_filter",
+)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A unit of work: the pings ``[start_ping, stop_ping)`` of one input file.
+
+    ``seq`` orders all pieces of a load (file order, then ping order); the
+    writer writes them in that order whichever worker finished first.
+    """
+
+    seq: int
+    file_number: int
+    path: str
+    start_ping: int = 0
+    stop_ping: int | None = None
+    piece_index: int = 0
+    n_pieces: int = 1
+    est_soundings: int = 0
+
+    @property
+    def last(self) -> bool:
+        return self.piece_index == self.n_pieces - 1
+
+
+@dataclass
+class PreparedPiece:
+    """What a task hands to the writer: sorted soundings, contributing pings, counts."""
+
+    piece: Piece
+    batch: pa.RecordBatch
+    pings: pa.Table
+    counts: dict = field(default_factory=dict)
+    damage: list = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.batch.nbytes + self.pings.nbytes)
+
+
+def _empty_counts() -> dict:
+    return {k: 0 for k in COUNT_KEYS}
+
+
+def _nothing(piece: Piece, counts: dict, err: GsfError) -> PreparedPiece:
+    """The result for a piece whose file could not be read at all."""
+    return PreparedPiece(piece, pa.RecordBatch.from_pylist([], schema=BATCH_SCHEMA),
+                         PING_SCHEMA.empty_table(), counts, [err.to_dict()])
+
+
+def _column(table: pa.Table, name: str, dtype, fill=np.nan):
+    """A column as numpy, with nulls replaced by ``fill`` (absent arrays → all fill)."""
+    if name not in table.column_names:
+        return np.full(table.num_rows, fill, dtype=dtype)
+    col = table.column(name)
+    if col.null_count == 0:
+        return col.to_numpy().astype(dtype, copy=False)
+    return col.fill_null(fill).to_numpy().astype(dtype, copy=False)
+
+
+def _valid_mask(table: pa.Table, name: str) -> np.ndarray:
+    if name not in table.column_names:
+        return np.zeros(table.num_rows, dtype=bool)
+    col = table.column(name)
+    if col.null_count == 0:
+        return np.ones(table.num_rows, dtype=bool)
+    return col.is_valid().to_numpy(zero_copy_only=False)
+
+
+def _read_piece(piece: Piece, halo: int) -> tuple[pa.Table, list, int, int]:
+    """Decode the piece's pings plus up to ``halo`` pings of context on each side."""
+    with gsf.GsfFile(piece.path, strict=False) as f:
+        damage = [d.to_dict() for d in f.damage]
+        n = f.n_pings
+        start = min(piece.start_ping, n)
+        stop = n if piece.stop_ping is None else min(piece.stop_ping, n)
+        lo = max(0, start - halo)
+        hi = min(n, stop + halo)
+        table = f.read(lo, hi) if hi > lo else f.read(0, 0)
+        # A decode error found while reading is added to the file's damage list.
+        for d in f.damage:
+            dd = d.to_dict()
+            if dd not in damage:
+                damage.append(dd)
+    return table, damage, start, stop
+
+
+def prepare_piece(piece: Piece, grid: BinGrid, cfg: LoadConfig) -> PreparedPiece:
+    """Decode, screen, place, filter, bin and sort one piece (see the module docstring)."""
+    t0 = _time.perf_counter()
+    counts = _empty_counts()
+    halo = filters.swath_halo(cfg.swath.window_pings) if cfg.swath.enabled else 0
+    try:
+        table, damage, start, stop = _read_piece(piece, halo)
+    except GsfError as err:  # not GSF at all, or unreadable from its first record
+        return _nothing(piece, counts, err)
+    except OSError as err:  # vanished, unreadable, a directory...
+        return _nothing(piece, counts, GsfError(f"cannot read file: {err.strerror or err}",
+                                                path=piece.path))
+    t_decode = _time.perf_counter()
+
+    ping = _column(table, "ping", np.int64, 0)
+    # Pings of the piece proper (the halo is context for the swath filter only).
+    own = (ping > start) & (ping <= stop)  # ``ping`` is 1-based
+    beam = _column(table, "beam", np.int64, 0)
+    lat = _column(table, "latitude", np.float64)
+    lon = _column(table, "longitude", np.float64)
+    heading = _column(table, "heading", np.float64)
+    ping_flags = _column(table, "ping_flags", np.int64, 0)
+    depth_col = "nominal_depth" if (cfg.use_nominal_depth and "nominal_depth" in table.column_names
+                                   and table.column("nominal_depth").null_count < table.num_rows
+                                   ) else "depth"
+    depth = _column(table, depth_col, np.float64, 0.0).astype(np.float32)  # pfmLoader holds depth in a C float
+    has_flags = _valid_mask(table, "beam_flags")
+    beam_flags = _column(table, "beam_flags", np.int64, 0).astype(np.uint8)
+    across = _column(table, "across_track", np.float64, 0.0)
+    along_present = _valid_mask(table, "along_track")
+    along = _column(table, "along_track", np.float64, 0.0)
+    herr_present = _valid_mask(table, "horizontal_error")
+    verr_present = _valid_mask(table, "vertical_error")
+    herr = np.where(herr_present, _column(table, "horizontal_error", np.float64, 0.0),
+                    cfg.default_horizontal_error).astype(np.float32)
+    verr = np.where(verr_present, _column(table, "vertical_error", np.float64, 0.0),
+                    cfg.default_vertical_error).astype(np.float32)
+
+    # Beams per ping: a one-beam ping is loaded at the ping position with the
+    # default errors and no depth/flag screening (pfmLoader's single-beam branch).
+    _, first_idx, per_ping = np.unique(ping, return_index=True, return_counts=True)
+    nbeams = np.repeat(per_ping, per_ping)
+    single = nbeams == 1
+
+    counts["pings_read"] = int(np.count_nonzero(np.unique(ping[own]))) if own.any() else 0
+    counts["soundings_read"] = int(np.count_nonzero(own))
+
+    # 1. Pings pfmLoader skips: bad position or the ignore-ping flag.
+    ping_ok = (lat <= 90.0) & (lon <= 180.0) & ((ping_flags & 1) == 0)
+    ping_ok &= np.isfinite(lat) & np.isfinite(lon)
+    counts["ping_skipped"] = int(np.count_nonzero(own & ~ping_ok))
+
+    # 2. Beams pfmLoader skips: zero depth, no beam-flags array, null beam (0x01).
+    usable = filters.beam_usable(depth, beam_flags, has_flags)
+    usable = np.where(single, True, usable)
+    rejected = ping_ok & ~usable
+    counts["beam_rejected"] = int(np.count_nonzero(own & rejected))
+    keep = ping_ok & usable
+
+    # 3. Validity from the GSF flags; the swath filter sees the whole window.
+    validity = filters.gsf_flags_to_validity(beam_flags).astype(np.uint32)
+    gsf_invalid = (validity & V.INVAL) != 0
+    if cfg.swath.enabled:
+        kw = {"window_pings": cfg.swath.window_pings, "window_beams": cfg.swath.window_beams}
+        if cfg.swath.threshold is not None:
+            kw["threshold"] = cfg.swath.threshold
+        sel = np.flatnonzero(keep)
+        new_val, _stats = filters.swath_filter(ping[sel], beam[sel], depth[sel].astype(np.float64),
+                                               validity[sel], score_mask=own[sel], **kw)
+        changed = new_val != validity[sel]
+        validity[sel] = new_val
+        counts["flagged_swath_filter"] = int(np.count_nonzero(changed & own[sel]))
+    keep &= own
+
+    # 4. Positions: across-track along heading+90, then along-track along heading.
+    plat = lat.copy()
+    plon = lon.copy()
+    multi = keep & ~single
+    if multi.any():
+        idx = np.flatnonzero(multi)
+        blat, blon = gsf.beam_positions(lat[idx], lon[idx], heading[idx], across[idx],
+                                        along[idx], along_present=along_present[idx])
+        plat[idx] = blat
+        plon[idx] = blon
+
+    # 5. Bins; soundings outside the grid or polygon are counted and dropped.
+    idx = np.flatnonzero(keep)
+    a = grid.assign(plat[idx], plon[idx])
+    inside = np.asarray(a.inside, dtype=bool)
+    counts["outside_area"] = int(np.count_nonzero(~inside))
+    idx_in = idx[inside]
+    counts["loaded"] = int(idx_in.size)
+
+    z = depth[idx_in].astype(np.float64)
+    val = validity[idx_in]
+    counts["invalid_by_gsf_flags"] = int(np.count_nonzero(gsf_invalid[idx_in]))
+    z, val = filters.apply_depth_limits(z, val, cfg.min_depth, cfg.max_depth, cfg.null_depth)
+    counts["depth_out_of_range"] = int(np.count_nonzero(z == cfg.null_depth))
+
+    bin_index = np.asarray(a.bin_index)[inside].astype(np.int64)
+    order = np.lexsort((beam[idx_in], ping[idx_in], bin_index))
+    t_bin = _time.perf_counter()
+
+    batch = pa.RecordBatch.from_arrays([
+        pa.array(bin_index[order], pa.int64()),
+        pa.array(ping[idx_in][order].astype(np.uint32)),
+        pa.array(beam[idx_in][order].astype(np.uint16)),
+        pa.array(z[order], pa.float64()),
+        pa.array(np.asarray(a.x_off)[inside][order].astype(np.uint16)),
+        pa.array(np.asarray(a.y_off)[inside][order].astype(np.uint16)),
+        pa.array(val[order].astype(np.uint32)),
+        pa.array(herr[idx_in][order], pa.float32()),
+        pa.array(verr[idx_in][order], pa.float32()),
+    ], schema=BATCH_SCHEMA)
+
+    # Pings that contributed, for line numbering by the writer.
+    if idx_in.size:
+        contributing = np.unique(ping[idx_in])
+        pos = first_idx[np.searchsorted(np.unique(ping), contributing)]
+        tsec = _column(table, "time_sec", np.int64, 0)[pos]
+        tnsec = _column(table, "time_nsec", np.int64, 0)[pos].astype(np.int32)
+        pings = pa.table([pa.array(contributing.astype(np.uint32)), pa.array(heading[pos]),
+                          pa.array(tsec), pa.array(tnsec)], schema=PING_SCHEMA)
+    else:
+        pings = PING_SCHEMA.empty_table()
+    t_end = _time.perf_counter()
+    timings = {"decode": t_decode - t0, "place_filter_bin": t_bin - t_decode,
+               "sort_pack": t_end - t_bin}
+    return PreparedPiece(piece, batch, pings, counts, damage, timings)
+
+
+def line_name(basename: str, time_sec: int, time_nsec: int) -> str:
+    """pfmLoader's line name: ``<gsf basename>-YYYY-DDD-HH:MM:SS`` (seconds rounded)."""
+    t = _time.gmtime(int(time_sec))
+    second = np.float32(t.tm_sec + time_nsec / 1e9)  # pfmLoader's cvtime gives a float
+    sec = int(np.floor(float(second) + 0.5))
+    return f"{basename}-{t.tm_year}-{t.tm_yday:03d}-{t.tm_hour:02d}:{t.tm_min:02d}:{sec:02d}"
+
+
+class LineTracker:
+    """Numbers lines as pfmLoader does, across the pieces of one file in order.
+
+    A new line starts at the first contributing ping of a file, and whenever the
+    heading differs from the heading at the last line start by more than 120°
+    and less than 345° (a plain difference, as pfmLoader computes it).
+    """
+
+    def __init__(self, path: str):
+        self.basename = os.path.basename(path)
+        self.prev_heading = None
+        self.names: list[str] = []
+
+    def assign(self, pings: pa.Table) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """Local line index for each contributing ping, plus the names of new lines."""
+        p = pings.column("ping").to_numpy()
+        h = pings.column("heading").to_numpy()
+        ts = pings.column("time_sec").to_numpy()
+        tn = pings.column("time_nsec").to_numpy()
+        local = np.empty(p.size, dtype=np.int64)
+        new_names = []
+        # A loop per contributing ping (not per sounding): each start depends on the last.
+        for i in range(p.size):
+            hi = float(h[i])
+            if self.prev_heading is None or 120.0 < abs(hi - self.prev_heading) < 345.0:
+                self.prev_heading = hi
+                name = line_name(self.basename, int(ts[i]), int(tn[i]))
+                self.names.append(name)
+                new_names.append(name)
+            local[i] = len(self.names) - 1
+        return p, local, new_names
+
+
