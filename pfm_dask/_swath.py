@@ -19,7 +19,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .errors import ConfigError
 from .pfm import validity as V
 
-__all__ = ["swath_filter", "swath_halo", "SwathStats", "score_against_truth"]
+__all__ = ["swath_filter", "swath_halo", "SwathStats", "score_against_truth", "spike_mask"]
 
 _TUKEY_C = 4.685      # biweight tuning constant: 95 % efficiency at the normal
 _MAD_TO_SIGMA = 1.4826
@@ -337,3 +337,17 @@ def score_against_truth(flagged, is_spike, eligible=None) -> dict:
         "detection": hit / spikes if spikes else float("nan"),
         "false_positive": fp / goods if goods else float("nan"),
     }
+
+
+def spike_mask(ping, beam, truth_ping, truth_beam) -> np.ndarray:
+    """True for the soundings whose (ping, beam) is listed in a truth table (one file's rows).
+
+    For ``pfm_dask.synth`` surveys: pass the ``ping`` and ``beam`` columns of the rows of
+    ``truth.parquet`` whose ``file`` is the file being scored.
+    """
+    p = np.asarray(ping, dtype=np.int64)
+    b = np.asarray(beam, dtype=np.int64)
+    tp = np.asarray(truth_ping, dtype=np.int64)
+    tb = np.asarray(truth_beam, dtype=np.int64)
+    span = int(max(b.max(initial=0), tb.max(initial=0))) + 1
+    return np.isin(p * span + b, tp * span + tb)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .pfm import validity as V
-from ._swath import SwathStats, score_against_truth, swath_filter, swath_halo
+from ._swath import SwathStats, score_against_truth, spike_mask, swath_filter, swath_halo
 from ._area import AreaFilter, AreaFilterSummary, RowResult, RowSoundings
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "swath_halo",
     "SwathStats",
     "score_against_truth",
+    "spike_mask",
     "AreaFilter",
     "AreaFilterSummary",
     "RowSoundings",
