@@ -197,8 +197,7 @@ def _score_block(zp: np.ndarray, keep: np.ndarray, x: np.ndarray, window, *,
             res.sort(axis=1)
             scale = floor(_MAD_TO_SIGMA * _sorted_median(res, n).astype(np.float64), a)
             del res
-    with np.errstate(invalid="ignore"):
-        score = (centre - a) / scale
+    score = (centre - a) / scale
     return score.reshape(rows, beams), n.reshape(rows, beams)
 
 
@@ -293,9 +292,12 @@ def swath_filter(ping, beam, depth, validity, *, window_pings: int = 5, window_b
         zp = np.full((r1 - r0 + 2 * hp, width + 2 * hb), np.nan)
         g = good[lo:hi]
         zp.reshape(-1)[flat[g]] = depth[lo:hi][g]
-        score, nnb = _score_block(zp, keep, x, (window_pings, window_beams),
-                                  min_scale=min_scale, rel_min_scale=rel_min_scale,
-                                  iterations=iterations, model=model)
+        # A zero scale (min_scale = rel_min_scale = 0 on noise-free data) or an empty window
+        # gives inf/NaN scores by design; NaN scores are never flagged.
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            score, nnb = _score_block(zp, keep, x, (window_pings, window_beams),
+                                      min_scale=min_scale, rel_min_scale=rel_min_scale,
+                                      iterations=iterations, model=model)
         # Back to the soundings of rows r0..r1.
         sl = slice(s0 - lo, s1 - lo)
         rr = row_id[sl] - hp

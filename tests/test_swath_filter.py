@@ -228,6 +228,12 @@ def test_flat_noise_free_data_is_left_alone():
     v = np.zeros(z.size, np.uint32)
     new, stats = swath_filter(P.ravel(), B.ravel(), z, v)
     assert stats.flagged == 0
+    # Without a floor the scale is 0: any departure from the exact local plane is flagged,
+    # and there is no warning (warnings are errors in this suite).
+    z2 = np.full(z.size, 100.0)
+    z2[5 * 40 + 7] = 100.01
+    new, stats = swath_filter(P.ravel(), B.ravel(), z2, v, min_scale=0.0, rel_min_scale=0.0)
+    assert np.flatnonzero(new).tolist() == [5 * 40 + 7]
 
 
 def test_input_checks():
