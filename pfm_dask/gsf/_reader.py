@@ -25,11 +25,11 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import GsfError
-from ._decode import (OUT_IDS, NeedHistory, PingDirectory, ScaleState, decode_pings,
-                      walk_ping, walk_pings)
+from ._decode import (NeedHistory, PingDirectory, ScaleState, decode_pings, walk_ping,
+                      walk_pings)
 from ._framing import scan_records
-from ._records import (ARRAY_SPECS, OUTPUT_ARRAYS, SUB_INTENSITY_SERIES,
-                       SUB_QUALITY_FLAGS, SUB_SCALE_FACTORS, ping_header_dtype)
+from ._records import (ARRAY_SPECS, SUB_INTENSITY_SERIES, SUB_QUALITY_FLAGS,
+                       ping_header_dtype)
 
 __all__ = ["SOUNDING_SCHEMA", "GsfFile", "read_pings", "iter_batches", "info"]
 
@@ -72,11 +72,17 @@ class _BackResolver:
 
     Tables are merged entry by entry, so an entry's value is the one in the latest
     table before ``start`` that lists it; walking backwards, the first table found
-    listing an id gives it. Usually that is the previous ping or the one before.
+    listing an id gives it. Usually that is the previous ping or the one before;
+    after ``BUDGET`` pings it gives up (:class:`NeedHistory`).
     """
+
+    #: Pings walked back before giving up (then the reader walks forward from the
+    #: nearest known state, which is fast for files of repetitive pings).
+    BUDGET = 64
 
     def __init__(self, f: "GsfFile", start: int):
         self.f = f
+        self.start = start
         self.j = start             # next ping to examine is j - 1
         self.tables: dict = {}     # id -> (mult, offset, low nibble)
         self.highs: dict = {}      # id -> high nibble (last width event)
@@ -84,6 +90,8 @@ class _BackResolver:
     def _step(self) -> bool:
         if self.j <= 0:
             return False
+        if self.start - self.j >= self.BUDGET:
+            raise NeedHistory(self.j)
         self.j -= 1
         f = self.f
         scratch = ScaleState(fill=None, resolver=None)
@@ -159,7 +167,8 @@ class GsfFile:
         self._framing = fr
         # Known scale-factor states: ping index -> state before that ping.
         self._states: dict = {0: ScaleState(fill=0)}
-        self._state_keys: list = [0]
+        self._state_keys: list = [0]       # sorted keys of _states
+        self._complete_keys: list = [0]    # ... of those that need no resolver
         self._bad_ping: int | None = None   # first ping found damaged (lenient)
         self._seen: set = set()             # subrecord ids met while walking
         # Start pings at most this far past a known state are reached by walking
@@ -192,9 +201,13 @@ class GsfFile:
     # --- scale-factor state -----------------------------------------------------------
 
     def _remember(self, k: int, st: ScaleState) -> None:
-        if k not in self._states:
+        if k not in self._states or (st.resolver is None
+                                     and self._states[k].resolver is not None):
+            if k not in self._states:
+                bisect.insort(self._state_keys, k)
             self._states[k] = st.copy()
-            bisect.insort(self._state_keys, k)
+            if st.resolver is None:
+                bisect.insort(self._complete_keys, k)
 
     def _note_damage(self, err: GsfError, ping: int) -> None:
         if self._bad_ping is None or ping < self._bad_ping:
@@ -212,6 +225,11 @@ class GsfFile:
             return self._walk_forward(k, start)
         # Otherwise resolve lazily, walking back from start only as far as needed.
         return ScaleState(fill=None, resolver=_BackResolver(self, start))
+
+    def _walk_forward_to(self, start: int) -> ScaleState | None:
+        """Exact state before ``start`` from the nearest state that needs no resolver."""
+        k = self._complete_keys[bisect.bisect_right(self._complete_keys, start) - 1]
+        return self._walk_forward(k, start)
 
     def _walk_forward(self, k: int, start: int) -> ScaleState | None:
         st = self._states[k].copy()
@@ -247,15 +265,14 @@ class GsfFile:
             stop = min(stop, self._bad_ping)
             start = min(start, stop)
         empty = walk_pings(self._buf, self._pdata[:0], self._psize[:0],
-                           self.ping_offsets[:0], self._hdr_len, ScaleState(),
-                           self.path)[0]
+                           self.ping_offsets[:0], self._hdr_len, ScaleState(), self.path,
+                           u8=self._u8)[0]
         if start >= stop:
             return empty, start
         try:
             st = self._state_at(start)
         except NeedHistory:
-            k = self._state_keys[bisect.bisect_right(self._state_keys, start) - 1]
-            st = self._walk_forward(k, start)
+            st = self._walk_forward_to(start)
         if st is None:
             return empty, start
         try:
@@ -264,8 +281,7 @@ class GsfFile:
                                    self.path, strict=self.strict, seen=self._seen,
                                    u8=self._u8)
         except NeedHistory:
-            k = self._state_keys[bisect.bisect_right(self._state_keys, start) - 1]
-            st = self._walk_forward(k, start)
+            st = self._walk_forward_to(start)
             if st is None:
                 return empty, start
             dirn, dmg = walk_pings(self._buf, self._pdata[start:stop], self._psize[start:stop],
@@ -274,7 +290,9 @@ class GsfFile:
                                    u8=self._u8)
         if dmg is not None:
             self._note_damage(dmg, start + len(dirn))
-        elif st.resolver is None:
+        else:
+            # Entries still None were not touched in [start, stop): the resolver for
+            # ``start`` answers for them at ``stop`` too, so the state can be kept.
             self._remember(stop, st)
         return dirn, start
 

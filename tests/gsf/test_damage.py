@@ -294,3 +294,15 @@ def test_random_small_byte_strings(tmp_path_factory, data):
         with gsf.GsfFile(path, strict=False) as f:
             check_wellformed(f.read())
             f.info()
+
+
+def test_lenient_read_pings_reports_damage_in_metadata(tmp_path):
+    import json
+    blob = header_record() + depth_ping([1, 2]) + depth_ping([3, 4])
+    path = write(tmp_path, "t.gsf", blob[:-5])
+    t = gsf.read_pings(path, strict=False)
+    assert t.column("depth").to_pylist() == [0.01, 0.02]
+    (d,) = json.loads(t.schema.metadata[b"gsf_damage"])
+    assert d["offset"] == 20 + len(depth_ping([1, 2])) and d["error"] == "GsfError"
+    assert t.schema.equals(SCHEMA)            # metadata aside, the same schema
+    assert b"gsf_damage" not in (gsf.read_pings(write(tmp_path, "ok.gsf", blob)).schema.metadata or {})
