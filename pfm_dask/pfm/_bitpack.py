@@ -28,6 +28,9 @@ import numpy as np
 __all__ = [
     "BitField",
     "BitLayout",
+    "pack_lanes",
+    "place_lanes",
+    "pack_records",
     "pack_reference",
     "unpack_reference",
 ]
@@ -213,3 +216,118 @@ def unpack_reference(record: bytes, offset: int, nbits: int) -> int:
         return 0
     s = "".join(format(b, "08b") for b in record)
     return int(s[offset: offset + nbits], 2)
+
+
+# ---------------------------------------------------------------------------
+# Fast path for many soundings: pack each sounding into a few 64-bit lanes,
+# then place the lanes of every slot into the physical records.
+
+def pack_lanes(fields: Sequence[tuple[int, int]], values: Sequence[np.ndarray], n: int) -> np.ndarray:
+    """Pack per-item fields into ``(n_lanes, n)`` big-endian-ordered uint64 lanes.
+
+    ``fields`` are ``(bit_offset, nbits)`` within one item (a sounding),
+    ``values`` the matching uint64 arrays, already known to fit their width
+    (no masking here). Lane ``j`` holds item bits ``64j .. 64j + 63``, MSB
+    first. Each field costs one or two shift/or passes over contiguous
+    arrays, done in place through one scratch buffer.
+    """
+    end = max((o + b for o, b in fields), default=0)
+    n_lanes = max(1, (end + 63) // 64)
+    lanes = np.zeros((n_lanes, n), dtype=_U64)
+    tmp = np.empty(n, dtype=_U64)
+    for (off, nb), v in zip(fields, values):
+        if nb == 0:
+            continue
+        v = np.asarray(v)
+        if v.dtype != _U64:
+            v = v.astype(_U64)
+        w, b = divmod(off, 64)
+        e = b + nb
+        if e <= 64:
+            if e == 64:
+                np.bitwise_or(lanes[w], v, out=lanes[w])
+            else:
+                np.left_shift(v, _U64(64 - e), out=tmp)
+                np.bitwise_or(lanes[w], tmp, out=lanes[w])
+        else:
+            lo = e - 64
+            np.right_shift(v, _U64(lo), out=tmp)
+            np.bitwise_or(lanes[w], tmp, out=lanes[w])
+            np.left_shift(v, _U64(64 - lo), out=tmp)
+            np.bitwise_or(lanes[w + 1], tmp, out=lanes[w + 1])
+    return lanes
+
+
+def place_lanes(lanes: np.ndarray, flat: np.ndarray, n_records: int, slots: int,
+                slot_bits: int, words: np.ndarray) -> None:
+    """OR item lanes into record words: item ``i`` goes to slot ``flat[i] % slots`` of
+    record ``flat[i] // slots``, i.e. at record bit ``slot * slot_bits``.
+
+    ``words`` is the transposed ``(n_words, n_records)`` record matrix. Each
+    lane is scattered once into a ``(n_records, slots)`` buffer (``flat`` is
+    increasing for soundings sorted by bin, so the scatter streams), then
+    shifted into place slot by slot.
+    """
+    n_words = words.shape[0]
+    ext = np.empty(n_records * slots, dtype=_U64)
+    extm = ext.reshape(n_records, slots)
+    tmp = np.empty(n_records, dtype=_U64)
+    col = np.empty(n_records, dtype=_U64)
+    for j in range(lanes.shape[0]):
+        ext.fill(0)
+        ext[flat] = lanes[j]
+        for s in range(slots):
+            p = s * slot_bits + 64 * j
+            w, b = divmod(p, 64)
+            if w >= n_words:
+                continue
+            np.copyto(col, extm[:, s])
+            if b == 0:
+                np.bitwise_or(words[w], col, out=words[w])
+            else:
+                np.right_shift(col, _U64(b), out=tmp)
+                np.bitwise_or(words[w], tmp, out=words[w])
+                if w + 1 < n_words:
+                    np.left_shift(col, _U64(64 - b), out=tmp)
+                    np.bitwise_or(words[w + 1], tmp, out=words[w + 1])
+
+
+def pack_records(item_fields: Sequence[tuple[int, int]], item_values: Sequence[np.ndarray],
+                 flat: np.ndarray, n_records: int, slots: int, slot_bits: int,
+                 record_fields: Sequence[tuple[int, int]], record_values: Sequence[np.ndarray],
+                 record_bytes: int, block: int = 8192) -> np.ndarray:
+    """Pack many items (soundings) into fixed records of ``slots`` items each.
+
+    Item ``i`` (fields ``item_fields`` = ``(bit_offset, nbits)`` within the
+    item, values already known to fit) goes to record ``flat[i] // slots``,
+    slot ``flat[i] % slots``, at record bit ``slot * slot_bits``; ``flat``
+    must be increasing. ``record_fields``/``record_values`` are per-record
+    fields (the continuation pointer). Unused slots stay zero. Returns the
+    ``(n_records, record_bytes)`` uint8 matrix.
+
+    Work is done in blocks of ``block`` records so that every temporary stays
+    in the CPU cache: per block, items are packed into 64-bit lanes
+    (:func:`pack_lanes`), the lanes placed into the record words
+    (:func:`place_lanes`), and the words byte-swapped into the output.
+    """
+    n_words = (record_bytes + 7) // 8
+    out = np.empty((n_records, n_words * 8), dtype=np.uint8)
+    outw = out.view(">u8")
+    flat = np.asarray(flat, dtype=np.int64)
+    rec_layout = BitLayout([(i, o, b) for i, (o, b) in enumerate(record_fields)],
+                           record_bytes=n_words * 8)
+    for r0 in range(0, n_records, block):
+        r1 = min(n_records, r0 + block)
+        i0 = int(np.searchsorted(flat, r0 * slots))
+        i1 = int(np.searchsorted(flat, r1 * slots))
+        words = np.zeros((n_words, r1 - r0), dtype=_U64)
+        if i1 > i0:
+            lanes = pack_lanes(item_fields, [v[i0:i1] for v in item_values], i1 - i0)
+            place_lanes(lanes, flat[i0:i1] - r0 * slots, r1 - r0, slots, slot_bits, words)
+        if record_fields:
+            rec_layout.pack_words(words, {i: v[r0:r1] for i, v in enumerate(record_values)},
+                                  transposed=True)
+        outw[r0:r1] = words.T
+    if n_words * 8 != record_bytes:
+        return np.ascontiguousarray(out[:, :record_bytes])
+    return out

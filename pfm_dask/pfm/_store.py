@@ -69,6 +69,8 @@ from __future__ import annotations
 
 import math
 import os
+import time
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -78,7 +80,7 @@ from .. import __version__ as _PKG_VERSION
 from .._numeric import nint, scaled_code_f32, scaled_code_f64
 from ..errors import ConfigError, PfmFormatError
 from . import validity as V
-from ._bitpack import BitLayout
+from ._bitpack import BitLayout, pack_records
 from ._coverage import (COV_HEADER_SIZE, create_coverage_file, read_coverage,
                         update_coverage)
 from ._header import (BIN_HEADER_SIZE, LIBRARY_VERSION, NUM_ATTR, WGS84_WKT, PfmHeader,
@@ -123,7 +125,7 @@ BIN_FIELDS = ("num_soundings", "std", "avg_filtered", "min_filtered", "max_filte
 _DEPTH_FIELDS = ("avg_filtered", "min_filtered", "max_filtered", "avg", "min", "max")
 
 _WRITE_CHUNK = 4 << 20           # bytes per os.pwrite of new records
-_ADD_CHUNK = 1 << 21             # soundings per internal add_sorted step
+_ADD_CHUNK = 1 << 20             # soundings per internal add_sorted step
 _READ_GAP = 1 << 16              # merge reads whose gap is at most this
 _RMW_GAP = 4096                  # merge read-modify-write spans whose gap is at most this
 _MAX_SPAN = 32 << 20             # longest single read/write
@@ -193,26 +195,41 @@ class _Spans:
             self.buffers.append(np.frombuffer(raw, dtype=np.uint8).copy())
             self.span_lo.append(lo)
 
+    def _view(self, buf: np.ndarray) -> np.ndarray:
+        """A writeable (len - size + 1, size) window view: row ``p`` is the record at byte ``p``."""
+        return np.lib.stride_tricks.as_strided(buf, shape=(buf.size - self.size + 1, self.size),
+                                               strides=(1, 1), writeable=True)
+
     def records(self) -> np.ndarray:
         out = np.empty((self.offsets.size, self.size), dtype=np.uint8)
-        ar = np.arange(self.size, dtype=np.int64)
         for (a, b), buf, lo in zip(self.runs, self.buffers, self.span_lo):
             pos = self.offsets[a:b] - lo
-            if b - a > 1 and np.all(np.diff(pos) == self.size):
-                out[a:b] = buf[: (b - a) * self.size].reshape(b - a, self.size)
+            if (b - a) * self.size == buf.size:
+                out[a:b] = buf.reshape(b - a, self.size)
             else:
-                out[a:b] = buf[pos[:, None] + ar]
+                out[a:b] = self._view(buf)[pos]
         return out
 
     def store(self, records: np.ndarray) -> None:
-        ar = np.arange(self.size, dtype=np.int64)
         for (a, b), buf, lo in zip(self.runs, self.buffers, self.span_lo):
             pos = self.offsets[a:b] - lo
-            buf[pos[:, None] + ar] = records[a:b]
+            if (b - a) * self.size == buf.size:
+                buf.reshape(b - a, self.size)[...] = records[a:b]
+            else:
+                self._view(buf)[pos] = records[a:b]
 
-    def write(self) -> None:
+    def write(self, writer: "_BackgroundWriter | None" = None) -> None:
         for buf, lo in zip(self.buffers, self.span_lo):
-            _pwrite_all(self.fd, buf, lo)
+            if writer is None:
+                _pwrite_all(self.fd, buf, lo)
+            else:
+                writer.submit(self.fd, buf, lo)
+
+    def extent(self) -> tuple[int, int]:
+        """Byte range covered by the spans."""
+        if not self.offsets.size:
+            return (0, 0)
+        return int(self.offsets[0]), int(self.offsets[-1]) + self.size
 
 
 def _pwrite_all(fd: int, data, offset: int) -> None:
@@ -223,6 +240,75 @@ def _pwrite_all(fd: int, data, offset: int) -> None:
         if n <= 0:
             raise OSError(f"short write at byte {offset + done}")
         done += n
+
+
+class _BackgroundWriter:
+    """Writes queued buffers in order on one thread, so packing overlaps disk I/O.
+
+    ``os.pwrite`` releases the GIL. Every queued write is remembered with its
+    byte range until it is done; :meth:`wait_for` blocks until no pending
+    write overlaps a range about to be read, :meth:`drain` until all are
+    done. An error in the thread is re-raised by the next call.
+    """
+
+    def __init__(self, depth: int = 3):
+        import queue
+        import threading
+
+        self._q: "queue.Queue" = queue.Queue(maxsize=depth)
+        self._lock = threading.Lock()
+        self._pending: dict[int, tuple[int, int, int]] = {}
+        self._seq = 0
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="pfm-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            job = self._q.get()
+            if job is None:
+                self._q.task_done()
+                return
+            seq, fd, data, offset = job
+            try:
+                if self._error is None:
+                    _pwrite_all(fd, data, offset)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                self._error = exc
+            finally:
+                with self._lock:
+                    self._pending.pop(seq, None)
+                self._q.task_done()
+
+    def submit(self, fd: int, data, offset: int) -> None:
+        self._check()
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+            self._pending[seq] = (fd, int(offset), int(offset) + memoryview(data).nbytes)
+        self._q.put((seq, fd, data, offset))
+
+    def wait_for(self, fd: int, lo: int, hi: int) -> None:
+        with self._lock:
+            clash = any(f == fd and a < hi and lo < b for f, a, b in self._pending.values())
+        if clash:
+            self.drain()
+
+    def drain(self) -> None:
+        self._q.join()
+        self._check()
+
+    def _check(self) -> None:
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+
+    def close(self) -> None:
+        try:
+            self.drain()
+        finally:
+            self._q.put(None)
+            self._thread.join()
 
 
 class _RecordCache:
@@ -251,12 +337,24 @@ class _RecordCache:
         s = np.r_[0, brk]
         e = np.r_[brk, lo.size]
         new_lo, new_hi = lo[s], hi[e - 1]
+        # keep the spans disjoint: read only what no span holds yet
+        parts = []
+        for a, b in zip(new_lo.tolist(), new_hi.tolist()):
+            cur = a
+            i = int(np.searchsorted(self.ends, a, side="right"))
+            while cur < b and i < self.starts.size and self.starts[i] < b:
+                if self.starts[i] > cur:
+                    parts.append((cur, int(self.starts[i])))
+                cur = max(cur, int(self.ends[i]))
+                i += 1
+            if cur < b:
+                parts.append((cur, b))
         pieces = [self.blob] if self.blob.size else []
         starts = [self.starts]
         ends = [self.ends]
         offs = [self.blob_off]
         pos = self.blob.size
-        for a, b in zip(new_lo.tolist(), new_hi.tolist()):
+        for a, b in parts:
             while a < b:
                 c = min(b, a + _MAX_SPAN)
                 raw = os.pread(self.fd, c - a, a)
@@ -269,7 +367,8 @@ class _RecordCache:
                 offs.append(np.array([pos], np.int64))
                 pos += c - a
                 a = c
-        self.blob = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+        if len(pieces) > (1 if self.blob.size else 0):
+            self.blob = np.concatenate(pieces) if len(pieces) > 1 else pieces[0].copy()
         st = np.concatenate(starts)
         order = np.argsort(st, kind="stable")
         self.starts = st[order]
@@ -301,7 +400,17 @@ class _RecordCache:
             m = addr[miss]
             self.load_ranges(m, m + self.size)
             pos = self.positions(addr)
-        return self.blob[pos[:, None] + np.arange(self.size, dtype=np.int64)]
+        view = np.lib.stride_tricks.as_strided(self.blob, shape=(max(0, self.blob.size - self.size + 1), self.size),
+                                               strides=(1, 1), writeable=False)
+        miss = pos < 0
+        if not np.any(miss):
+            return view[pos]
+        # records straddling two spans (unaligned pointers): read them one by one
+        out = np.empty((addr.size, self.size), dtype=np.uint8)
+        out[~miss] = view[pos[~miss]]
+        for j in np.flatnonzero(miss).tolist():
+            out[j] = np.frombuffer(os.pread(self.fd, self.size, int(addr[j])), dtype=np.uint8)
+        return out
 
 
 # ---------------------------------------------------------------------------
@@ -370,6 +479,9 @@ class PfmFile:
         self.path = os.fspath(path)
         self._closed = True
         self._fds: dict[str, int] = {}
+        self._writer_obj: _BackgroundWriter | None = None
+        #: seconds spent per phase of add_sorted (for benchmarks and profiling)
+        self.timings: dict[str, float] = defaultdict(float)
         try:
             with open(self.path, "rb") as fh:
                 first = fh.readline(4096)
@@ -676,6 +788,17 @@ class PfmFile:
         return h
 
     # ------------------------------------------------------------------ basics
+    @property
+    def _writer(self) -> _BackgroundWriter:
+        if self._writer_obj is None:
+            self._writer_obj = _BackgroundWriter()
+        return self._writer_obj
+
+    def _sync(self) -> None:
+        """Wait for queued writes (before reading back or rewriting in place)."""
+        if self._writer_obj is not None:
+            self._writer_obj.drain()
+
     def _fd(self, name: str) -> int:
         if self._closed:
             raise PfmFormatError("PFM is closed", path=self.path)
@@ -695,6 +818,8 @@ class PfmFile:
 
     def __del__(self):
         try:
+            if self._writer_obj is not None:
+                self._writer_obj.close()
             self._close_fds()
         except Exception:  # noqa: BLE001
             pass
@@ -708,13 +833,22 @@ class PfmFile:
         self._fds = {}
 
     def flush(self) -> None:
-        """Make every write visible in the files (all writes go straight to the OS)."""
+        """Finish queued writes, so that every change is in the files (not fsynced)."""
         self._fd("bin")
+        self._sync()
 
     def close(self, durable: bool = False) -> None:
         """Close the parts; with ``durable=True`` fsync them (and the text files) first."""
         if self._closed:
             return
+        if self._writer_obj is not None:
+            w, self._writer_obj = self._writer_obj, None
+            try:
+                w.close()
+            except BaseException:
+                self._close_fds()
+                self._closed = True
+                raise
         if durable and self.mode == "r+":
             for fd in self._fds.values():
                 os.fsync(fd)
@@ -819,14 +953,20 @@ class PfmFile:
         return v.astype(np.float64)
 
     def _error_codes(self, err, bits: int, scale: float, name: str) -> np.ndarray:
-        """``NINT(float(err) * float(scale))``; NaN, negative or too large -> null (2**bits - 1)."""
+        """``NINT(float(err) * float(scale))`` (float product); NaN, negative or too large -> null (2**bits - 1)."""
         null = (1 << bits) - 1
-        e = np.asarray(err, dtype=np.float64)
+        e32 = np.asarray(err).astype(np.float32)
         with np.errstate(invalid="ignore", over="ignore"):
-            prod = e.astype(np.float32) * np.float32(scale)
-            code = nint(prod)
-            bad = ~np.isfinite(e) | (e < 0) | (code > null) | (code < 0)
-        return np.where(bad, null, code).astype(np.uint64)
+            bad = ~(e32 >= 0)                       # NaN or negative
+            e32 *= np.float32(scale)                # float * float, as the library
+            np.minimum(e32, np.float32(null + 1), out=e32)
+            e32[bad] = np.float32(null)
+        t = e32.astype(np.float64)
+        t += 0.5                                    # NINT widens to double, then adds 0.5
+        np.trunc(t, out=t)
+        code = t.astype(np.uint64)
+        np.minimum(code, np.uint64(null), out=code)
+        return code
 
     def _error_decode(self, code: np.ndarray, bits: int, scale: float) -> np.ndarray:
         if bits == 0:
@@ -836,10 +976,17 @@ class PfmFile:
         return np.where((code == null) | (v >= np.float32(null)), np.float32(-999.0), v).astype(np.float32)
 
     def _check_range(self, name: str, arr: np.ndarray, limit: int, key: str) -> None:
+        """Raise naming ``name`` and the header ``key`` if any value is outside 0..limit (one pass)."""
+        arr = np.asarray(arr)
         if arr.size == 0:
             return
-        lo, hi = arr.min(), arr.max()
-        if lo < 0 or hi > limit:
+        if np.issubdtype(arr.dtype, np.signedinteger):
+            # negative values become huge unsigned ones: a single max() finds both kinds
+            hi = int(np.max(arr.view(arr.dtype.str.replace("i", "u"))))
+            ok = hi <= limit
+        else:
+            ok = arr.min() >= 0 and arr.max() <= limit
+        if not ok:
             bad = int(np.flatnonzero((arr < 0) | (arr > limit))[0])
             raise PfmFormatError(f"{name} {arr[bad]} (sounding {bad}) is outside 0..{limit} "
                                  f"({key} = {limit.bit_length()} bits)", path=self.path)
@@ -863,6 +1010,7 @@ class PfmFile:
         of the header (coded ``NINT((v - min) * scale)``), else zeros.
         """
         self._writable()
+        t_start = time.perf_counter()
         b = _as_array("bin_index", bin_index).astype(np.int64, copy=False)
         n = b.shape[0]
         if n == 0:
@@ -885,7 +1033,6 @@ class PfmFile:
         if n > 1 and np.any(b[1:] < b[:-1]):
             bad = int(np.flatnonzero(b[1:] < b[:-1])[0]) + 1
             raise PfmFormatError(f"soundings are not sorted by bin_index (sounding {bad})", path=self.path)
-        codes: dict[str, np.ndarray] = {}
         limits = {"file": (self.max_file_number, "[FILE NUMBER BITS]"),
                   "line": (self.max_line_number, "[LINE NUMBER BITS]"),
                   "ping": (self.max_ping_number, "[PING NUMBER BITS]"),
@@ -893,55 +1040,76 @@ class PfmFile:
                   "x_off": ((1 << h.offset_bits) - 1, "[OFFSET BITS]"),
                   "y_off": ((1 << h.offset_bits) - 1, "[OFFSET BITS]"),
                   "validity": ((1 << h.validity_bits) - 1, "[VALIDITY BITS]")}
-        for k, arr in cols.items():
+        # validate everything before writing anything (one or two passes per field)
+        for k, arr in list(cols.items()):
             if not np.issubdtype(arr.dtype, np.integer):
                 if np.issubdtype(arr.dtype, np.floating) and np.all(np.mod(arr, 1) == 0):
-                    arr = arr.astype(np.int64)
+                    arr = cols[k] = arr.astype(np.int64)
                 else:
                     raise PfmFormatError(f"{k} must be integers (got {arr.dtype})", path=self.path)
             lim, key = limits[k]
             self._check_range(k, arr, lim, key)
-            codes[k] = arr.astype(np.uint64)
-        dcode = self._depth_codes(depth)
+        depth = np.asarray(depth, dtype=np.float64)
         null_code = int(scaled_code_f64(self.null_depth, h.depth_offset, h.depth_scale))
         dmax = min(null_code, (1 << h.depth_bits) - 1)
-        if np.any(~np.isfinite(depth)) or dcode.min() < 0 or dcode.max() > dmax:
-            bad = int(np.flatnonzero(~np.isfinite(depth) | (dcode < 0) | (dcode > dmax))[0])
+        zlo, zhi = depth.min(), depth.max()      # the code is monotonic in z: check the extremes
+        if not (np.isfinite(zlo) and np.isfinite(zhi)
+                and int(scaled_code_f64(zlo, h.depth_offset, h.depth_scale)) >= 0
+                and int(scaled_code_f64(zhi, h.depth_offset, h.depth_scale)) <= dmax):
+            c = scaled_code_f64(depth, h.depth_offset, h.depth_scale)
+            bad = int(np.flatnonzero(~np.isfinite(depth) | (c < 0) | (c > dmax))[0])
             raise PfmFormatError(
                 f"depth {depth[bad]} (sounding {bad}) is outside {-h.depth_offset:g} .. "
                 f"{self.null_depth:g} (DEPTH OFFSET / NULL DEPTH, {h.depth_bits} depth bits)",
                 path=self.path)
-        codes["depth"] = dcode.astype(np.uint64)
-        codes["horizontal_error"] = (self._error_codes(herr, h.horizontal_error_bits,
-                                                       h.horizontal_error_scale, "horizontal_error")
-                                     if h.horizontal_error_bits else np.zeros(n, np.uint64))
-        codes["vertical_error"] = (self._error_codes(verr, h.vertical_error_bits,
-                                                     h.vertical_error_scale, "vertical_error")
-                                   if h.vertical_error_bits else np.zeros(n, np.uint64))
+        attrs = {}
         for i in range(NUM_ATTR):
             nb = int(h.ndx_attribute_bits[i])
-            if nb == 0:
-                continue
-            if attributes is not None and i < len(attributes) and attributes[i] is not None:
-                a = _as_array(f"attributes[{i}]", attributes[i], n).astype(np.float64)
-                c = nint((a - np.float64(np.float32(h.min_ndx_attribute[i])))
+            if nb and attributes is not None and i < len(attributes) and attributes[i] is not None:
+                a_ = _as_array(f"attributes[{i}]", attributes[i], n).astype(np.float64)
+                c = nint((a_ - np.float64(np.float32(h.min_ndx_attribute[i])))
                          * np.float64(np.float32(h.ndx_attribute_scale[i])))
                 self._check_range(f"attribute {i}", c, (1 << nb) - 1, f"[NDX ATTRIBUTE BITS {i}]")
-                codes[("attr", i)] = c.astype(np.uint64)
-            else:
-                codes[("attr", i)] = np.zeros(n, np.uint64)
+                attrs[("attr", i)] = c.astype(np.uint64)
+            elif nb:
+                attrs[("attr", i)] = None
+        self.timings["add_validate"] += time.perf_counter() - t_start
+        self.timings["add_soundings"] += n
 
-        # split into steps at bin boundaries
+        # split into steps at bin boundaries; encode and write step by step
         starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
         cuts = [0]
         if n > _ADD_CHUNK:
             want = np.arange(_ADD_CHUNK, n, _ADD_CHUNK)
-            j = np.unique(starts[np.searchsorted(starts, want)[np.searchsorted(starts, want) < starts.size]])
-            cuts += [int(x) for x in j if x > 0]
+            pos = np.searchsorted(starts, want)
+            cuts += sorted({int(x) for x in starts[pos[pos < starts.size]] if x > 0})
         cuts.append(n)
         for a, c in zip(cuts[:-1], cuts[1:]):
-            if c > a:
-                self._add_step(b[a:c], {k: v[a:c] for k, v in codes.items()})
+            if c <= a:
+                continue
+            t = time.perf_counter()
+            codes = {}
+            for k, arr in cols.items():
+                v = arr[a:c]
+                if v.dtype == np.int64 or v.dtype == np.uint64:
+                    codes[k] = np.ascontiguousarray(v).view(np.uint64)   # checked >= 0: no copy
+                else:
+                    codes[k] = v.astype(np.uint64)
+            z = depth[a:c] + np.float64(np.float32(h.depth_offset))   # NINT((z + off) * scale), double
+            z *= np.float64(np.float32(h.depth_scale))
+            z += 0.5                                                 # z > -0.5 here: NINT = trunc(v + 0.5)
+            np.trunc(z, out=z)
+            codes["depth"] = z.astype(np.uint64)
+            codes["horizontal_error"] = (
+                self._error_codes(herr[a:c], h.horizontal_error_bits, h.horizontal_error_scale, "h")
+                if h.horizontal_error_bits else np.zeros(c - a, np.uint64))
+            codes["vertical_error"] = (
+                self._error_codes(verr[a:c], h.vertical_error_bits, h.vertical_error_scale, "v")
+                if h.vertical_error_bits else np.zeros(c - a, np.uint64))
+            for key, v in attrs.items():
+                codes[key] = v[a:c] if v is not None else np.zeros(c - a, np.uint64)
+            self.timings["add_encode"] += time.perf_counter() - t
+            self._add_step(b[a:c], codes)
 
     def _add_step(self, b: np.ndarray, codes: dict) -> None:
         h = self.header
@@ -949,15 +1117,20 @@ class PfmFile:
         rsize = self.ndx_record_size
         bsize = self.bin_record_size
         BL, NL = self._bin_layout, self._ndx_layout
+        tm = self.timings
+        t = time.perf_counter()
         n = b.size
         start = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
         counts = np.diff(np.r_[start, n])
         ub = b[start]
         nb = ub.size
+        writer = self._writer
 
-        # 1. the touched bin records
-        bspans = _Spans(self._fds["bin"], self.bin_header_size + ub * bsize, bsize,
-                        max_gap=_RMW_GAP, path=self.bin_path, what="bin record")
+        # 1. the touched bin records (wait only if a queued write covers them)
+        boff = self.bin_header_size + ub * bsize
+        writer.wait_for(self._fds["bin"], int(boff[0]), int(boff[-1]) + bsize)
+        bspans = _Spans(self._fds["bin"], boff, bsize, max_gap=_RMW_GAP, path=self.bin_path,
+                        what="bin record")
         bwords = BL._to_words(bspans.records())
         cur = BL.unpack_words(bwords, ["num_soundings", "validity", "head", "tail"])
         c0 = cur["num_soundings"].astype(np.int64)
@@ -969,9 +1142,13 @@ class PfmFile:
             j = int(np.argmax(total > cmax))
             raise PfmFormatError(f"bin {int(ub[j])} would hold {int(total[j])} soundings, more than the "
                                  f"{cmax} of [COUNT BITS] = {h.count_bits}", path=self.path)
-
-        used = c0 % L
-        fill = np.where((c0 > 0) & (used > 0), np.minimum(L - used, counts), 0)
+        fresh = not c0.any()
+        if fresh:
+            fill = np.zeros(nb, dtype=np.int64)
+            used = fill
+        else:
+            used = c0 % L
+            fill = np.where((c0 > 0) & (used > 0), np.minimum(L - used, counts), 0)
         rem = counts - fill
         m = (rem + L - 1) // L
         cum_m = np.cumsum(m) - m
@@ -979,45 +1156,43 @@ class PfmFile:
         base = self.ndx_size
         first_new = base + cum_m * rsize
         last_new = base + (cum_m + m - 1) * rsize
-        g = np.repeat(np.arange(nb, dtype=np.int64), counts)
-        k = np.arange(n, dtype=np.int64) - start[g]
         any_fill = bool(fill.any())
-        is_fill = (k < fill[g]) if any_fill else None
+        tm["add_bins_read"] += time.perf_counter() - t
 
         # 2. new physical records, contiguous at the end of .ndx
+        t = time.perf_counter()
+        if any_fill:
+            g = np.repeat(np.arange(nb, dtype=np.int64), counts)
+            k = np.arange(n, dtype=np.int64) - start[g]
+            is_fill = k < fill[g]
         if M:
             if any_fill:
                 sel = np.flatnonzero(~is_fill)
-                kk = k[sel] - fill[g[sel]]
-                gg = g[sel]
+                flat = cum_m[g[sel]] * L + (k[sel] - fill[g[sel]])
             else:
                 sel = None
-                kk, gg = k, g
-            rec = cum_m[gg] + kk // L
-            slot = kk % L
-            flat = slot * M + rec          # (L, M) layout: one contiguous row per slot
-            words = np.zeros((NL.n_words, M), dtype=np.uint64)
-            vals = {}
-            for key, arr in codes.items():
-                col = np.zeros(L * M, dtype=np.uint64)
-                col[flat] = arr if sel is None else arr[sel]
-                colT = col.reshape(L, M)
-                for s in range(L):
-                    vals[(key, s)] = colT[s]
+                # rec * L + slot = cum_m * L + rank within the bin: increasing
+                flat = np.repeat(cum_m * L - start, counts)
+                flat += np.arange(n, dtype=np.int64)
+            keys = [k_ for k_ in codes if NL.fields[(k_, 0)].nbits]
             last = np.zeros(M, dtype=bool)
             has = m > 0
             last[cum_m[has] + m[has] - 1] = True
-            cont = np.where(last, 0, base + (np.arange(M, dtype=np.int64) + 1) * rsize)
-            vals["continuation"] = cont.astype(np.uint64)
-            NL.pack_words(words, vals, transposed=True)
-            out = np.empty((M, NL.n_words), dtype=">u8")
-            out[...] = words.T
-            raw = out.view(np.uint8).reshape(M, NL.n_words * 8)
-            if NL.n_words * 8 != rsize:
-                raw = np.ascontiguousarray(raw[:, :rsize])
-            _pwrite_all(self._fds["ndx"], raw, base)
+            cont = np.arange(1, M + 1, dtype=np.uint64)
+            cont *= np.uint64(rsize)
+            cont += np.uint64(base)
+            cont[last] = 0
+            cf = NL.fields["continuation"]
+            raw = pack_records([(NL.fields[(k_, 0)].offset, NL.fields[(k_, 0)].nbits) for k_ in keys],
+                               [codes[k_] if sel is None else codes[k_][sel] for k_ in keys],
+                               flat, M, L, self._single_bits, [(cf.offset, cf.nbits)], [cont], rsize)
+            tm["add_pack"] += time.perf_counter() - t
+            t = time.perf_counter()
+            writer.submit(self._fds["ndx"], raw, base)
+            tm["add_queue_ndx"] += time.perf_counter() - t
 
         # 3. old tails: fill free slots and/or link to the new run
+        t = time.perf_counter()
         need_tail = (c0 > 0) & ((fill > 0) | (m > 0))
         if need_tail.any():
             tb = np.flatnonzero(need_tail)
@@ -1025,6 +1200,7 @@ class PfmFile:
             tb = tb[order]
             row_of_bin = np.full(nb, -1, dtype=np.int64)
             row_of_bin[tb] = np.arange(tb.size)
+            writer.wait_for(self._fds["ndx"], int(t0[tb[0]]), int(t0[tb[-1]]) + rsize)
             tspans = _Spans(self._fds["ndx"], t0[tb], rsize, max_gap=_RMW_GAP,
                             path=self.ndx_path, what="tail record")
             twords = NL._to_words(tspans.records())
@@ -1037,22 +1213,23 @@ class PfmFile:
                 fsel = np.flatnonzero(is_fill)
                 fslot = used[g[fsel]] + k[fsel]
                 frow = row_of_bin[g[fsel]]
-                for s in range(L):
-                    w = fslot == s
+                for s_ in range(L):
+                    w = fslot == s_
                     if not w.any():
                         continue
-                    rows = frow[w]
                     idx = fsel[w]
-                    NL.pack_words(twords, {(key, s): arr[idx] for key, arr in codes.items()},
-                                  clear=True, rows=rows)
+                    NL.pack_words(twords, {(key, s_): arr[idx] for key, arr in codes.items()},
+                                  clear=True, rows=frow[w])
             link = m[tb] > 0
             if link.any():
                 NL.pack_words(twords, {"continuation": first_new[tb[link]].astype(np.uint64)},
                               clear=True, rows=np.flatnonzero(link))
             tspans.store(NL._from_words(twords))
-            tspans.write()
+            tspans.write(writer)
+        tm["add_tails"] += time.perf_counter() - t
 
         # 4. bin records
+        t = time.perf_counter()
         vor = np.bitwise_or.reduceat(codes["validity"], start)
         new_val = (cur["validity"] | vor) & np.uint64(((1 << h.validity_bits) - 1) & ~V.CHECKED)
         new_head = np.where(c0 == 0, first_new, h0)
@@ -1061,8 +1238,9 @@ class PfmFile:
                                "head": new_head.astype(np.uint64), "tail": new_tail.astype(np.uint64)},
                       clear=True)
         bspans.store(BL._from_words(bwords))
-        bspans.write()
+        bspans.write(writer)
         self.ndx_size = base + M * rsize
+        tm["add_bins_write"] += time.perf_counter() - t
 
     # ------------------------------------------------------------------ reading bins
     def _rect(self, row0, row1, col0, col1):
@@ -1097,6 +1275,7 @@ class PfmFile:
     def read_bin_records(self, row0: int, row1: int, col0: int = 0, col1: int | None = None,
                          *, codes: bool = False) -> dict:
         """Bin records of rows ``row0..row1-1``, columns ``col0..col1-1`` (one read); see module doc."""
+        self._sync()
         row0, row1, col0, col1 = self._rect(row0, row1, col0, col1)
         bidx, recs = self._read_bin_raw(row0, row1, col0, col1)
         return self._decode_bins(bidx, recs, codes=codes)
@@ -1132,6 +1311,7 @@ class PfmFile:
         writer lays them out; other layouts are fetched as the walk finds
         them). Chains are walked vectorised over chain depth.
         """
+        self._sync()
         row0, row1, col0, col1 = self._rect(row0, row1, col0, col1)
         bidx, recs = self._read_bin_raw(row0, row1, col0, col1)
         u = self._bin_layout.unpack(recs, ["num_soundings", "head"])
@@ -1246,6 +1426,7 @@ class PfmFile:
             j = int(np.flatnonzero(bad)[0])
             raise PfmFormatError(f"record offset {int(ro[j])} is not a physical record of the .ndx",
                                  path=self.ndx_path, offset=int(ro[j]))
+        self._sync()
         urec, inv = np.unique(ro, return_inverse=True)
         spans = _Spans(self._fds["ndx"], urec, rsize, max_gap=_RMW_GAP, path=self.ndx_path)
         NL = self._ndx_layout
@@ -1309,6 +1490,7 @@ class PfmFile:
                 lim, key = (1 << h.validity_bits) - 1, "[VALIDITY BITS]"
             self._check_range(k, np.asarray(c), lim, key)
             codes[k] = np.asarray(c).astype(np.uint64)
+        self._sync()
         spans = _Spans(self._fds["bin"], self.bin_header_size + bs * self.bin_record_size,
                        self.bin_record_size, max_gap=_RMW_GAP, path=self.bin_path, what="bin record")
         BL = self._bin_layout
@@ -1322,6 +1504,7 @@ class PfmFile:
     def update_coverage(self, bin_index, validity) -> None:
         """Coverage bytes of bins from their validity (``update_cov_map``); see :mod:`._coverage`."""
         self._writable()
+        self._sync()
         update_coverage(self._fds["cvg"], bin_index, validity, path=self.cvg_path)
 
     def read_coverage(self, bin_index) -> np.ndarray:
@@ -1410,6 +1593,7 @@ class PfmFile:
             if not hasattr(h, k) or k in ("unknown", "size_missing"):
                 raise ConfigError(f"write_header: unknown header field {k!r}")
             setattr(h, k, tuple(v) if isinstance(v, list) and k.endswith("coord") else v)
+        self._sync()
         data = h.to_bytes()
         if len(data) != self.bin_header_size:
             raise PfmFormatError("header block size changed", path=self.bin_path)
