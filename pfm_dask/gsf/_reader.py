@@ -135,6 +135,7 @@ class GsfFile:
     def __init__(self, path, *, strict: bool = True):
         self.path = os.fspath(path)
         self.strict = bool(strict)
+        self._closed = False
         self._mm = None
         self._buf = b""
         self._u8 = np.zeros(0, dtype=np.uint8)
@@ -179,6 +180,7 @@ class GsfFile:
 
     def close(self) -> None:
         """Release the memory map. Tables already returned stay valid."""
+        self._closed = True
         self._u8 = np.zeros(0, dtype=np.uint8)
         self._buf = b""
         if self._mm is not None:
@@ -261,6 +263,8 @@ class GsfFile:
 
     def _walk(self, start: int, stop: int) -> tuple[PingDirectory, int]:
         """Directory of pings [start, stop) (shortened by damage in lenient mode)."""
+        if self._closed:
+            raise ValueError(f"GsfFile {self.path!r} is closed")
         if self._bad_ping is not None:
             stop = min(stop, self._bad_ping)
             start = min(start, stop)

@@ -150,3 +150,13 @@ def test_synthetic_survey_batches(tmp_path):
     with gsf.GsfFile(path) as f:                 # > 256 pings past ping 0: walks back
         assert f.read(start_ping=290).equals(tail(whole, 290))
         assert f.read(start_ping=150, stop_ping=151).equals(tail(whole, 150, 151))
+
+
+def test_closed_file_refuses_to_read(sample_by_name):
+    f = gsf.GsfFile(sample_by_name("EX1604"))
+    t = f.read()
+    f.close()
+    f.close()                                   # idempotent
+    assert t.num_rows == 8 * 432                # tables outlive the file
+    with pytest.raises(ValueError, match="closed"):
+        f.read()
