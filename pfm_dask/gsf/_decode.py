@@ -328,7 +328,9 @@ def walk_pings(buf, data_offsets, sizes, record_offsets, hdr_len: int, st: Scale
     i = 0
     done = n_pings
     while i < n_pings:
-        trace = _Trace() if (u8 is not None and i + 1 < n_pings) else None
+        # Trace only when the next ping could repeat this one (same record size).
+        trace = (_Trace() if (u8 is not None and i + 1 < n_pings and slist[i + 1] == slist[i])
+                 else None)
         try:
             n, found = walk_ping(buf, dlist[i], slist[i], hdr_len, st, True, path, rlist[i],
                                  seen, trace)
