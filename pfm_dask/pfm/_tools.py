@@ -77,32 +77,45 @@ class Problem:
 
 
 class _Problems:
-    """Collects problems, at most ``_MAX_PER_KIND`` per kind plus a count of the rest."""
+    """Collects problems: at most ``_MAX_PER_KIND`` described per kind, the rest counted."""
 
     def __init__(self):
         self.items: list[Problem] = []
-        self._count: dict[str, int] = {}
+        self._total: dict[str, int] = {}
+        self._described: dict[str, int] = {}
         self._part: dict[str, str] = {}
 
     def add(self, kind: str, part: str, where: str, what: str) -> None:
-        n = self._count.get(kind, 0)
-        self._count[kind] = n + 1
-        self._part[kind] = part
-        if n < _MAX_PER_KIND:
+        self._total[kind] = self._total.get(kind, 0) + 1
+        self._part.setdefault(kind, part)
+        if self._described.get(kind, 0) < _MAX_PER_KIND:
+            self._described[kind] = self._described.get(kind, 0) + 1
             self.items.append(Problem(part, where, what))
+
+    def each(self, kind: str, part: str, where) -> np.ndarray:
+        """Indices (of a mask or index array) still worth describing; the rest are only counted.
+
+        The caller then calls :meth:`add` with the same ``kind`` for each index returned.
+        """
+        w = np.asarray(where)
+        idx = np.flatnonzero(w) if w.dtype == bool else w
+        room = max(0, _MAX_PER_KIND - self._described.get(kind, 0))
+        self.more(kind, part, idx.size - min(room, idx.size))
+        return idx[:room]
 
     def more(self, kind: str, part: str, n: int) -> None:
         """Count ``n`` further problems of ``kind`` without describing them."""
         if n > 0:
-            self._count[kind] = self._count.get(kind, 0) + int(n)
-            self._part[kind] = part
+            self._total[kind] = self._total.get(kind, 0) + int(n)
+            self._part.setdefault(kind, part)
 
     def finish(self) -> list[Problem]:
         out = list(self.items)
-        for kind, n in self._count.items():
-            if n > _MAX_PER_KIND:
+        for kind, n in self._total.items():
+            rest = n - self._described.get(kind, 0)
+            if rest > 0:
                 out.append(Problem(self._part[kind], "",
-                                   f"{n - _MAX_PER_KIND:,} more problem(s) of this kind: {kind}"))
+                                   f"{rest:,} more problem(s) of this kind: {kind}"))
         return out
 
 
@@ -436,6 +449,32 @@ def _check_cvg_header(path: str, pr: _Problems) -> None:
         pr.add("cvg header", ".cvg", "", "the coverage header lacks [END OF HEADER]")
 
 
+class _Bitmap:
+    """One bit per ``.ndx`` physical record: has a chain reached it yet?"""
+
+    def __init__(self, n: int):
+        self.n = int(n)
+        self.bits = np.zeros((self.n + 7) // 8, dtype=np.uint8)
+
+    def test(self, idx: np.ndarray) -> np.ndarray:
+        return ((self.bits[idx >> 3] >> (idx & 7).astype(np.uint8)) & 1).astype(bool)
+
+    def set(self, idx: np.ndarray) -> None:
+        np.bitwise_or.at(self.bits, idx >> 3, (np.uint8(1) << (idx & 7).astype(np.uint8)))
+
+    def unset(self, first: int = 5, chunk: int = 1 << 24) -> tuple[int, list[int]]:
+        """Number of records never reached, and the first few of them (chunked, bounded memory)."""
+        total, firsts = 0, []
+        for a in range(0, self.bits.size, chunk):
+            bits = np.unpackbits(self.bits[a: a + chunk], bitorder="little")
+            bits = bits[: max(0, min(bits.size, self.n - a * 8))]
+            zero = np.flatnonzero(bits == 0)
+            total += zero.size
+            if len(firsts) < first:
+                firsts += [a * 8 + int(z) for z in zero[: first - len(firsts)]]
+        return total, firsts
+
+
 class _Walker:
     """Walks chains of many bins at once over a memory-mapped ``.ndx``."""
 
@@ -449,7 +488,7 @@ class _Walker:
         if self.n_phys:
             self.mm = np.memmap(ndx_path, dtype=np.uint8, mode="r",
                                 shape=(self.n_phys, lay.phys))
-        self.visited = np.zeros(self.n_phys, dtype=bool)
+        self.visited = _Bitmap(self.n_phys)
         self.classified = 0
 
     def close(self) -> None:
@@ -482,7 +521,12 @@ class _Walker:
         n = bidx.size
         nrec = (count + L.L - 1) // L.L
         ok = np.ones(n, dtype=bool)
-        out_parts: list[dict] = []
+        total = int(count.sum())
+        pos0 = np.cumsum(count) - count  # where each bin's soundings go, in chain order
+        out = {k: np.zeros(total, dtype=np.uint64) for k in L.sounding_keys}
+        out["addr"] = np.zeros(total, dtype=np.int64)
+        out["slot"] = np.zeros(total, dtype=np.int64)
+        filled = np.zeros(total, dtype=bool)
         active = np.flatnonzero(count > 0)
         cur = head.astype(np.int64).copy()
         step = 0
@@ -490,14 +534,14 @@ class _Walker:
         while active.size:
             a = cur[active]
             bad = (a < 0) | (a % L.phys != 0) | (a + L.phys > self.size)
-            for j in np.flatnonzero(bad):
+            for j in self.pr.each("chain pointer", ".ndx", bad):
                 bi = active[j]
                 what = ("head pointer" if step == 0 else f"continuation pointer (record {step + 1} "
                         "of the chain)")
                 self.pr.add("chain pointer", ".bin" if step == 0 else ".ndx", _bin_where(bidx[bi], W),
                             f"{what} {int(a[j]):,} is not a physical record of the .ndx "
                             f"({self.size:,} bytes of {L.phys}-byte records)")
-                ok[bi] = False
+            ok[active[bad]] = False
             active, a = active[~bad], a[~bad]
             if not active.size:
                 break
@@ -507,60 +551,63 @@ class _Walker:
             dup_in_step = np.zeros(idx.size, dtype=bool)
             same = idx[order][1:] == idx[order][:-1]
             dup_in_step[order[1:][same]] = True
-            again = self.visited[idx] | dup_in_step
-            for j in np.flatnonzero(again):
+            again = self.visited.test(idx) | dup_in_step
+            for j in self.pr.each("chain revisit", ".ndx", again):
                 bi = active[j]
                 kind = self._classify(int(bidx[bi]), int(head[bi]), int(a[j]), step)
                 self.pr.add("chain revisit", ".ndx", _bin_where(bidx[bi], W),
                             f"physical record at byte {int(a[j]):,} (step {step + 1} of the chain) {kind}")
-                ok[bi] = False
+            ok[active[again]] = False
             keep = ~again
             active, a, idx = active[keep], a[keep], idx[keep]
             if not active.size:
                 break
-            self.visited[idx] = True
+            self.visited.set(idx)
             u = self._read(a)
             cont = u["cont"].astype(np.int64)
             n_here = np.minimum(L.L, count[active] - step * L.L)
             rows, slot = np.nonzero(np.arange(L.L)[None, :] < n_here[:, None])
-            part = {"b": active[rows]}
-            for key in L.sounding_keys:
-                mat = np.stack([u[(key, s)] for s in range(L.L)], axis=1)
-                part[key] = mat[rows, slot]
-            part["addr"] = a[rows]
-            part["slot"] = slot
-            out_parts.append(part)
+            dest = pos0[active[rows]] + step * L.L + slot
+            for s_ in range(L.L):
+                sel = slot == s_
+                if not sel.any():
+                    continue
+                d, r = dest[sel], rows[sel]
+                for key in L.sounding_keys:
+                    out[key][d] = u[(key, s_)][r]
+            out["addr"][dest] = a[rows]
+            out["slot"][dest] = slot
+            filled[dest] = True
             last = nrec[active] == step + 1
-            for j in np.flatnonzero(last & (cont != 0)):
+            for j in self.pr.each("chain long", ".ndx", last & (cont != 0)):
                 bi = active[j]
                 self.pr.add("chain long", ".ndx", _bin_where(bidx[bi], W),
                             f"the chain continues (to byte {int(cont[j]):,}) after the "
                             f"{int(nrec[bi])} record(s) that {int(count[bi])} soundings need: "
                             "the count is smaller than the chain")
-                ok[bi] = False
-            for j in np.flatnonzero(last & (a != tail[active])):
+            ok[active[last & (cont != 0)]] = False
+            for j in self.pr.each("chain tail", ".bin", last & (a != tail[active])):
                 bi = active[j]
                 self.pr.add("chain tail", ".bin", _bin_where(bidx[bi], W),
                             f"tail pointer {int(tail[bi]):,} but the chain ends at byte {int(a[j]):,}")
-                ok[bi] = False
+            ok[active[last & (a != tail[active])]] = False
             short = ~last & (cont == 0)
-            for j in np.flatnonzero(short):
+            for j in self.pr.each("chain short", ".ndx", short):
                 bi = active[j]
                 self.pr.add("chain short", ".ndx", _bin_where(bidx[bi], W),
                             f"the chain ends after {step + 1} record(s) but the count {int(count[bi])} "
                             f"needs {int(nrec[bi])}")
-                ok[bi] = False
+            ok[active[short]] = False
             go = ~last & ~short
             active = active[go]
             cur[active] = cont[go]
             step += 1
-        if out_parts:
-            snd = {k: np.concatenate([p[k] for p in out_parts]) for k in out_parts[0]}
-            # order by bin, then chain step (stable: parts are in step order)
-            o = np.argsort(snd["b"], kind="stable")
-            snd = {k: v[o] for k, v in snd.items()}
+        if filled.all():
+            snd = out
+            snd["b"] = np.repeat(np.arange(n, dtype=np.int64), count)
         else:
-            snd = {k: np.zeros(0, dtype=np.int64) for k in ["b", *L.sounding_keys, "addr", "slot"]}
+            snd = {k: v[filled] for k, v in out.items()}
+            snd["b"] = np.repeat(np.arange(n, dtype=np.int64), count)[filled]
         return ok, snd
 
 
@@ -648,10 +695,10 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
                                 pr, ext, scale32, off32, null32, std32, compute_average, class_type)
         # orphans
         if walker.n_phys:
-            orphans = np.flatnonzero(~walker.visited)
-            if orphans.size:
-                first = ", ".join(f"{int(x) * lay.phys:,}" for x in orphans[:5])
-                pr.add("orphans", ".ndx", "", f"{orphans.size:,} physical record(s) belong to no bin's "
+            n_orphans, firsts = walker.visited.unset()
+            if n_orphans:
+                first = ", ".join(f"{int(x) * lay.phys:,}" for x in firsts)
+                pr.add("orphans", ".ndx", "", f"{n_orphans:,} physical record(s) belong to no bin's "
                        f"chain (first at byte(s) {first})")
         ext.compare(h, pr)
     finally:
@@ -731,13 +778,13 @@ def _check_band(bidx, recs, lay: _Layout, h: PfmHeader, walker: _Walker, cvg_fd,
     # empty bins must be all zero bytes (never written)
     empty = cnt == 0
     dirty = empty & recs.any(axis=1)
-    for j in np.flatnonzero(dirty):
+    for j in pr.each("empty bin dirty", ".bin", dirty):
         pr.add("empty bin dirty", ".bin", _bin_where(bidx[j], W),
                "count is 0 but the record has non-zero fields (statistics, flags or pointers)")
     # cap the chain walk: a count larger than the .ndx can hold is corrupt
     cap = walker.n_phys * lay.L
     huge = (cnt > cap) if walker.n_phys else np.zeros(cnt.size, dtype=bool)
-    for j in np.flatnonzero(huge):
+    for j in pr.each("count too large", ".bin", huge):
         pr.add("count too large", ".bin", _bin_where(bidx[j], W),
                f"count {int(cnt[j]):,} is more than the whole .ndx holds ({cap:,} soundings)")
     walk_cnt = np.where(huge, 0, cnt)
@@ -750,16 +797,14 @@ def _check_band(bidx, recs, lay: _Layout, h: PfmHeader, walker: _Walker, cvg_fd,
             if n is None:
                 continue
             bad = snd[key].astype(np.int64) >= n
-            if bad.any():
-                for j in np.flatnonzero(bad)[:_MAX_PER_KIND]:
-                    pr.add(f"{key} reference", ".ndx", _bin_where(bidx[snd['b'][j]], W),
-                           f"a sounding names {key} {int(snd[key][j])} but the {part} lists {n}")
-                pr.more(f"{key} reference", ".ndx", int(bad.sum()) - _MAX_PER_KIND)
+            for j in pr.each(f"{key} reference", ".ndx", bad):
+                pr.add(f"{key} reference", ".ndx", _bin_where(bidx[snd['b'][j]], W),
+                       f"a sounding names {key} {int(snd[key][j])} but the {part} lists {n}")
         if deleted and any(deleted):
             dfl = np.asarray(deleted + [False], dtype=bool)
             fnum = np.minimum(snd["file"].astype(np.int64), len(deleted))
             nodel = dfl[fnum] & ((snd["validity"].astype(np.int64) & V.DELETED) == 0)
-            for j in np.flatnonzero(nodel)[:_MAX_PER_KIND]:
+            for j in pr.each("deleted file", ".ndx", nodel):
                 pr.add("deleted file", ".ndx", _bin_where(bidx[snd['b'][j]], W),
                        f"a sounding of deleted file {int(snd['file'][j])} is not flagged DELETED")
     # statistics: recompute the bins whose chain was walked cleanly
@@ -777,10 +822,11 @@ def _check_band(bidx, recs, lay: _Layout, h: PfmHeader, walker: _Walker, cvg_fd,
                                class_type=class_type, prior_validity=validity[good],
                                prior_std=prior_std)
         # st is ordered by b ascending == good ascending
+        kind = "bin statistics"
         msgs = []
         if "num_valid" in u:
             nv = u["num_valid"].astype(np.int64)[good]
-            for j in np.flatnonzero(nv != st["num_valid"]):
+            for j in pr.each(kind, ".bin", nv != st["num_valid"]):
                 msgs.append((j, f"num_valid is {int(nv[j])}, the soundings give {int(st['num_valid'][j])}"))
         fields = ["std", "min_filtered", "max_filtered", "min", "max"]
         if compute_average:
@@ -792,17 +838,17 @@ def _check_band(bidx, recs, lay: _Layout, h: PfmHeader, walker: _Walker, cvg_fd,
                 want = scaled_code_f32(st[f], off32, scale32)
             have = stored_code[f][good]
             diff = np.abs(have - want)
-            for j in np.flatnonzero(diff > 1):
+            for j in pr.each(kind, ".bin", diff > 1):
                 q = std_q if f == "std" else depth_q
                 hv = have[j] * q - (0 if f == "std" else float(off32))
                 wv = want[j] * q - (0 if f == "std" else float(off32))
                 msgs.append((j, f"{f} is {hv:.6g}, the soundings give {wv:.6g} (stale or wrong statistic)"))
         vv = validity[good]
-        for j in np.flatnonzero(vv != st["validity"].astype(np.int64)):
+        for j in pr.each(kind, ".bin", vv != st["validity"].astype(np.int64)):
             msgs.append((j, f"validity is {int(vv[j]):#x}, the soundings give "
                          f"{int(st['validity'][j]):#x}"))
         for j, m in msgs:
-            pr.add("bin statistics", ".bin", _bin_where(bidx[good[j]], W), m)
+            pr.add(kind, ".bin", _bin_where(bidx[good[j]], W), m)
     # coverage map
     if cvg_fd is not None:
         raw = os.pread(cvg_fd, bidx.size, _COV_HEADER_SIZE + int(bidx[0]))
@@ -813,7 +859,7 @@ def _check_band(bidx, recs, lay: _Layout, h: PfmHeader, walker: _Walker, cvg_fd,
             wrong |= ((validity & V.CHECKED) != 0) != ((cov & V.COV_CHECKED) != 0)
             wrong |= ((validity & V.VERIFIED) != 0) != ((cov & V.COV_VERIFIED) != 0)
             wrong |= d & ((cov & V.COV_SURVEYED) == 0)
-            for j in np.flatnonzero(wrong):
+            for j in pr.each("coverage", ".cvg", wrong):
                 pr.add("coverage", ".cvg", _bin_where(bidx[j], W),
                        f"coverage byte {int(cov[j]):#04x} disagrees with the bin flags "
                        f"(DATA {bool(d[j])}, CHECKED {bool(validity[j] & V.CHECKED)}, "
