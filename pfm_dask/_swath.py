@@ -47,7 +47,7 @@ class SwathStats:
 
 
 def swath_halo(window_pings: int = 5) -> int:
-    """Distinct pings of context a ping range needs on each side to score exactly as in the whole file."""
+    """Ping numbers of context a ping range needs on each side to score as in the whole file."""
     return int(window_pings) // 2
 
 
@@ -207,24 +207,24 @@ def swath_filter(ping, beam, depth, validity, *, window_pings: int = 5, window_b
                  score_mask=None, chunk_cells: int = 4096):
     """Flag isolated depth outliers in one file (or one ping range of it).
 
-    Inputs are per-sounding arrays: ``ping`` (any integer, one distinct value per ping;
-    pings are ordered by value and adjacent distinct values are adjacent rows), ``beam``
-    (integer beam number, one sounding per (ping, beam)), ``depth`` (metres, positive
-    down) and ``validity`` (PFM words). Only soundings that are valid (no INVAL, no
+    Inputs are per-sounding arrays: ``ping`` (integer ping number; the grid rows are ping
+    numbers, so a ping missing from the input is an empty row), ``beam`` (integer beam
+    number, one sounding per (ping, beam)), ``depth`` (metres, positive down) and
+    ``validity`` (PFM words). Only soundings that are valid (no INVAL, no
     DELETED bit, finite depth) are tested or used as neighbours.
 
     For each tested sounding a local surface is fitted to its valid neighbours in the
     ``window_pings x window_beams`` window (the sounding itself left out): ``model`` is
-    ``"plane"`` (depth = a + b*beam + c*ping; default) or ``"median"`` (a constant). The fit starts from the neighbours' median and MAD and takes
-    ``iterations`` Tukey-biweight reweighting steps; the robust scale is 1.4826 x the
+    ``"plane"`` (depth = a + b*beam + c*ping; default) or ``"median"`` (a constant). The
+    fit starts from the neighbours' median and MAD and takes ``iterations`` Tukey-biweight reweighting steps; the robust scale is 1.4826 x the
     median absolute residual, floored at ``max(min_scale, rel_min_scale * |surface|)``.
     A sounding with fewer than ``min_neighbours`` valid neighbours is not tested. One is
     flagged FILTER_INVAL | MODIFIED when ``|depth - surface| > threshold * scale``. Depth is
     never changed and no flag is ever cleared.
 
-    Split files: pass the soundings of the ping range plus the :func:`swath_halo` nearest
-    distinct pings on each side, and ``score_mask`` True only for the range's own
-    soundings. Context soundings are used as neighbours but never flagged, and the
+    Split files: to score pings ``lo..hi`` pass the soundings of pings
+    ``lo - swath_halo() .. hi + swath_halo()`` (by ping number, whatever was dropped from
+    them), and ``score_mask`` True only for the range's own soundings. Context soundings are used as neighbours but never flagged, and the
     result on the range equals the whole-file result.
 
     Memory: the file is processed in blocks of about ``chunk_cells`` (ping, beam) cells
@@ -271,6 +271,11 @@ def swath_filter(ping, beam, depth, validity, *, window_pings: int = 5, window_b
     bmin = int(beam.min())
     width = int(beam.max()) - bmin + 1
     hp, hb = window_pings // 2, window_beams // 2
+    # Grid row of each distinct ping: its ping number, with gaps longer than the half window
+    # shortened to hp + 1 rows (pings that far apart never share a window either way), so a
+    # missing ping is an empty row and the grid stays small whatever the numbering.
+    pvals = ping[starts].astype(np.int64)
+    rowpos = np.concatenate([[0], np.cumsum(np.minimum(np.diff(pvals), hp + 1))])
     keep, x = _design(window_pings, window_beams, model)
     rows_per_chunk = max(1, chunk_cells // width)
 
@@ -281,15 +286,17 @@ def swath_filter(ping, beam, depth, validity, *, window_pings: int = 5, window_b
         s0, s1 = starts[r0], ends[r1 - 1]
         if not np.any(good[s0:s1] & scored_s[s0:s1]):
             continue
-        g0, g1 = max(r0 - hp, 0), min(r1 + hp, n_rows)
+        top = rowpos[r0] - hp                      # grid row of the block's first row
+        height = rowpos[r1 - 1] - rowpos[r0] + 1 + 2 * hp
+        g0 = int(np.searchsorted(rowpos, top, side="left"))
+        g1 = int(np.searchsorted(rowpos, top + height, side="left"))
         lo, hi = starts[g0], ends[g1 - 1]
-        # Block rows: hp rows before r0 (NaN where the data starts), then r0..r1, then hp after.
-        row_id = np.repeat(np.arange(g0, g1), ends[g0:g1] - starts[g0:g1]) - (r0 - hp)
+        row_id = np.repeat(rowpos[g0:g1] - top, ends[g0:g1] - starts[g0:g1])
         col = beam[lo:hi].astype(np.int64) - bmin + hb
         flat = row_id * (width + 2 * hb) + col
         if np.bincount(flat).max() > 1:
             raise ValueError("swath_filter: more than one sounding for the same (ping, beam)")
-        zp = np.full((r1 - r0 + 2 * hp, width + 2 * hb), np.nan)
+        zp = np.full((height, width + 2 * hb), np.nan)
         g = good[lo:hi]
         zp.reshape(-1)[flat[g]] = depth[lo:hi][g]
         # A zero scale (min_scale = rel_min_scale = 0 on noise-free data) or an empty window

@@ -55,9 +55,8 @@ def survey(n_pings=120, n_beams=96, depth0=800.0, slope_deg=5.0, along_slope_deg
 def reference(ping, beam, depth, validity, *, window_pings=5, window_beams=9, threshold=5.0,
               min_neighbours=8, min_scale=0.01, rel_min_scale=5e-4, model="plane",
               iterations=2):
-    rank = {p: i for i, p in enumerate(sorted(set(ping.tolist())))}
     ok = ((validity & (V.INVAL | V.DELETED)) == 0) & np.isfinite(depth)
-    cell = {(rank[int(p)], int(b)): float(z) for p, b, z, g in zip(ping, beam, depth, ok) if g}
+    cell = {(int(p), int(b)): float(z) for p, b, z, g in zip(ping, beam, depth, ok) if g}
     hp, hb = window_pings // 2, window_beams // 2
     flagged = np.zeros(len(ping), bool)
 
@@ -67,7 +66,7 @@ def reference(ping, beam, depth, validity, *, window_pings=5, window_beams=9, th
     for i in range(len(ping)):
         if not ok[i]:
             continue
-        r, b = rank[int(ping[i])], int(beam[i])
+        r, b = int(ping[i]), int(beam[i])
         nb = [(dp, db, cell[(r + dp, b + db)]) for dp in range(-hp, hp + 1)
               for db in range(-hb, hb + 1)
               if (dp, db) != (0, 0) and (r + dp, b + db) in cell]
@@ -154,21 +153,34 @@ def test_split_equals_whole(window):
     p, b, z, _ = survey(n_pings=60, n_beams=48, seed=3, spike_frac=0.03)
     rng = np.random.default_rng(1)
     v = np.where(rng.random(len(z)) < 0.05, 64 | V.FILTER_INVAL, 64).astype(np.uint32)
-    keep = ~np.isin(p, [20, 21, 40])          # gaps right at the split points
+    keep = ~np.isin(p, [17, 21, 40, 41, 42, 43])   # dropped pings at and near the split points
     p, b, z, v = p[keep], b[keep], z[keep], v[keep]
     whole, _ = swath_filter(p, b, z, v, window_pings=wp, window_beams=wb)
-    pings = np.unique(p)
     halo = swath_halo(wp)
     out = v.copy()
-    for lo, hi in [(0, 17), (17, 18), (18, 39), (39, len(pings))]:   # ranges of distinct pings
-        ctx = pings[max(lo - halo, 0):min(hi + halo, len(pings))]
-        m = np.isin(p, ctx)
-        score = np.isin(p, pings[lo:hi])
+    for lo, hi in [(1, 17), (18, 19), (20, 39), (40, 60)]:        # ping-number ranges
+        m = (p >= lo - halo) & (p <= hi + halo)
+        score = (p >= lo) & (p <= hi)
         part, st = swath_filter(p[m], b[m], z[m], v[m], window_pings=wp, window_beams=wb,
                                 score_mask=score[m])
         assert np.array_equal(part[~score[m]], v[m][~score[m]])    # context never flagged
         out[score] = part[score[m]]
     assert np.array_equal(out, whole)
+
+
+def test_missing_pings_are_empty_rows():
+    # Ping numbers, not ranks, define the window: with ping 11 missing, ping 10's window
+    # (pings 8..12) has one empty row.
+    p, b, z, _ = survey(n_pings=30, n_beams=40, seed=12, spike_frac=0.05)
+    v = np.zeros(len(z), np.uint32)
+    keep = p != 11
+    p, b, z, v = p[keep], b[keep], z[keep], v[keep]
+    got = flags_of(swath_filter(p, b, z, v, min_neighbours=1)[0], v)
+    assert got.tolist() == reference(p, b, z, v, min_neighbours=1).tolist()
+    # A huge gap in the numbering splits the file in two and costs nothing.
+    far = np.where(p > 15, p + 10**12, p)
+    got = flags_of(swath_filter(far, b, z, v, min_neighbours=1)[0], v)
+    assert got.tolist() == reference(far, b, z, v, min_neighbours=1).tolist()
 
 
 def test_chunking_and_order_do_not_matter():
