@@ -1,0 +1,179 @@
+"""PFM write speed: soundings sorted by bin into a new PFM v7, against plain sequential writes.
+
+The PFM writer (``PfmFile.add_sorted``) bit-packs soundings into physical records and bin
+records; the question is whether that packing keeps up with the disk. The benchmark writes
+``--soundings`` soundings (default 50 million, ~10-30 per bin over a square grid of 2 m bins)
+into a new PFM in batches of ``--batch`` soundings, each batch a band of bins sorted by bin as
+a tiling writer would deliver them, then closes the PFM with fsync. In the same run it writes
+the same number of bytes (the final ``.ndx`` + ``.bin`` sizes) with plain 4 MiB ``os.write``
+calls and fsync, before and after the PFM, and reports both rates and their ratio (target
+>= 0.8: the PFM writer limited by the disk, not by packing). The writer's own phase timings
+(``PfmFile.timings``) say where the time goes.
+
+    python -m benchmarks.bench_pfm_write [--soundings 50000000] [--batch 4000000] [--quick]
+
+Sounding values are generated once per batch shape before timing (random, in range) and
+reused for every band, shifted to its bins, so generation is not timed. ``--quick`` writes
+300,000 soundings in seconds; its results go to ``bench_pfm_write_quick.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks._report import BENCH_DIR, write_results
+
+CHUNK = 4 << 20
+
+
+def make_grid(n_bins: int):
+    """A roughly square grid of 2 m bins with at least ``n_bins`` bins, near 30 N."""
+    from pfm_dask.bins import BinGrid
+
+    side = math.ceil(math.sqrt(n_bins))
+    # one 2 m bin is about 1.8e-5 deg of latitude and 2.07e-5 deg of longitude at 30 N
+    return BinGrid.from_mbr(30.0, -88.8, 30.0 + side * 1.8043e-5 - 1e-7, -88.8 + side * 2.0752e-5 - 1e-7,
+                            bin_size_m=2.0)
+
+
+def make_band(rng, n_bins: int, mean_per_bin: int, spread: int) -> dict:
+    """Soundings for ``n_bins`` consecutive bins starting at 0, sorted by bin, int64/float64."""
+    counts = rng.integers(mean_per_bin - spread, mean_per_bin + spread + 1, n_bins)
+    b = np.repeat(np.arange(n_bins, dtype=np.int64), counts)
+    n = b.size
+    return dict(
+        bin_index=b,
+        file=rng.integers(0, 500, n), line=rng.integers(0, 5000, n), ping=rng.integers(1, 200_000, n),
+        beam=rng.integers(1, 433, n), depth=np.round(rng.uniform(5.0, 3000.0, n), 2),
+        x_off=rng.integers(0, 4096, n), y_off=rng.integers(0, 4096, n),
+        validity=rng.choice(np.array([64, 64, 64, 66, 2 | 4096 | 64]), n),
+        horizontal_error=np.round(rng.uniform(0.5, 5.0, n), 2),
+        vertical_error=np.round(rng.uniform(0.1, 2.0, n), 2))
+
+
+def sequential_write(path: Path, nbytes: int) -> dict:
+    """Plain buffered sequential writes of ``nbytes`` (4 MiB per os.write) plus fsync."""
+    buf = np.random.default_rng(1).integers(0, 256, CHUNK, dtype=np.uint8).tobytes()
+    t0 = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        left = nbytes
+        while left > 0:
+            n = os.write(fd, buf[: min(CHUNK, left)])
+            left -= n
+        t1 = time.perf_counter()
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    t2 = time.perf_counter()
+    os.remove(path)
+    return {"seconds": t2 - t0, "write_s": t1 - t0, "fsync_s": t2 - t1, "mb_per_s": nbytes / (t2 - t0) / 1e6}
+
+
+def run(soundings: int, batch: int, per_bin: int, spread: int, work: Path, seed: int = 0) -> dict:
+    from pfm_dask import pfm
+
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "bench.pfm"
+    for p in (path, Path(str(path) + ".data")):
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+    bins_total = max(1, soundings // per_bin)
+    grid = make_grid(bins_total)
+    bins_per_band = max(1, batch // per_bin)
+    rng = np.random.default_rng(seed)
+    band = make_band(rng, bins_per_band, per_bin, spread)
+    band_n = band["bin_index"].size
+    n_bands = math.ceil(soundings / band_n)
+    if n_bands * bins_per_band > grid.width * grid.height:
+        grid = make_grid(n_bands * bins_per_band)
+
+    tmp = work / "seq.bin"
+    f = pfm.create(str(path), grid, bin_size_m=2.0, max_files=500, max_lines=5000, max_pings=200_000,
+                   max_beams=432)
+    f.add_files([f"line_{i:04d}.gsf" for i in range(500)])
+    header = {k: getattr(f.header, k) for k in ("depth_bits", "file_number_bits", "line_number_bits",
+                                                 "ping_number_bits", "beam_number_bits",
+                                                 "horizontal_error_bits", "vertical_error_bits")}
+    header.update(bin_record_bytes=f.bin_record_size, ndx_record_bytes=f.ndx_record_size,
+                  grid=f"{grid.width} x {grid.height}")
+
+    written = 0
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    for k in range(n_bands):
+        take = min(band_n, soundings - written)
+        if take <= 0:
+            break
+        end = take
+        if take < band_n:   # last band: whole bins only
+            end = int(np.searchsorted(band["bin_index"], band["bin_index"][take - 1], side="right"))
+        args = {key: v[:end] for key, v in band.items()}
+        args["bin_index"] = band["bin_index"][:end] + k * bins_per_band
+        f.add_sorted(**args)
+        written += end
+    t_add = time.perf_counter() - t0
+    f.close(durable=True)
+    t_total = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+    timings = {k: round(v, 4) for k, v in f.timings.items() if k != "add_soundings"}
+
+    sizes = {p: os.path.getsize(os.path.join(str(path) + ".data", f"bench.pfm.{p}")) for p in ("ndx", "bin", "cvg")}
+    nbytes = sizes["ndx"] + sizes["bin"]
+    # the .bin is sparse until written: count only what add_sorted wrote (all bins it touched)
+    touched_bin_bytes = n_bands * bins_per_band * f.bin_record_size
+    nbytes = sizes["ndx"] + min(sizes["bin"], touched_bin_bytes + 131072)
+
+    base1 = sequential_write(tmp, nbytes)
+    base2 = sequential_write(tmp, nbytes)
+    base_s = min(base1["seconds"], base2["seconds"])
+    pfm_mb_s = nbytes / t_total / 1e6
+    base_mb_s = nbytes / base_s / 1e6
+
+    shutil.rmtree(str(path) + ".data", ignore_errors=True)
+    path.unlink(missing_ok=True)
+    return {
+        "soundings": written,
+        "bins_written": min(n_bands * bins_per_band, grid.width * grid.height),
+        "mean_soundings_per_bin": written / max(1, n_bands * bins_per_band),
+        "batch_soundings": band_n,
+        "bytes_compared": nbytes,
+        "file_sizes": sizes,
+        "layout": header,
+        "pfm": {"seconds": t_total, "add_sorted_s": t_add, "close_fsync_s": t_total - t_add,
+                "cpu_s": cpu, "mb_per_s": pfm_mb_s, "soundings_per_s": written / t_total},
+        "sequential": {"best_seconds": base_s, "mb_per_s": base_mb_s, "soundings_per_s": written / base_s,
+                       "runs": [base1, base2]},
+        "ratio_pfm_to_sequential": pfm_mb_s / base_mb_s,
+        "writer_phases_s": timings,
+        "load_average_1m_at_end": os.getloadavg()[0],
+    }
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--soundings", type=int, default=50_000_000)
+    ap.add_argument("--batch", type=int, default=4_000_000, help="soundings per add_sorted call")
+    ap.add_argument("--per-bin", type=int, default=20, help="mean soundings per bin (spread +-10)")
+    ap.add_argument("--quick", action="store_true", help="300,000 soundings, done in seconds")
+    ap.add_argument("--work", type=Path, default=BENCH_DIR / "_work", help="directory for the files")
+    a = ap.parse_args(argv)
+    n = 300_000 if a.quick else a.soundings
+    batch = min(a.batch, 100_000) if a.quick else a.batch
+    spread = max(0, min(10, a.per_bin - 1))
+    res = run(n, batch, a.per_bin, spread, a.work)
+    res["command"] = "python -m benchmarks.bench_pfm_write" + (" --quick" if a.quick else
+                                                               f" --soundings {n} --batch {batch}")
+    write_results("bench_pfm_write_quick" if a.quick else "bench_pfm_write", res)
+    return res
+
+
+if __name__ == "__main__":
+    main()
