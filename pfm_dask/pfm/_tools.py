@@ -496,9 +496,9 @@ class _Walker:
         if mm is not None:
             del mm
 
-    def _read(self, addr: np.ndarray) -> dict:
+    def _read(self, addr: np.ndarray, keys=None) -> dict:
         recs = np.asarray(self.mm[addr // self.lay.phys])
-        return self.lay.ndx.unpack(recs)
+        return self.lay.ndx.unpack(recs, keys)
 
     def _classify(self, b: int, head: int, target: int, steps: int) -> str:
         """Cycle or shared: walk bin ``b`` again (slowly) and see if it met ``target`` before."""
@@ -515,13 +515,19 @@ class _Walker:
             cur = int(L.ndx.unpack(np.asarray(self.mm[cur // L.phys])[None, :], ["cont"])["cont"][0])
         return "already part of another bin's chain (a record shared by two bins)"
 
-    def walk(self, bidx: np.ndarray, count: np.ndarray, head: np.ndarray, tail: np.ndarray):
-        """Walk the chains; returns (ok mask per bin, soundings dict in chain order)."""
+    def walk(self, bidx: np.ndarray, count: np.ndarray, head: np.ndarray, tail: np.ndarray, *,
+             collect: bool = True, mark: bool = True):
+        """Walk the chains; returns (ok mask per bin, soundings dict in chain order).
+
+        ``collect=False`` only validates (no sounding arrays: for bands whose counts are
+        too large to trust with memory); ``mark=False`` neither tests nor sets the
+        visited map (a second walk over chains already validated).
+        """
         L = self.lay
         n = bidx.size
         nrec = (count + L.L - 1) // L.L
         ok = np.ones(n, dtype=bool)
-        total = int(count.sum())
+        total = int(count.sum()) if collect else 0
         pos0 = np.cumsum(count) - count  # where each bin's soundings go, in chain order
         out = {k: np.zeros(total, dtype=np.uint64) for k in L.sounding_keys}
         out["addr"] = np.zeros(total, dtype=np.int64)
@@ -547,11 +553,14 @@ class _Walker:
                 break
             idx = a // L.phys
             # records reached twice: already visited, or twice within this step
-            order = np.argsort(idx, kind="stable")
-            dup_in_step = np.zeros(idx.size, dtype=bool)
-            same = idx[order][1:] == idx[order][:-1]
-            dup_in_step[order[1:][same]] = True
-            again = self.visited.test(idx) | dup_in_step
+            if mark:
+                order = np.argsort(idx, kind="stable")
+                dup_in_step = np.zeros(idx.size, dtype=bool)
+                same = idx[order][1:] == idx[order][:-1]
+                dup_in_step[order[1:][same]] = True
+                again = self.visited.test(idx) | dup_in_step
+            else:
+                again = np.zeros(idx.size, dtype=bool)
             for j in self.pr.each("chain revisit", ".ndx", again):
                 bi = active[j]
                 kind = self._classify(int(bidx[bi]), int(head[bi]), int(a[j]), step)
@@ -562,11 +571,14 @@ class _Walker:
             active, a, idx = active[keep], a[keep], idx[keep]
             if not active.size:
                 break
-            self.visited.set(idx)
-            u = self._read(a)
+            if mark:
+                self.visited.set(idx)
+            u = self._read(a, None if collect else ["cont"])
             cont = u["cont"].astype(np.int64)
             n_here = np.minimum(L.L, count[active] - step * L.L)
             rows, slot = np.nonzero(np.arange(L.L)[None, :] < n_here[:, None])
+            if not collect:
+                rows = slot = np.zeros(0, dtype=np.int64)
             dest = pos0[active[rows]] + step * L.L + slot
             for s_ in range(L.L):
                 sel = slot == s_
@@ -788,7 +800,18 @@ def _check_band(bidx, recs, lay: _Layout, h: PfmHeader, walker: _Walker, cvg_fd,
         pr.add("count too large", ".bin", _bin_where(bidx[j], W),
                f"count {int(cnt[j]):,} is more than the whole .ndx holds ({cap:,} soundings)")
     walk_cnt = np.where(huge, 0, cnt)
-    ok, snd = walker.walk(bidx, walk_cnt, u["head"].astype(np.int64), u["tail"].astype(np.int64))
+    head, tail = u["head"].astype(np.int64), u["tail"].astype(np.int64)
+    if int(walk_cnt.sum()) > 2 * _BAND_SOUNDINGS:
+        # a band this heavy is one bin with a huge count: validate its chain before
+        # allocating for its soundings
+        ok, _ = walker.walk(bidx, walk_cnt, head, tail, collect=False)
+        real, walker.pr = walker.pr, _Problems()
+        try:
+            _, snd = walker.walk(bidx, np.where(ok, walk_cnt, 0), head, tail, mark=False)
+        finally:
+            walker.pr = real
+    else:
+        ok, snd = walker.walk(bidx, walk_cnt, head, tail)
     ok &= ~huge
     has = cnt > 0
     # file and line numbers
