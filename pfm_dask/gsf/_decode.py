@@ -107,26 +107,39 @@ class PingDirectory:
 class _Trace:
     """What one ping's walk read and where its scale factors came from.
 
-    Another ping of the same record size holding the same bytes at every position
-    read here is walked identically (same subrecords at the same places, same
-    widths): only its scale-factor values may differ, and those are gathered with
-    numpy. ``reads`` are (relative offset, byte count) that must hold the same
-    bytes; ``probes`` are look-ahead words that need only give the same answer to
-    "is this an array subrecord header?"; ``tables`` (relative offset
-    of the first entry, entry count); ``reusable`` is False when the walk depended
-    on state in a way the bytes do not capture (a width taken from the nibble, a
-    scale-factor table after an array).
+    Another ping holding the same bytes at every position read here, and whose
+    record size satisfies the same comparisons, is walked identically (same
+    subrecords at the same places, same widths): only its scale-factor values may
+    differ, and those are gathered with numpy.
+
+    * ``reads``: (relative offset, byte count) that must hold the same bytes;
+    * ``probes``: look-ahead words that need only give the same answer to "is this an
+      array subrecord header?";
+    * ``lo``/``hi``: bounds on the record size within which every size comparison of
+      the walk comes out the same;
+    * ``tail``: relative offset of a last subrecord skipped by its declared size (such
+      as a variable-length intensity series); its size may differ, it only has to end
+      the walk as it did here;
+    * ``tables``: (relative offset of the first entry, entry count);
+    * ``src``: array id -> (table index, entry index) that defined it in this ping;
+    * ``reusable``: False when the walk depended on state the bytes do not capture (a
+      width from the nibble, a scale-factor table after an array).
     """
 
-    __slots__ = ("reads", "probes", "tables", "src", "reusable", "array_seen")
+    __slots__ = ("reads", "probes", "tables", "src", "reusable", "array_seen", "lo", "hi",
+                 "tail", "pending")
 
     def __init__(self):
         self.reads = []
-        self.probes = []       # (relative offset, outcome) of width look-ahead probes
+        self.probes = []
         self.tables = []
-        self.src = {}          # array id -> (table index, entry index) in this ping
+        self.src = {}
         self.reusable = True
         self.array_seen = False
+        self.lo = 0
+        self.hi = 1 << 62
+        self.tail = None
+        self.pending = None    # (lo, hi) of the last skip, kept apart in case it is the tail
 
 
 def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate: bool,
@@ -143,9 +156,11 @@ def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate:
         raise GsfError(f"ping record holds {size} data bytes, fewer than its "
                        f"{hdr_len}-byte ping header", path=path, offset=roff)
     (n,) = _U16(buf, doff + 16)
-    if trace is not None:
+    tr = trace is not None
+    if tr:
         reads = trace.reads
         reads.append((16, 2))
+        trace.lo = hdr_len
     if n == 0 or n > MAX_BEAMS:
         raise GsfError(f"ping declares {n} beams; valid is 1..{MAX_BEAMS}",
                        path=path, offset=roff)
@@ -153,13 +168,21 @@ def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate:
     p = doff + hdr_len
     found = {}
     mult, soff, low, high = st.mult, st.offset, st.low, st.high
+    skipped_last = False
     while end - p > 4:
         (word,) = _U32(buf, p)
-        if trace is not None:
-            reads.append((p - doff, 4))
         sid = word >> 24
         ssize = word & 0xFFFFFF
         q = p + 4
+        if tr:
+            rp = p - doff
+            if trace.pending is not None:      # the previous skip was not the last one
+                trace.lo = max(trace.lo, trace.pending[0])
+                trace.hi = min(trace.hi, trace.pending[1])
+                trace.pending = None
+            trace.lo = max(trace.lo, rp + 5)
+            reads.append((rp, 4))
+        skipped_last = False
         seen.add(sid)
         spec = _SPEC[sid]
         if spec is not None:
@@ -171,18 +194,32 @@ def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate:
                     st.resolve_high(sid)
                     h = high[sid]
                 fs = h & 0xF0
-                if trace is not None:
+                if tr:
                     trace.reusable = False
             sr = ssize
             count = 0
-            while end - p - sr > 4 and count <= 3:
+            while True:
+                more = end - p - sr > 4
+                if tr:
+                    if more:
+                        trace.lo = max(trace.lo, p - doff + sr + 5)
+                    else:
+                        trace.hi = min(trace.hi, p - doff + sr + 4)
+                if not (more and count <= 3):
+                    break
                 nq = q + sr
-                if nq + 4 <= end:
+                inside = nq + 4 <= end
+                if tr:
+                    if inside:
+                        trace.lo = max(trace.lo, nq - doff + 4)
+                    else:
+                        trace.hi = min(trace.hi, nq - doff + 3)
+                if inside:
                     (nw,) = _U32(buf, nq)
                     nid = nw >> 24
                     nsz = nw & 0xFFFFFF
                     hit = 0 < nid <= MAX_ARRAY_ID and (nsz == n or nsz == 2 * n or nsz == 4 * n)
-                    if trace is not None:
+                    if tr:
                         trace.probes.append((nq - doff, hit))
                     if hit:
                         fs2 = _FIELD_SIZE.get(sr // n)
@@ -192,7 +229,7 @@ def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate:
                                 st.resolve_high(sid)
                                 h = high[sid]
                             fs2 = h & 0xF0
-                            if trace is not None:
+                            if tr:
                                 trace.reusable = False
                         fs = fs2
                         break
@@ -215,7 +252,7 @@ def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate:
             m = 0
             o = 0
             if spec.scaled:
-                if trace is not None:
+                if tr:
                     trace.array_seen = True
                 m = mult[sid]
                 if m is None:
@@ -237,10 +274,12 @@ def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate:
                         "convert the file with libgsf >= 3.09 first",
                         path=path, offset=roff)
                 o = soff[sid]
+            if tr:
+                trace.lo = max(trace.lo, q - doff + nbytes)
             slot = _SLOT[sid]
             if slot >= 0:
                 found[slot] = (q, width, m, o,
-                               trace.src.get(sid) if trace is not None else None)
+                               trace.src.get(sid) if tr and spec.scaled else None)
             p = q + nbytes
         elif sid == SUB_SCALE_FACTORS:
             if end - q < 4:
@@ -254,8 +293,9 @@ def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate:
                     if count_m >= 1 else
                     "scale-factor subrecord declares 0 entries",
                     path=path, offset=roff)
-            if trace is not None:
+            if tr:
                 reads.append((q - doff, 4))
+                trace.lo = max(trace.lo, q - doff + 4 + 12 * count_m)
                 if trace.array_seen:
                     trace.reusable = False
                 t_index = len(trace.tables)
@@ -274,7 +314,7 @@ def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate:
                     soff[aid] = o
                     low[aid] = cflag & 0x0F
                     high[aid] = cflag & 0xF0
-                    if trace is not None:
+                    if tr:
                         trace.src[aid] = (t_index, e)
                 e += 1
             p = q + 4 + 12 * count_m
@@ -285,11 +325,35 @@ def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate:
                 raise GsfError(
                     f"quality-flags subrecord needs {nbytes:,} bytes but the ping "
                     f"record has {end - q:,} left", path=path, offset=roff)
+            if tr:
+                trace.lo = max(trace.lo, q - doff + nbytes)
             p = q + nbytes
         else:
             # Sensor-specific (102-157), unknown sensor (0), intensity series (21),
             # anything else: skip by the declared size, clamped to the record (P9).
-            p = q + min(ssize, end - q)
+            if ssize <= end - q:
+                if tr:
+                    trace.pending = (q - doff + ssize, 1 << 62)
+                p = q + ssize
+            else:
+                if tr:
+                    trace.pending = (0, q - doff + ssize - 1)
+                p = end
+            skipped_last = True
+    if tr:
+        if skipped_last:
+            # The last subrecord was skipped by its size: let that size vary, as long
+            # as it still ends the walk (checked per ping); its id must be the same.
+            rp = reads.pop()[0]
+            reads.append((rp, 1))
+            trace.tail = rp
+            trace.pending = None
+        else:
+            if trace.pending is not None:
+                trace.lo = max(trace.lo, trace.pending[0])
+                trace.hi = min(trace.hi, trace.pending[1])
+                trace.pending = None
+            trace.hi = min(trace.hi, p - doff + 4)
     return n, found
 
 
@@ -297,7 +361,8 @@ _PY_ERRORS = (struct.error, IndexError, ValueError, OverflowError, TypeError)
 
 
 def walk_pings(buf, data_offsets, sizes, record_offsets, hdr_len: int, st: ScaleState,
-               path, *, strict: bool = True, seen: set | None = None, u8=None):
+               path, *, strict: bool = True, seen: set | None = None, u8=None,
+               fast: bool = True):
     """Walk a run of consecutive ping records with scale-factor state ``st``.
 
     Returns ``(directory, damage)``: the directory of the pings before the first
@@ -307,6 +372,8 @@ def walk_pings(buf, data_offsets, sizes, record_offsets, hdr_len: int, st: Scale
     After each ping walked in Python, the following pings that repeat its structure
     byte for byte at every position the walk read (see :class:`_Trace`) are taken
     in one numpy step; a typical file is then walked in a handful of Python steps.
+    ``fast=False`` walks every ping in Python (the reference the fast path is tested
+    against).
     """
     n_pings = len(data_offsets)
     nb = np.zeros(n_pings, dtype=np.int64)
@@ -328,9 +395,7 @@ def walk_pings(buf, data_offsets, sizes, record_offsets, hdr_len: int, st: Scale
     i = 0
     done = n_pings
     while i < n_pings:
-        # Trace only when the next ping could repeat this one (same record size).
-        trace = (_Trace() if (u8 is not None and i + 1 < n_pings and slist[i + 1] == slist[i])
-                 else None)
+        trace = _Trace() if (fast and u8 is not None and i + 1 < n_pings) else None
         try:
             n, found = walk_ping(buf, dlist[i], slist[i], hdr_len, st, True, path, rlist[i],
                                  seen, trace)
@@ -383,14 +448,20 @@ def _trace_index(trace: _Trace) -> np.ndarray:
 
 def _run_length(u8, doffs, sizes, t: int, i: int, j: int, trace: _Trace) -> int:
     """How many pings from i (at most j - i) repeat ping t's walk exactly."""
-    same_size = sizes[i:j] == sizes[t]
-    m = len(same_size) if same_size.all() else int(np.argmin(same_size))
+    size_ok = (sizes[i:j] >= trace.lo) & (sizes[i:j] <= trace.hi)
+    m = len(size_ok) if size_ok.all() else int(np.argmin(size_ok))
     if m == 0:
         return 0
     ridx = _trace_index(trace)
     tmpl = u8[doffs[t] + ridx]
     cand = u8[doffs[i:i + m, None] + ridx]
     ok = (cand == tmpl).all(axis=1)
+    if trace.tail is not None:
+        # The last subrecord, skipped by its own (clamped) size, must end the walk.
+        rq = trace.tail + 4
+        ssize = (_u32_at(u8, doffs[i:i + m] + trace.tail) & 0xFFFFFF).astype(np.int64)
+        room = sizes[i:i + m] - rq
+        ok &= room - np.minimum(ssize, room) <= 4
     if trace.probes and ok.any():
         n = int(trace_n(u8, doffs[t]))
         rel = np.array([r for r, _ in trace.probes], dtype=np.int64)

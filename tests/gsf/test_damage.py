@@ -306,3 +306,99 @@ def test_lenient_read_pings_reports_damage_in_metadata(tmp_path):
     assert d["offset"] == 20 + len(depth_ping([1, 2])) and d["error"] == "GsfError"
     assert t.schema.equals(SCHEMA)            # metadata aside, the same schema
     assert b"gsf_damage" not in (gsf.read_pings(write(tmp_path, "ok.gsf", blob)).schema.metadata or {})
+
+
+# --- the fast walk (whole runs of pings at once) equals the plain per-ping walk -----------------
+
+
+def _directories(blob: bytes, tmp_path):
+    from pfm_dask.gsf._decode import ScaleState, walk_pings
+    from pfm_dask.gsf._framing import scan_records
+    from pfm_dask.gsf._records import ping_header_dtype
+
+    fr = scan_records(blob, "x")
+    if fr.version is None:
+        return None
+    pi = fr.ping_index
+    args = (blob, fr.data_offsets[pi], fr.sizes[pi], fr.offsets[pi],
+            ping_header_dtype(fr.major).itemsize)
+    out = []
+    for fast in (True, False):
+        d, dmg = walk_pings(*args, ScaleState(), "x", strict=False, fast=fast)
+        out.append((d, None if dmg is None else (dmg.offset, dmg.reason)))
+    return out
+
+
+def _assert_same_directory(pair):
+    (a, da), (b, db) = pair
+    assert da == db
+    for name in ("data_offsets", "n_beams", "pos", "width", "mult", "off"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
+@pytest.mark.parametrize("which", ["synthetic", "EM302", "6_184_1440", "EX1604"])
+def test_fast_walk_equals_plain_walk(blobs, tmp_path, which):
+    if which == "EM302":
+        from tests.conftest import SAMPLE_FILES
+        hits = [p for p in SAMPLE_FILES if "EM302" in p.name]
+        if not hits:
+            pytest.skip("sample missing")
+        blob = hits[0].read_bytes()
+    elif which not in blobs:
+        pytest.skip("sample missing")
+    else:
+        blob = blobs[which]
+    _assert_same_directory(_directories(blob, tmp_path))
+
+
+@_settings
+@given(which=st.sampled_from(["synthetic"] + _SMALL), frac=st.floats(0.0, 1.0),
+       xor=st.integers(1, 255))
+def test_fast_walk_equals_plain_walk_on_damaged_files(blobs, tmp_path, which, frac, xor):
+    """Byte flips anywhere (inside subrecord headers, tables, sizes): both walks agree on
+    every ping's layout and scale factors, and on the damage."""
+    if which not in blobs:
+        pytest.skip("sample missing")
+    blob = bytearray(blobs[which])
+    blob[min(int(frac * len(blob)), len(blob) - 1)] ^= xor
+    pair = _directories(bytes(blob), tmp_path)
+    if pair is not None:
+        _assert_same_directory(pair)
+
+
+@_settings
+@given(which=st.sampled_from(["synthetic", "EM302", "EX1604", "6_184_1440"]),
+       frac=st.floats(0.0, 1.0), xor=st.integers(1, 255), width=st.integers(1, 3))
+def test_fast_walk_equals_plain_walk_flips_inside_pings(blobs, tmp_path, which, frac, xor,
+                                                        width):
+    """Flips aimed at ping records only (headers, tables, arrays, trailing subrecords)."""
+    if which == "EM302":
+        from tests.conftest import SAMPLE_FILES
+        hits = [p for p in SAMPLE_FILES if "EM302" in p.name]
+        if not hits:
+            pytest.skip("sample missing")
+        blob = bytearray(hits[0].read_bytes())
+    elif which not in blobs:
+        pytest.skip("sample missing")
+    else:
+        blob = bytearray(blobs[which])
+    starts, pos = [], 0                 # (start, end) of each ping record's data
+    while pos + 8 <= len(blob):
+        size, word = struct.unpack_from(">II", blob, pos)
+        hdr = 12 if word & 0x80000000 else 8
+        if word & 0x3FFFFF == 2:
+            starts.append((pos + hdr, pos + hdr + size))
+        pos += hdr + size
+    total = sum(b - a for a, b in starts)
+    k = int(frac * (total - 1))
+    for a, b in starts:
+        if k < b - a:
+            at = a + k
+            break
+        k -= b - a
+    for j in range(width):
+        if at + j < len(blob):
+            blob[at + j] ^= xor
+    pair = _directories(bytes(blob), tmp_path)
+    if pair is not None:
+        _assert_same_directory(pair)
