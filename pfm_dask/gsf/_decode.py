@@ -127,7 +127,7 @@ class _Trace:
     """
 
     __slots__ = ("reads", "probes", "tables", "src", "reusable", "array_seen", "lo", "hi",
-                 "tail", "pending")
+                 "tail", "pending", "ridx")
 
     def __init__(self):
         self.reads = []
@@ -140,6 +140,7 @@ class _Trace:
         self.hi = 1 << 62
         self.tail = None
         self.pending = None    # (lo, hi) of the last skip, kept apart in case it is the tail
+        self.ridx = None       # byte offsets of ``reads``, built on first use
 
 
 def walk_ping(buf, doff: int, size: int, hdr_len: int, st: ScaleState, validate: bool,
@@ -442,8 +443,12 @@ def walk_pings(buf, data_offsets, sizes, record_offsets, hdr_len: int, st: Scale
 
 
 def _trace_index(trace: _Trace) -> np.ndarray:
-    idx = [np.arange(r, r + k) for r, k in trace.reads]
-    return np.concatenate(idx) if idx else np.zeros(0, np.int64)
+    if trace.ridx is None:
+        rel = np.array([r for r, _ in trace.reads], dtype=np.int64)
+        cnt = np.array([k for _, k in trace.reads], dtype=np.int64)
+        trace.ridx = np.repeat(rel, cnt) + (np.arange(int(cnt.sum())) - np.repeat(
+            np.cumsum(cnt) - cnt, cnt))
+    return trace.ridx
 
 
 def _run_length(u8, doffs, sizes, t: int, i: int, j: int, trace: _Trace) -> int:
