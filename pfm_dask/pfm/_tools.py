@@ -202,11 +202,8 @@ _LAYOUT_KEYS = [  # (attribute, key phrase, lo, hi): a header outside these has 
 ]
 
 
-def _read_header(bin_path: str) -> tuple[PfmHeader, int]:
-    """Parse the ``.bin`` header; raise :class:`PfmFormatError` if no layout can be derived.
-
-    Returns the header and the number of bytes read.
-    """
+def _read_header(bin_path: str) -> PfmHeader:
+    """Parse the ``.bin`` header; raise :class:`PfmFormatError` if no layout can be derived."""
     try:
         with open(bin_path, "rb") as fh:
             raw = fh.read(BIN_HEADER_SIZE)
@@ -248,7 +245,7 @@ def _read_header(bin_path: str) -> tuple[PfmHeader, int]:
     for attr, key in (("depth_offset", "[DEPTH OFFSET]"), ("null_depth", "[NULL DEPTH]")):
         if not math.isfinite(float(getattr(h, attr))):
             raise PfmFormatError(f"header {key} is not a finite number", path=bin_path, offset=where(key))
-    return h, len(raw)
+    return h
 
 
 def _file_size(p: str) -> int | None:
@@ -336,7 +333,7 @@ def _check_lin(path: str, pr: _Problems) -> int | None:
     return len(lines)
 
 
-def _check_header(h: PfmHeader, hdr_len: int, sizes: dict, lay: _Layout, n_files, n_lines,
+def _check_header(h: PfmHeader, sizes: dict, lay: _Layout, n_files, n_lines,
                   pr: _Problems) -> None:
     W, H = int(h.bin_width), int(h.bin_height)
     hs = int(h.bin_header_size)
@@ -659,9 +656,9 @@ def check(path) -> list[Problem]:
     n_lines = _check_lin(parts[".lin"], pr)
     if sizes[".bin"] is None:
         return pr.finish()
-    h, hdr_len = _read_header(parts[".bin"])
+    h = _read_header(parts[".bin"])
     lay = _Layout(h, version_number(h.version) >= 70)
-    _check_header(h, hdr_len, sizes, lay, n_files, n_lines, pr)
+    _check_header(h, sizes, lay, n_files, n_lines, pr)
     if sizes[".cvg"] is not None:
         _check_cvg_header(parts[".cvg"], pr)
     try:

@@ -473,11 +473,9 @@ def test_heavy_bins_are_validated_before_reading(sound_one, damaged, monkeypatch
     L = bf.h.record_length
     c, r = bf.bins_with(min_count=2 * L + 1)[0]
     bf.set(c, r, "count", bf.get(c, r, "count") + 50 * L)
-    head = bf.get(c, r, "head")
     problems = P.check(damaged)
     assert has_problem(problems, ".ndx", "chain ends after", f"({c}, {r})")
     c2, r2 = bf.bins_with(min_count=3 * L + 1)[1]
     set_continuation(damaged, bf.h, get_continuation(damaged, bf.h, bf.get(c2, r2, "head")),
                      bf.get(c2, r2, "head"))
     assert has_problem(P.check(damaged), ".ndx", "cycle", f"({c2}, {r2})")
-    del head
