@@ -16,6 +16,8 @@ Two stages:
 from __future__ import annotations
 
 import struct
+import sys
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -578,6 +580,40 @@ def _per_ping(v: np.ndarray, m):
     return v[0] if len(v) and (v == v[0]).all() else v[:, None]
 
 
+# --- output memory -----------------------------------------------------------------------
+#
+# Decoding is cheap next to the cost of fresh memory: the kernel zeroes every new page
+# on first touch, which took about half of the decode time on large batches. Output
+# buffers are therefore recycled: a few large buffers are kept, and one is handed out
+# again once nothing refers to it any more (every column view holds a reference to its
+# buffer, so CPython's reference count says exactly when the last table using it is
+# gone). At most _POOL_SIZE buffers of at most _POOL_MAX_BYTES each are kept.
+
+_POOL: list = []
+_POOL_LOCK = threading.Lock()
+_POOL_SIZE = 2
+_POOL_MIN_BYTES = 1 << 22       # smaller blocks: plain allocation
+_POOL_MAX_BYTES = 1 << 27       # 128 MiB: larger blocks are never kept
+
+
+def _arena(size: int) -> np.ndarray:
+    """A uint8 block of ``size`` bytes for output columns, recycled when possible."""
+    if size < _POOL_MIN_BYTES or size > _POOL_MAX_BYTES:
+        return np.empty(size, dtype=np.uint8)
+    with _POOL_LOCK:
+        for k in range(len(_POOL)):
+            # 2 references = the pool's own and getrefcount's argument: no user left.
+            if sys.getrefcount(_POOL[k]) == 2 and size <= len(_POOL[k]) <= 2 * size:
+                return _POOL[k][:size]
+        buf = np.empty(size, dtype=np.uint8)
+        free = [k for k in range(len(_POOL)) if sys.getrefcount(_POOL[k]) == 2]
+        if len(_POOL) < _POOL_SIZE:
+            _POOL.append(buf)
+        elif free:
+            _POOL[free[0]] = buf
+        return buf[:size]
+
+
 #: Every per-beam column decode_pings makes, with its dtype (the array columns last).
 _COLUMN_DTYPES = [
     ("time", np.dtype(np.float64)), ("time_sec", np.dtype(np.int64)),
@@ -609,7 +645,7 @@ def decode_pings(u8: np.ndarray, dirn: PingDirectory, header_dtype: np.dtype) ->
     for name, dt in arena_cols:
         offs[name] = size
         size += -(-total * dt.itemsize // 64) * 64
-    arena = np.empty(size, dtype=np.uint8)
+    arena = _arena(size)
     cols: dict = {name: arena[offs[name]:offs[name] + total * dt.itemsize].view(dt)
                   for name, dt in arena_cols}
     ping_of_row = None if uniform else np.repeat(np.arange(n_pings), nb)

@@ -160,3 +160,26 @@ def test_closed_file_refuses_to_read(sample_by_name):
     assert t.num_rows == 8 * 432                # tables outlive the file
     with pytest.raises(ValueError, match="closed"):
         f.read()
+
+
+def test_recycled_output_memory_never_overwrites_live_tables(tmp_path):
+    """Output buffers are recycled once unreferenced: tables (and numpy views of them)
+    still alive must keep their values while other files are read."""
+    synth = pytest.importorskip("pfm_dask.synth")
+    summary = synth.generate(tmp_path / "s", files=2, pings=120, beams=432, seed=5)
+    paths = [tmp_path / "s" / f["name"] for f in summary["files"]]
+    kept, copies = [], []
+    for k in range(6):
+        t = gsf.read_pings(paths[k % 2])
+        if k % 2 == 0:
+            kept.append(t)                                   # a table kept alive
+            copies.append(t.column("depth").to_numpy().copy())
+        elif k == 3:
+            view = t.column("across_track").to_numpy()       # only a numpy view kept
+            view_copy = view.copy()
+        del t
+    for t, c in zip(kept, copies):
+        np.testing.assert_array_equal(t.column("depth").to_numpy(), c)
+    np.testing.assert_array_equal(view, view_copy)
+    again = [gsf.read_pings(p) for p in paths]
+    assert kept[0].equals(again[0]) and kept[-1].equals(again[0])
