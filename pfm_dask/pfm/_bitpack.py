@@ -31,6 +31,7 @@ __all__ = [
     "pack_lanes",
     "place_lanes",
     "pack_records",
+    "unpack_records",
     "pack_reference",
     "unpack_reference",
 ]
@@ -292,42 +293,139 @@ def place_lanes(lanes: np.ndarray, flat: np.ndarray, n_records: int, slots: int,
                     np.bitwise_or(words[w + 1], tmp, out=words[w + 1])
 
 
-def pack_records(item_fields: Sequence[tuple[int, int]], item_values: Sequence[np.ndarray],
+def pack_records(item_fields: Sequence[tuple[int, int]], item_values: Sequence,
                  flat: np.ndarray, n_records: int, slots: int, slot_bits: int,
                  record_fields: Sequence[tuple[int, int]], record_values: Sequence[np.ndarray],
-                 record_bytes: int, block: int = 8192) -> np.ndarray:
+                 record_bytes: int, block: int = 8192, executor=None,
+                 out: np.ndarray | None = None) -> np.ndarray:
     """Pack many items (soundings) into fixed records of ``slots`` items each.
 
     Item ``i`` (fields ``item_fields`` = ``(bit_offset, nbits)`` within the
     item, values already known to fit) goes to record ``flat[i] // slots``,
     slot ``flat[i] % slots``, at record bit ``slot * slot_bits``; ``flat``
-    must be increasing. ``record_fields``/``record_values`` are per-record
-    fields (the continuation pointer). Unused slots stay zero. Returns the
-    ``(n_records, record_bytes)`` uint8 matrix.
+    must be increasing. An item value may be an array or a callable
+    ``f(i0, i1) -> uint64 array`` giving the values of items ``i0..i1-1``
+    (so that coding runs block by block, in cache). ``record_fields`` /
+    ``record_values`` are per-record fields (the continuation pointer).
+    Unused slots stay zero. Returns the ``(n_records, record_bytes)`` uint8
+    matrix (written into ``out``, a flat uint8 buffer of at least that many
+    bytes, when given, so callers can recycle buffers).
 
     Work is done in blocks of ``block`` records so that every temporary stays
     in the CPU cache: per block, items are packed into 64-bit lanes
     (:func:`pack_lanes`), the lanes placed into the record words
-    (:func:`place_lanes`), and the words byte-swapped into the output.
+    (:func:`place_lanes`), and the words byte-swapped into the output. With
+    an ``executor`` (a thread pool) groups of blocks run in parallel; numpy
+    releases the GIL inside its loops.
     """
     n_words = (record_bytes + 7) // 8
-    out = np.empty((n_records, n_words * 8), dtype=np.uint8)
-    outw = out.view(">u8")
+    if out is None:
+        out = np.empty(n_records * record_bytes, dtype=np.uint8)
+    res = out[: n_records * record_bytes].reshape(n_records, record_bytes)
+    exact = n_words * 8 == record_bytes
     flat = np.asarray(flat, dtype=np.int64)
     rec_layout = BitLayout([(i, o, b) for i, (o, b) in enumerate(record_fields)],
                            record_bytes=n_words * 8)
-    for r0 in range(0, n_records, block):
-        r1 = min(n_records, r0 + block)
-        i0 = int(np.searchsorted(flat, r0 * slots))
-        i1 = int(np.searchsorted(flat, r1 * slots))
-        words = np.zeros((n_words, r1 - r0), dtype=_U64)
-        if i1 > i0:
-            lanes = pack_lanes(item_fields, [v[i0:i1] for v in item_values], i1 - i0)
-            place_lanes(lanes, flat[i0:i1] - r0 * slots, r1 - r0, slots, slot_bits, words)
-        if record_fields:
-            rec_layout.pack_words(words, {i: v[r0:r1] for i, v in enumerate(record_values)},
-                                  transposed=True)
-        outw[r0:r1] = words.T
-    if n_words * 8 != record_bytes:
-        return np.ascontiguousarray(out[:, :record_bytes])
+    bounds = list(range(0, n_records, block)) + [n_records]
+    cuts = np.searchsorted(flat, np.asarray(bounds, dtype=np.int64) * slots)
+
+    def do(first: int, last: int) -> None:
+        for j in range(first, last):
+            r0, r1 = bounds[j], bounds[j + 1]
+            i0, i1 = int(cuts[j]), int(cuts[j + 1])
+            words = np.zeros((n_words, r1 - r0), dtype=_U64)
+            if i1 > i0:
+                vals = [v(i0, i1) if callable(v) else v[i0:i1] for v in item_values]
+                lanes = pack_lanes(item_fields, vals, i1 - i0)
+                place_lanes(lanes, flat[i0:i1] - r0 * slots, r1 - r0, slots, slot_bits, words)
+            if record_fields:
+                rec_layout.pack_words(words, {i: v[r0:r1] for i, v in enumerate(record_values)},
+                                      transposed=True)
+            if exact:
+                res[r0:r1].view(">u8")[...] = words.T
+            else:
+                tmp = np.empty((r1 - r0, n_words), dtype=">u8")
+                tmp[...] = words.T
+                res[r0:r1] = tmp.view(np.uint8)[:, :record_bytes]
+
+    nblocks = len(bounds) - 1
+    if executor is None or nblocks < 4:
+        do(0, nblocks)
+    else:
+        groups = min(nblocks, 16)
+        edges = np.linspace(0, nblocks, groups + 1).astype(int)
+        futs = [executor.submit(do, int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+        for fut in futs:
+            fut.result()
+    return res
+
+
+def unpack_records(records: np.ndarray, slots: int, slot_bits: int,
+                   item_fields: Mapping[Hashable, tuple[int, int]], select: np.ndarray,
+                   block: int = 8192) -> dict:
+    """Item fields of many records, for the item positions ``select`` (increasing).
+
+    ``records`` is ``(n_records, record_bytes)`` uint8; item ``p`` is slot
+    ``p % slots`` of record ``p // slots``; ``item_fields`` maps a key to
+    ``(bit_offset, nbits)`` within an item. Returns key -> uint64 array of
+    ``len(select)`` values. The work runs block by block (cache resident):
+    bytes to 64-bit words, each slot's item bits to lanes, lanes to fields.
+    """
+    recs = np.asarray(records, dtype=np.uint8)
+    n_rec, rbytes = recs.shape
+    n_words = (rbytes + 7) // 8
+    sel = np.asarray(select, dtype=np.int64)
+    end = max((o + b for o, b in item_fields.values()), default=0)
+    n_lanes = max(1, (end + 63) // 64)
+    out = {k: np.empty(sel.size, dtype=_U64) for k in item_fields}
+    bounds = np.arange(0, n_rec + block, block)
+    bounds[-1] = n_rec
+    cuts = np.searchsorted(sel, bounds * slots)
+    pad = np.zeros((min(block, max(n_rec, 1)), n_words * 8), dtype=np.uint8)
+    for j in range(len(bounds) - 1):
+        r0, r1 = int(bounds[j]), int(bounds[j + 1])
+        s0, s1 = int(cuts[j]), int(cuts[j + 1])
+        if s1 <= s0:
+            continue
+        nb = r1 - r0
+        pad[:nb, :rbytes] = recs[r0:r1]
+        words = pad[:nb].view(">u8").T.astype(_U64)          # (n_words, nb), rows contiguous
+        pos = sel[s0:s1] - r0 * slots
+        res = {k: np.empty((slots, nb), dtype=_U64) for k in item_fields}
+        for s in range(slots):
+            lanes = []
+            for li in range(n_lanes):
+                p = s * slot_bits + 64 * li
+                w, b = divmod(p, 64)
+                if w >= n_words:
+                    lanes.append(np.zeros(nb, dtype=_U64))
+                    continue
+                if b == 0:
+                    lanes.append(words[w])
+                else:
+                    lane = words[w] << _U64(b)
+                    if w + 1 < n_words:
+                        lane |= words[w + 1] >> _U64(64 - b)
+                    lanes.append(lane)
+            for k, (off, nbits) in item_fields.items():
+                dst = res[k][s]
+                if nbits == 0:
+                    dst[...] = 0
+                    continue
+                w, b = divmod(off, 64)
+                e = b + nbits
+                if e <= 64:
+                    np.right_shift(lanes[w], _U64(64 - e), out=dst)
+                else:
+                    lo = e - 64
+                    np.left_shift(lanes[w], _U64(lo), out=dst)
+                    dst |= lanes[w + 1] >> _U64(64 - lo)
+                if nbits < 64:
+                    dst &= _U64((1 << nbits) - 1)
+        # item position p = rec * slots + s  ->  res[k][s, rec]
+        rr = pos // slots
+        ss = pos - rr * slots
+        flat_t = ss * nb + rr
+        for k in item_fields:
+            out[k][s0:s1] = res[k].reshape(-1)[flat_t]
     return out

@@ -80,7 +80,7 @@ from .. import __version__ as _PKG_VERSION
 from .._numeric import nint, scaled_code_f32, scaled_code_f64
 from ..errors import ConfigError, PfmFormatError
 from . import validity as V
-from ._bitpack import BitLayout, pack_records
+from ._bitpack import BitLayout, pack_records, unpack_records
 from ._coverage import (COV_HEADER_SIZE, create_coverage_file, read_coverage,
                         update_coverage)
 from ._header import (BIN_HEADER_SIZE, LIBRARY_VERSION, NUM_ATTR, WGS84_WKT, PfmHeader,
@@ -129,6 +129,8 @@ _ADD_CHUNK = 1 << 20             # soundings per internal add_sorted step
 _READ_GAP = 1 << 16              # merge reads whose gap is at most this
 _RMW_GAP = 4096                  # merge read-modify-write spans whose gap is at most this
 _MAX_SPAN = 32 << 20             # longest single read/write
+#: threads that pack records in parallel (numpy releases the GIL in its loops)
+PACK_THREADS = min(2, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
@@ -269,7 +271,7 @@ class _BackgroundWriter:
             if job is None:
                 self._q.task_done()
                 return
-            seq, fd, data, offset = job
+            seq, fd, data, offset, done = job
             try:
                 if self._error is None:
                     _pwrite_all(fd, data, offset)
@@ -278,15 +280,18 @@ class _BackgroundWriter:
             finally:
                 with self._lock:
                     self._pending.pop(seq, None)
+                if done is not None:
+                    done()
                 self._q.task_done()
 
-    def submit(self, fd: int, data, offset: int) -> None:
+    def submit(self, fd: int, data, offset: int, done=None) -> None:
+        """Queue ``data`` for writing at ``offset``; ``done()`` runs in the thread afterwards."""
         self._check()
         with self._lock:
             self._seq += 1
             seq = self._seq
             self._pending[seq] = (fd, int(offset), int(offset) + memoryview(data).nbytes)
-        self._q.put((seq, fd, data, offset))
+        self._q.put((seq, fd, data, offset, done))
 
     def wait_for(self, fd: int, lo: int, hi: int) -> None:
         with self._lock:
@@ -386,8 +391,8 @@ class _RecordCache:
         ok &= addr + self.size <= self.ends[ic]
         return np.where(ok, self.blob_off[ic] + addr - self.starts[ic], -1)
 
-    def get(self, addr: np.ndarray) -> np.ndarray:
-        """(n, size) bytes of the records at ``addr`` (loaded on demand)."""
+    def get(self, addr: np.ndarray, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """(n, hi - lo) bytes ``lo:hi`` of the records at ``addr`` (loaded on demand)."""
         addr = np.asarray(addr, dtype=np.int64)
         bad = (addr < 0) | (addr + self.size > self.file_size)
         if np.any(bad):
@@ -400,17 +405,76 @@ class _RecordCache:
             m = addr[miss]
             self.load_ranges(m, m + self.size)
             pos = self.positions(addr)
-        view = np.lib.stride_tricks.as_strided(self.blob, shape=(max(0, self.blob.size - self.size + 1), self.size),
-                                               strides=(1, 1), writeable=False)
+        hi = self.size if hi is None else hi
+        width = hi - lo
         miss = pos < 0
         if not np.any(miss):
+            if addr.size > 1 and pos[-1] - pos[0] == (addr.size - 1) * self.size and np.all(np.diff(pos) == self.size):
+                # consecutive records: a plain slice, no gather
+                rows = self.blob[pos[0]: pos[0] + addr.size * self.size].reshape(addr.size, self.size)
+                return rows[:, lo:hi]
+            view = np.lib.stride_tricks.as_strided(self.blob[lo:], shape=(max(0, self.blob.size - lo - width + 1), width),
+                                                   strides=(1, 1), writeable=False)
             return view[pos]
+        view = np.lib.stride_tricks.as_strided(self.blob, shape=(max(0, self.blob.size - self.size + 1), self.size),
+                                               strides=(1, 1), writeable=False)
         # records straddling two spans (unaligned pointers): read them one by one
         out = np.empty((addr.size, self.size), dtype=np.uint8)
         out[~miss] = view[pos[~miss]]
         for j in np.flatnonzero(miss).tolist():
             out[j] = np.frombuffer(os.pread(self.fd, self.size, int(addr[j])), dtype=np.uint8)
-        return out
+        return out[:, lo:hi]
+
+
+class _Coder:
+    """Codes of a float sounding field, computed on demand for an index (slice or array).
+
+    depth: ``NINT((z + offset) * scale)`` in double (``z`` already checked, so
+    ``v + 0.5 > 0`` and NINT is ``trunc(v + 0.5)``); errors: ``NINT(float(e) *
+    float(scale))`` with NaN, negative or too large values stored as null.
+    """
+
+    def __init__(self, values: np.ndarray, kind: str, h: PfmHeader):
+        self.values = values
+        self.kind = kind
+        if kind == "depth":
+            self.off = np.float64(np.float32(h.depth_offset))
+            self.scale = np.float64(np.float32(h.depth_scale))
+        else:
+            bits = h.horizontal_error_bits if kind == "herr" else h.vertical_error_bits
+            sc = h.horizontal_error_scale if kind == "herr" else h.vertical_error_scale
+            self.null = (1 << bits) - 1
+            self.scale = np.float32(sc)
+
+    def __call__(self, ix) -> np.ndarray:
+        v = self.values[ix]
+        if self.kind == "depth":
+            t = v + self.off
+            t *= self.scale
+            t += 0.5
+            np.trunc(t, out=t)
+            return t.astype(np.uint64)
+        e32 = np.asarray(v).astype(np.float32)
+        with np.errstate(invalid="ignore", over="ignore"):
+            bad = ~(e32 >= 0)                       # NaN or negative
+            e32 *= self.scale                       # float * float, as the library
+            np.minimum(e32, np.float32(self.null + 1), out=e32)
+            e32[bad] = np.float32(self.null)
+        t = e32.astype(np.float64)
+        t += 0.5                                    # NINT widens to double, then adds 0.5
+        np.trunc(t, out=t)
+        code = t.astype(np.uint64)
+        np.minimum(code, np.uint64(self.null), out=code)
+        return code
+
+    def __getitem__(self, ix) -> np.ndarray:
+        return self(ix)
+
+    def block(self, sel=None):
+        """A ``f(i0, i1)`` for :func:`pack_records` (over ``sel`` if given)."""
+        if sel is None:
+            return lambda i0, i1: self(slice(i0, i1))
+        return lambda i0, i1: self(sel[i0:i1])
 
 
 # ---------------------------------------------------------------------------
@@ -480,6 +544,8 @@ class PfmFile:
         self._closed = True
         self._fds: dict[str, int] = {}
         self._writer_obj: _BackgroundWriter | None = None
+        self._pool_obj = None
+        self._spare: list[np.ndarray] = []      # output buffers handed back by the writer
         #: seconds spent per phase of add_sorted (for benchmarks and profiling)
         self.timings: dict[str, float] = defaultdict(float)
         try:
@@ -794,6 +860,24 @@ class PfmFile:
             self._writer_obj = _BackgroundWriter()
         return self._writer_obj
 
+    @property
+    def _pool(self):
+        if PACK_THREADS <= 1:
+            return None
+        if self._pool_obj is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool_obj = ThreadPoolExecutor(max_workers=PACK_THREADS, thread_name_prefix="pfm-pack")
+        return self._pool_obj
+
+    def _take_buffer(self, nbytes: int) -> np.ndarray:
+        """A flat uint8 buffer of at least ``nbytes``, recycled from finished writes when possible."""
+        while self._spare:
+            b = self._spare.pop()
+            if nbytes <= b.size <= 2 * nbytes + (1 << 20):
+                return b
+        return np.empty(nbytes, dtype=np.uint8)
+
     def _sync(self) -> None:
         """Wait for queued writes (before reading back or rewriting in place)."""
         if self._writer_obj is not None:
@@ -820,6 +904,8 @@ class PfmFile:
         try:
             if self._writer_obj is not None:
                 self._writer_obj.close()
+            if self._pool_obj is not None:
+                self._pool_obj.shutdown(wait=False)
             self._close_fds()
         except Exception:  # noqa: BLE001
             pass
@@ -841,6 +927,9 @@ class PfmFile:
         """Close the parts; with ``durable=True`` fsync them (and the text files) first."""
         if self._closed:
             return
+        if self._pool_obj is not None:
+            self._pool_obj.shutdown()
+            self._pool_obj = None
         if self._writer_obj is not None:
             w, self._writer_obj = self._writer_obj, None
             try:
@@ -1095,17 +1184,12 @@ class PfmFile:
                     codes[k] = np.ascontiguousarray(v).view(np.uint64)   # checked >= 0: no copy
                 else:
                     codes[k] = v.astype(np.uint64)
-            z = depth[a:c] + np.float64(np.float32(h.depth_offset))   # NINT((z + off) * scale), double
-            z *= np.float64(np.float32(h.depth_scale))
-            z += 0.5                                                 # z > -0.5 here: NINT = trunc(v + 0.5)
-            np.trunc(z, out=z)
-            codes["depth"] = z.astype(np.uint64)
-            codes["horizontal_error"] = (
-                self._error_codes(herr[a:c], h.horizontal_error_bits, h.horizontal_error_scale, "h")
-                if h.horizontal_error_bits else np.zeros(c - a, np.uint64))
-            codes["vertical_error"] = (
-                self._error_codes(verr[a:c], h.vertical_error_bits, h.vertical_error_scale, "v")
-                if h.vertical_error_bits else np.zeros(c - a, np.uint64))
+            # float fields are coded lazily, block by block inside the packer (cache resident)
+            codes["depth"] = _Coder(depth[a:c], "depth", h)
+            codes["horizontal_error"] = (_Coder(herr[a:c], "herr", h) if h.horizontal_error_bits
+                                         else np.zeros(c - a, np.uint64))
+            codes["vertical_error"] = (_Coder(verr[a:c], "verr", h) if h.vertical_error_bits
+                                       else np.zeros(c - a, np.uint64))
             for key, v in attrs.items():
                 codes[key] = v[a:c] if v is not None else np.zeros(c - a, np.uint64)
             self.timings["add_encode"] += time.perf_counter() - t
@@ -1183,12 +1267,20 @@ class PfmFile:
             cont += np.uint64(base)
             cont[last] = 0
             cf = NL.fields["continuation"]
+            vals = []
+            for k_ in keys:
+                v = codes[k_]
+                if isinstance(v, _Coder):
+                    vals.append(v.block(sel))
+                else:
+                    vals.append(v if sel is None else v[sel])
+            buf = self._take_buffer(M * rsize)
             raw = pack_records([(NL.fields[(k_, 0)].offset, NL.fields[(k_, 0)].nbits) for k_ in keys],
-                               [codes[k_] if sel is None else codes[k_][sel] for k_ in keys],
-                               flat, M, L, self._single_bits, [(cf.offset, cf.nbits)], [cont], rsize)
+                               vals, flat, M, L, self._single_bits, [(cf.offset, cf.nbits)], [cont],
+                               rsize, executor=self._pool, out=buf)
             tm["add_pack"] += time.perf_counter() - t
             t = time.perf_counter()
-            writer.submit(self._fds["ndx"], raw, base)
+            writer.submit(self._fds["ndx"], raw, base, done=lambda b=buf: self._spare.append(b))
             tm["add_queue_ndx"] += time.perf_counter() - t
 
         # 3. old tails: fill free slots and/or link to the new run
@@ -1342,8 +1434,7 @@ class PfmFile:
             if not active.size:
                 break
             prev = cur[go]
-            raw = cache.get(prev)
-            nxt = NL.unpack(raw, ["continuation"])["continuation"].astype(np.int64)
+            nxt = self._continuations(cache, prev)
             bad = (nxt <= 0) | (nxt % rsize != 0) | (nxt + rsize > self.ndx_size)
             if np.any(bad):
                 j = int(np.flatnonzero(bad)[0])
@@ -1355,27 +1446,22 @@ class PfmFile:
             step += 1
         del cpos
         raw = cache.get(recaddr) if R else np.zeros((0, rsize), np.uint8)
-        words = NL._to_words(raw)
-        # which slots of each record are used
-        bin_of_rec = np.repeat(np.arange(bidx.size, dtype=np.int64), nrec)
-        k_of_rec = np.arange(R, dtype=np.int64) - rstart[bin_of_rec]
-        nused = np.minimum(L, cnt[bin_of_rec] - k_of_rec * L)
-        mask = np.arange(L)[None, :] < nused[:, None]
-        flat_rec = np.repeat(np.arange(R, dtype=np.int64), L).reshape(R, L)[mask]
-        flat_slot = np.broadcast_to(np.arange(L, dtype=np.int64), (R, L))[mask]
+        # sounding positions: bin b's k-th sounding is item rstart[b] * L + k (records of a
+        # chain are consecutive in recaddr, slots filled in order)
+        n = int(cnt.sum())
+        cstart = np.cumsum(cnt) - cnt
+        select = np.repeat(rstart * L - cstart, cnt)
+        select += np.arange(n, dtype=np.int64)
         h = self.header
         keys = list(SOUNDING_FIELDS) + [("attr", i) for i in range(self._n_ndx_attr)]
+        fields = {k: (NL.fields[(k, 0)].offset, NL.fields[(k, 0)].nbits) for k in keys}
+        u = unpack_records(raw, L, self._single_bits, fields, select)
         out = {}
-        b_of = bin_of_rec[flat_rec]
-        out["bin_index"] = bidx[b_of]
+        out["bin_index"] = np.repeat(bidx, cnt)
         out["row"] = out["bin_index"] // self.width
-        out["col"] = out["bin_index"] % self.width
+        out["col"] = out["bin_index"] - out["row"] * self.width
         for key in keys:
-            mat = np.empty((R, L), dtype=np.uint64)
-            u = NL.unpack_words(words, [(key, s) for s in range(L)])
-            for s in range(L):
-                mat[:, s] = u[(key, s)]
-            vals = mat[mask]
+            vals = u[key]
             if key == "depth":
                 out["depth"] = self._depth_decode(vals)
             elif key == "horizontal_error":
@@ -1387,11 +1473,26 @@ class PfmFile:
                 out[f"attr_{i}"] = (vals.astype(np.float64) / np.float64(np.float32(h.ndx_attribute_scale[i]))
                                     + np.float64(np.float32(h.min_ndx_attribute[i]))).astype(np.float32)
             else:
-                out[key] = vals.astype(np.int64)
-        out["record_offset"] = recaddr[flat_rec]
-        out["slot"] = flat_slot
-        out["address"] = (out["record_offset"] * L + flat_slot).astype(np.uint64)
+                out[key] = vals.view(np.int64)          # < 2**32: same bits as int64
+        rec_of = select // L
+        out["record_offset"] = recaddr[rec_of]
+        out["slot"] = select - rec_of * L
+        out["address"] = (out["record_offset"] * L + out["slot"]).astype(np.uint64)
         return out
+
+    def _continuations(self, cache: "_RecordCache", addr: np.ndarray) -> np.ndarray:
+        """Continuation pointers of the records at ``addr`` (reads only the pointer's bytes)."""
+        f = self._ndx_layout.fields["continuation"]
+        b0 = f.offset // 8
+        b1 = (f.offset + f.nbits + 7) // 8
+        part = cache.get(addr, b0, b1)
+        buf = np.zeros((addr.size, 8), dtype=np.uint8)
+        buf[:, : b1 - b0] = part
+        v = buf.view(">u8")[:, 0].astype(np.uint64)
+        shift = 64 - ((f.offset - 8 * b0) + f.nbits)
+        v >>= np.uint64(shift)
+        v &= np.uint64((1 << f.nbits) - 1)
+        return v.astype(np.int64)
 
     def read_bin(self, col: int, row: int) -> tuple[dict, dict]:
         """One bin: its record (scalars) and its soundings (arrays)."""
