@@ -27,7 +27,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -47,8 +49,10 @@ __all__ = ["prescan_file", "area_from_scans", "plan_pieces", "run_load", "LoadRe
 log = logging.getLogger("pfm_dask")
 
 BYTES_PER_SOUNDING = sum(f.type.bit_width // 8 for f in BATCH_SCHEMA) + 16  # batch + ping table slack
-_SAMPLE_PINGS = 256
+_SAMPLE_PINGS = 48  # pings read per file by the pre-scan (first, last and evenly spaced)
 _PIECE_OVERHEAD = 16 * 1024  # Arrow buffers and the ping table of a piece, beyond its soundings
+_STATUS_TOPIC = "pfm-writer"  # the writer's status events (pfm_dask.dashboard.TOPIC)
+_STATUS_EVERY = 0.5  # seconds between two status events
 
 
 def _estimate_bytes(piece: Piece) -> int:
@@ -315,6 +319,37 @@ class WriterActor:
         except Exception:  # noqa: BLE001 - outside a worker (tests)
             self._worker = None
             self.host = None
+        # The status goes to the scheduler's pfm-writer plugin (pfm_dask.dashboard) every
+        # _STATUS_EVERY seconds from a thread of ours; log_event may be called from any thread.
+        self._load_id = uuid.uuid4().hex
+        self._publish_stop = threading.Event()
+        self._publisher = None
+        if self._worker is not None:
+            self._publish()
+            self._publisher = threading.Thread(target=self._publish_loop, daemon=True,
+                                               name="pfm-writer-status")
+            self._publisher.start()
+
+    def _publish(self, **override) -> None:
+        try:
+            st = self.writer.status()
+            st.update(pfm=str(self.writer.path), load_id=self._load_id, time=time.time(),
+                      **override)
+            st = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in st.items()}
+            self._worker.log_event(_STATUS_TOPIC, st)
+        except Exception as err:  # noqa: BLE001 - progress reports must never break a load
+            log.debug("writer status not published: %s", err)
+
+    def _publish_loop(self) -> None:
+        while not self._publish_stop.wait(_STATUS_EVERY):
+            self._publish()
+
+    def _stop_publishing(self, **override) -> None:
+        if self._publisher is not None:
+            self._publish_stop.set()
+            self._publisher.join(timeout=5)
+            self._publisher = None
+            self._publish(**override)
 
     def where(self) -> str | None:
         return self.host
@@ -332,18 +367,26 @@ class WriterActor:
         return self.writer.status()
 
     def finish(self) -> dict:
-        return self.writer.finish()
+        try:
+            return self.writer.finish()
+        finally:
+            self._stop_publishing()
 
     def abort(self) -> None:
-        self.writer.abort()
+        try:
+            self.writer.abort()
+        finally:
+            self._stop_publishing(phase="aborted")
 
 
 def _piece_task(piece: Piece, grid: BinGrid, cfg: LoadConfig, writer) -> dict:
     """A worker task: prepare the piece and hand it to the writer actor (never waits for order)."""
     prepared = prepare_piece(piece, grid, cfg)
+    t0 = time.perf_counter()
     accepted = writer.put(prepared).result()
+    timings = dict(prepared.timings, transfer=time.perf_counter() - t0)
     return {"seq": piece.seq, "nbytes": prepared.nbytes, "accepted": accepted,
-            "timings": prepared.timings}
+            "timings": timings}
 
 
 def make_local_cluster(workers: int, *, dashboard_address: str = ":0",
@@ -365,7 +408,9 @@ def make_local_cluster(workers: int, *, dashboard_address: str = ":0",
         if processes:
             opts["silence_logs"] = logging.WARNING
         specs[f"pfm-worker-{i}"] = {"cls": Nanny if processes else Worker, "options": opts}
-    scheduler = {"cls": Scheduler, "options": {"dashboard_address": dashboard_address}}
+    # The scheduler runs in this process: the preload adds the "PFM writer" page and plugin.
+    scheduler = {"cls": Scheduler, "options": {"dashboard_address": dashboard_address,
+                                               "preload": ["pfm_dask.dashboard"]}}
     return SpecCluster(workers=specs, scheduler=scheduler, silence_logs=logging.WARNING,
                        name="pfm-dask")
 
@@ -383,11 +428,22 @@ def _check_disk_worker(client) -> str:
     return disk[0]
 
 
+def _register_dashboard(client) -> None:
+    """The writer's gauges, JSON route and page data on whatever scheduler runs the load."""
+    try:
+        from .dashboard import PfmWriterPlugin
+
+        client.register_plugin(PfmWriterPlugin())
+    except Exception as err:  # noqa: BLE001 - monitoring must not stop a load
+        log.warning("the writer's progress will not show on the dashboard: %s", err)
+
+
 def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
               progress: Callable[[dict], None] | None, append: bool, mode: str) -> LoadResult:
     from distributed import wait
 
     t0 = time.perf_counter()
+    _register_dashboard(client)
     _check_disk_worker(client)
     scan_futs = client.map(prescan_file, files, key=[f"prescan-{i}" for i in range(len(files))],
                            resources={"compute": 1}, pure=False)
@@ -410,6 +466,7 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
     est = {p.seq: _estimate_bytes(p) for p in pieces}
     status = writer.status().result()
     last_progress = 0.0
+    transfer = 0.0
     try:
         while status["watermark"] < len(pieces):
             if status.get("error"):
@@ -430,9 +487,14 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
                 in_flight[fut] = nxt
                 in_flight_bytes += est[nxt.seq]
             if in_flight:
-                done, _ = wait(list(in_flight), timeout=0.25, return_when="FIRST_COMPLETED")
+                try:
+                    done, _ = wait(list(in_flight), timeout=0.25, return_when="FIRST_COMPLETED")
+                except TimeoutError:  # nothing finished in this slice; poll the writer
+                    done = ()
                 for fut in done:
                     piece = in_flight.pop(fut)
+                    if fut.status == "finished":
+                        transfer += fut.result()["timings"]["transfer"]
                     if fut.status == "error":
                         err = fut.exception()
                         e = LoadError(f"task failed: {type(err).__name__}: {err}",
@@ -467,6 +529,7 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
     nworkers = len(client.scheduler_info(n_workers=-1)["workers"])
     dash = getattr(client, "dashboard_link", None)
     res = _finalise(rw, scans, mode, grid, timings, nworkers, dash)
+    res.timings["task_transfer"] = transfer
     res.writer_worker = writer_addr
     return res
 
@@ -474,10 +537,14 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
 def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig, *,
              mode: str = "local", workers: int = 2, scheduler: str | None = None,
              append: bool = False, progress: Callable[[dict], None] | None = None,
-             on_dashboard: Callable[[str], None] | None = None, client=None) -> LoadResult:
-    """Run a whole load; ``mode`` is ``serial``, ``local`` (embedded cluster) or ``scheduler``.
+             on_dashboard: Callable[[str], None] | None = None, client=None,
+             cluster_profile=None,
+             on_message: Callable[[str], None] | None = None) -> LoadResult:
+    """Run a whole load; ``mode`` is ``serial``, ``local`` (embedded cluster), ``scheduler``
+    or ``cluster`` (Slurm, PBS or local jobs from a :class:`~pfm_dask.cluster.ClusterProfile`).
 
     ``client``: an existing :class:`distributed.Client` to run on (any mode but serial).
+    ``on_message``: where the cluster's notices go (jobs submitted, waiting, cancelled).
     """
     files = [str(f) for f in inputs]
     output = Path(output)
@@ -502,7 +569,20 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig, *,
     else:
         from distributed import Client
 
-        if mode == "scheduler":
+        if mode == "cluster":
+            from .cluster import start_cluster
+
+            if cluster_profile is None:
+                raise ConfigError("mode 'cluster' needs a cluster profile (--cluster-config)")
+            t_start = time.perf_counter()
+            with start_cluster(cluster_profile, on_message=on_message) as pc:
+                if on_dashboard:
+                    on_dashboard(pc.dashboard_link)
+                pc.wait_for_workers()
+                t_cluster = time.perf_counter() - t_start
+                res = _run_dask(pc.client, files, output, cfg, progress, append, pc.describe())
+                res.timings["cluster_start"] = t_cluster
+        elif mode == "scheduler":
             if not scheduler:
                 raise ConfigError("--scheduler needs an address, e.g. tcp://host:8786")
             with Client(scheduler, timeout="30s") as client:
@@ -510,11 +590,15 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig, *,
                     on_dashboard(client.dashboard_link)
                 res = _run_dask(client, files, output, cfg, progress, append, "scheduler")
         else:
+            t_start = time.perf_counter()
             with make_local_cluster(workers) as cluster, Client(cluster) as client:
+                client.wait_for_workers(workers, timeout=120)
+                t_cluster = time.perf_counter() - t_start
                 if on_dashboard:
                     on_dashboard(client.dashboard_link)
                 res = _run_dask(client, files, output, cfg, progress, append,
                                 f"local ({workers} workers)")
+                res.timings["cluster_start"] = t_cluster
     res.skipped_files = skipped
     write_report(res, Path(str(output) + ".data") / "load-report.json")
     return res

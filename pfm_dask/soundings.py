@@ -221,6 +221,11 @@ def prepare_piece(piece: Piece, grid: BinGrid, cfg: LoadConfig) -> PreparedPiece
     # 3. Validity from the GSF flags; the swath filter sees the whole window.
     validity = filters.gsf_flags_to_validity(beam_flags).astype(np.uint32)
     gsf_invalid = (validity & V.INVAL) != 0
+    # Depths outside the range become the null depth, invalid (pfmLoader); done before
+    # the swath filter so that they are neither tested nor used as neighbours.
+    zlim, validity = filters.apply_depth_limits(depth.astype(np.float64), validity,
+                                                cfg.min_depth, cfg.max_depth, cfg.null_depth)
+    out_of_range = zlim == cfg.null_depth
     if cfg.swath.enabled:
         kw = {"window_pings": cfg.swath.window_pings, "window_beams": cfg.swath.window_beams}
         if cfg.swath.threshold is not None:
@@ -252,11 +257,10 @@ def prepare_piece(piece: Piece, grid: BinGrid, cfg: LoadConfig) -> PreparedPiece
     idx_in = idx[inside]
     counts["loaded"] = int(idx_in.size)
 
-    z = depth[idx_in].astype(np.float64)
+    z = zlim[idx_in]
     val = validity[idx_in]
     counts["invalid_by_gsf_flags"] = int(np.count_nonzero(gsf_invalid[idx_in]))
-    z, val = filters.apply_depth_limits(z, val, cfg.min_depth, cfg.max_depth, cfg.null_depth)
-    counts["depth_out_of_range"] = int(np.count_nonzero(z == cfg.null_depth))
+    counts["depth_out_of_range"] = int(np.count_nonzero(out_of_range[idx_in]))
 
     bin_index = np.asarray(a.bin_index)[inside].astype(np.int64)
     order = np.lexsort((beam[idx_in], ping[idx_in], bin_index))

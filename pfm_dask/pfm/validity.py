@@ -32,7 +32,9 @@ USER_10 = 4194304
 INVAL = MANUALLY_INVAL | FILTER_INVAL  # 3
 SELECTED = SELECTED_SOUNDING | SELECTED_FEATURE  # 20
 # The library's PFM_USER is 7672256: it leaves out USER_07 (524288). We keep its
-# value; the only place it matters (the recompute mask) clears bits >= 2**16 anyway.
+# value, because the recompute mask is built from it: 65535 XOR (SUSPECT | SELECTED |
+# USER | REFERENCE | INVAL) keeps some bits above 2**16 and clears USER_07 and
+# DESIGNATED (see pfm/_recompute.py, PRIOR_KEEP).
 USER = (USER_01 | USER_02 | USER_03 | USER_04 | USER_05 | USER_06
         | USER_08 | USER_09 | USER_10)
 VAL_MASK = (1 << 23) - 1

@@ -1,0 +1,150 @@
+"""Load speed: the same synthetic survey loaded ``--serial`` and on Dask with 1 and 2 workers.
+
+One run measures all three side by side on the same files (cached under
+``benchmarks/_data``), so the speedup is a ratio of times taken on the same
+machine minutes apart. Each mode runs ``--repeat`` times; the median is kept.
+
+    python -m benchmarks.bench_load              # >= 1 GB survey, the issue's figures
+    python -m benchmarks.bench_load --quick      # seconds; CI runs this to keep it working
+
+Phases reported: decode, place/filter/bin and sort (summed over tasks: CPU time
+spent in workers), transfer (tasks waiting for the writer to accept a piece),
+write (the writer's time in ``add_sorted``), area filter, recompute and check
+(the serial final step), and the wall time of each stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+from pfm_dask import pipeline, synth
+from pfm_dask.config import LoadConfig, SwathFilterConfig
+from pfm_dask.inputs import expand_inputs
+
+from ._report import DATA_DIR, write_results
+
+WORK = Path(__file__).resolve().parent / "_work"
+PING_BYTES = 8320  # bytes of one 432-beam synthetic ping record (measured)
+
+
+def survey(gb: float, files: int, seed: int = 3) -> Path:
+    """A cached synthetic EM302-like survey of about ``gb`` gigabytes."""
+    pings = max(20, int(gb * 1e9 / PING_BYTES / files))
+    out = DATA_DIR / f"load_{files}x{pings}_s{seed}"
+    marker = out / "survey.json"
+    if not marker.exists():
+        shutil.rmtree(out, ignore_errors=True)
+        t = time.perf_counter()
+        s = synth.generate(out, files=files, pings=pings, beams=432, seed=seed)
+        print(f"generated {s['bytes'] / 1e9:.2f} GB in {time.perf_counter() - t:.1f}s: {out}")
+    return out
+
+
+def run_once(paths, mode: str, workers: int, cfg: LoadConfig, tag: str) -> dict:
+    out = WORK / f"{tag}.pfm"
+    shutil.rmtree(str(out) + ".data", ignore_errors=True)
+    if out.exists():
+        out.unlink()
+    t = time.perf_counter()
+    res = pipeline.run_load(paths, out, cfg, mode=mode, workers=workers)
+    wall = time.perf_counter() - t
+    if res.exit_code != 0:
+        raise SystemExit(f"load failed ({mode}, {workers}):\n{res.summary()}")
+    tm = res.timings
+    return {
+        "wall_s": wall,
+        "soundings_loaded": res.totals["loaded"],
+        "soundings_per_s": res.totals["loaded"] / wall,
+        "phases_s": {
+            "cluster_start": tm.get("cluster_start", 0.0),
+            "prescan": tm.get("prescan", 0.0),
+            "load_wall": tm.get("load", 0.0),
+            "final_wall": tm.get("final", 0.0),
+            "decode_cpu": tm.get("task_decode", 0.0),
+            "place_filter_bin_cpu": tm.get("task_place_filter_bin", 0.0),
+            "sort_cpu": tm.get("task_sort_pack", 0.0),
+            "transfer": tm.get("task_transfer", 0.0),
+            "write": tm.get("write", 0.0),
+            "area_filter": tm.get("area_filter", 0.0),
+            "recompute": tm.get("recompute", 0.0),
+            "check": tm.get("check", 0.0),
+        },
+        "peak_backlog_bytes": res.peak_backlog_bytes,
+    }
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gb", type=float, default=1.1, help="survey size in GB (default 1.1)")
+    ap.add_argument("--files", type=int, default=48)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--bin-size", type=float, default=50.0,
+                    help="bin size (m); deep-water EM302 data at 2 m bins would make a "
+                         "grid of tens of GB")
+    ap.add_argument("--filters", action="store_true", help="swath and area filter on")
+    ap.add_argument("--quick", action="store_true", help="a tiny survey, one repeat")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.gb, args.files, args.repeat = 0.004, 4, 1
+    WORK.mkdir(parents=True, exist_ok=True)
+    data = survey(args.gb, args.files)
+    paths = expand_inputs([data])
+    gsf_bytes = sum(os.path.getsize(p) for p in paths)
+    cfg = LoadConfig(bin_size_m=args.bin_size, area_filter=args.filters,
+                     swath=SwathFilterConfig(enabled=args.filters))
+    modes = [("serial", "serial", 1), ("dask_1_worker", "local", 1),
+             ("dask_2_workers", "local", 2)]
+    runs: dict[str, list[dict]] = {m: [] for m, _, _ in modes}
+    for r in range(args.repeat):
+        for name, mode, workers in modes:  # interleaved, so drift hits every mode alike
+            one = run_once(paths, mode, workers, cfg, name)
+            runs[name].append(one)
+            print(f"run {r + 1}/{args.repeat} {name}: {one['wall_s']:.2f}s "
+                  f"({one['soundings_per_s']:,.0f} soundings/s)")
+    results = {"gsf_bytes": gsf_bytes, "files": len(paths), "bin_size_m": args.bin_size,
+               "filters": args.filters, "repeats": args.repeat, "modes": {}}
+    for name in runs:
+        med = sorted(runs[name], key=lambda x: x["wall_s"])[len(runs[name]) // 2]
+        med = dict(med, wall_all_s=[x["wall_s"] for x in runs[name]],
+                   gsf_mb_per_s=gsf_bytes / 1e6 / med["wall_s"])
+        results["modes"][name] = med
+    t_serial = results["modes"]["serial"]["wall_s"]
+    results["speedup_1_worker"] = t_serial / results["modes"]["dask_1_worker"]["wall_s"]
+    results["speedup_2_workers"] = t_serial / results["modes"]["dask_2_workers"]["wall_s"]
+    results["target_speedup_2_workers"] = 1.8
+    results["median_note"] = f"median of {args.repeat} runs per mode ({statistics.__name__})"
+
+    def plot_phases(ax):
+        names = list(results["modes"])
+        keys = ["cluster_start", "prescan", "load_wall", "final_wall"]
+        bottom = [0.0] * len(names)
+        for k in keys:
+            vals = [results["modes"][n]["phases_s"][k] for n in names]
+            ax.bar(names, vals, bottom=bottom, label=k)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        ax.set_ylabel("seconds (median run)")
+        ax.set_title(f"pfm-dask load, {gsf_bytes / 1e9:.2f} GB GSF, {len(paths)} files")
+        ax.legend()
+
+    def plot_speedup(ax):
+        names = list(results["modes"])
+        ax.bar(names, [t_serial / results["modes"][n]["wall_s"] for n in names])
+        ax.axhline(1.8, color="k", ls="--", lw=1, label="target with 2 workers")
+        ax.set_ylabel("speedup over --serial")
+        ax.legend()
+
+    suffix = "_quick" if args.quick else ("_filters" if args.filters else "")
+    write_results(f"bench_load{suffix}", results,
+                  plots={"phases": plot_phases, "speedup": plot_speedup})
+    print(f"speedup with 2 workers: {results['speedup_2_workers']:.2f}x "
+          f"(target 1.8x); 1 worker: {results['speedup_1_worker']:.2f}x")
+    return results
+
+
+if __name__ == "__main__":
+    main()
