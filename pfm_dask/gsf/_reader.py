@@ -63,7 +63,6 @@ SOUNDING_SCHEMA = pa.schema([
     _f("vertical_error", pa.float64(), "m", "vertical error, 95 %", True),
 ], metadata={"source": "GSF swath bathymetry ping records (pfm_dask.gsf)"})
 
-_NAMES = SOUNDING_SCHEMA.names
 _CHECKPOINT_EVERY = 256     # keep the scale-factor state every so many pings walked
 
 
