@@ -26,9 +26,12 @@ user_flag_names=None) -> PfmFile``
 
 ``PfmFile`` attributes: ``path`` (handle), ``data_dir``, ``ctl_path``,
 ``lin_path``, ``bin_path``, ``ndx_path``, ``cvg_path``, ``header``
-(:class:`PfmHeader`), ``grid`` (:class:`BinGrid`), ``width``, ``height``,
-``record_length``, ``null_depth``, ``bin_record_size``, ``ndx_record_size``,
-``ndx_size`` (bytes), ``mode``, ``version`` (x10, 70 for V7.00).
+(:class:`PfmHeader`), ``grid`` (:class:`BinGrid`, built from the header),
+``width``, ``height``, ``record_length``, ``null_depth``,
+``bin_header_size``, ``bin_record_size``, ``ndx_record_size``, ``ndx_size``
+(bytes), ``mode``, ``version`` (x10: 70 for V7.00), ``max_file_number`` /
+``max_line_number`` / ``max_ping_number`` / ``max_beam_number`` (the
+``2**bits - 1`` limits) and ``timings`` (seconds per ``add_sorted`` phase).
 
 Methods:
 
@@ -46,11 +49,13 @@ Methods:
   ``codes=True`` adds the raw integer codes as ``<field>_code``.
 * ``read_soundings(row0, row1, col0=0, col1=None) -> dict``: one entry per
   sounding of every bin in the rectangle, bins row-major and each bin's
-  soundings in chain order: ``bin_index, row, col, file, line, ping, beam,
-  depth (float64), x_off, y_off, validity, horizontal_error,
-  vertical_error (float32, -999 for null), record_offset (int64 byte offset
-  of the physical record in .ndx), slot, address (record_offset *
-  record_length + slot)`` (+ ``attr_<i>`` for NDX attributes).
+  soundings in chain order (= the order they were added): ``bin_index,
+  row, col, file, line, ping, beam, x_off, y_off, validity`` (int64),
+  ``depth`` (float64, ``code / scale - offset`` in double as the library),
+  ``horizontal_error, vertical_error`` (float32 ``code / scale``; -999 for
+  null), ``record_offset`` (int64 byte offset of the physical record in
+  .ndx), ``slot`` (int64), ``address`` (uint64, ``record_offset *
+  record_length + slot``) (+ ``attr_<i>`` for NDX attributes).
 * ``read_bin(col, row) -> (dict of scalars, dict of arrays)``.
 * ``set_validity(record_offset, slot, validity)``: rewrite sounding flags.
 * ``write_bin_records(bin_index, *, coverage=True, **fields)``: write bin
@@ -63,6 +68,14 @@ Methods:
 * ``decode_positions(col, row, x_off, y_off) -> (lat, lon)``.
 * ``flush()``, ``close(durable=False)`` (fsync all parts if durable), context
   manager.
+
+Notes: new depth records are packed by a small thread pool and written by a
+background thread (one ``pwrite`` per buffer); every read or in-place
+rewrite first waits for the queued writes that could overlap it, and
+``flush``/``close`` wait for all. Error fields store ``NINT(e * scale)``
+clamped to ``2**bits - 1``, which this reader returns as -999; the library
+itself would read that code as ``(2**bits - 1) / scale`` (its null test
+compares the unscaled value with the scaled null and never fires).
 """
 
 from __future__ import annotations
@@ -162,7 +175,7 @@ class _Spans:
     """
 
     def __init__(self, fd: int, offsets: np.ndarray, size: int, *, max_gap: int,
-                 path=None, what: str = "record"):
+                 path=None, what: str = "record", read: bool = True):
         self.fd = fd
         self.size = int(size)
         off = np.asarray(offsets, dtype=np.int64)
@@ -190,6 +203,10 @@ class _Spans:
         for a, b in runs:
             lo = int(off[a])
             hi = int(off[b - 1]) + self.size
+            if not read:   # caller knows the bytes are zero (records never written)
+                self.buffers.append(np.zeros(hi - lo, dtype=np.uint8))
+                self.span_lo.append(lo)
+                continue
             raw = os.pread(fd, hi - lo, lo)
             if len(raw) != hi - lo:
                 raise PfmFormatError(f"{what} at byte {lo + len(raw):,} is past the end of the file",
@@ -546,6 +563,8 @@ class PfmFile:
         self._writer_obj: _BackgroundWriter | None = None
         self._pool_obj = None
         self._spare: list[np.ndarray] = []      # output buffers handed back by the writer
+        # bit per bin: 1 = record known to be all zero (set for a file created by this object)
+        self._zero_bins: np.ndarray | None = None
         #: seconds spent per phase of add_sorted (for benchmarks and profiling)
         self.timings: dict[str, float] = defaultdict(float)
         try:
@@ -757,6 +776,7 @@ class PfmFile:
         create_coverage_file(stem + ".cvg", h.bin_width, h.bin_height, LIBRARY_VERSION)
         f = cls(path, "r+")
         f._grid = grid
+        f._zero_bins = np.full((h.bin_width * h.bin_height + 7) // 8, 0xFF, dtype=np.uint8)
         return f
 
     @staticmethod
@@ -869,6 +889,19 @@ class PfmFile:
 
             self._pool_obj = ThreadPoolExecutor(max_workers=PACK_THREADS, thread_name_prefix="pfm-pack")
         return self._pool_obj
+
+    def _all_zero(self, bins: np.ndarray) -> bool:
+        """True if every bin record in ``bins`` is known to be still all zero (no read needed)."""
+        z = self._zero_bins
+        if z is None:
+            return False
+        return bool(np.all((z[bins >> 3] >> (7 - (bins & 7)).astype(np.uint8)) & 1))
+
+    def _touch(self, bins: np.ndarray) -> None:
+        """Forget that these bin records are zero."""
+        z = self._zero_bins
+        if z is not None and bins.size:
+            np.bitwise_and.at(z, bins >> 3, ~(np.uint8(1) << (7 - (bins & 7)).astype(np.uint8)))
 
     def _take_buffer(self, nbytes: int) -> np.ndarray:
         """A flat uint8 buffer of at least ``nbytes``, recycled from finished writes when possible."""
@@ -1212,11 +1245,21 @@ class PfmFile:
 
         # 1. the touched bin records (wait only if a queued write covers them)
         boff = self.bin_header_size + ub * bsize
-        writer.wait_for(self._fds["bin"], int(boff[0]), int(boff[-1]) + bsize)
-        bspans = _Spans(self._fds["bin"], boff, bsize, max_gap=_RMW_GAP, path=self.bin_path,
-                        what="bin record")
-        bwords = BL._to_words(bspans.records())
-        cur = BL.unpack_words(bwords, ["num_soundings", "validity", "head", "tail"])
+        if self._all_zero(ub):
+            # records never written since creation: no need to read them back
+            # no gap bytes: they belong to other bins whose bytes we have not read
+            bspans = _Spans(self._fds["bin"], boff, bsize, max_gap=0, path=self.bin_path,
+                            what="bin record", read=False)
+            bwords = np.zeros((nb, BL.n_words), dtype=np.uint64)
+            z = np.zeros(nb, dtype=np.uint64)
+            cur = {"num_soundings": z, "validity": z, "head": z, "tail": z}
+        else:
+            writer.wait_for(self._fds["bin"], int(boff[0]), int(boff[-1]) + bsize)
+            bspans = _Spans(self._fds["bin"], boff, bsize, max_gap=_RMW_GAP, path=self.bin_path,
+                            what="bin record")
+            bwords = BL._to_words(bspans.records())
+            cur = BL.unpack_words(bwords, ["num_soundings", "validity", "head", "tail"])
+        self._touch(ub)
         c0 = cur["num_soundings"].astype(np.int64)
         t0 = cur["tail"].astype(np.int64)
         h0 = cur["head"].astype(np.int64)
@@ -1599,6 +1642,7 @@ class PfmFile:
         BL.pack_words(words, codes, clear=True)
         spans.store(BL._from_words(words))
         spans.write()
+        self._touch(bs)
         if coverage and "validity" in codes:
             self.update_coverage(bs, codes["validity"].astype(np.int64))
 

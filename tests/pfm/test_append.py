@@ -157,3 +157,21 @@ def test_count_limit(tmp_path):
         f.add_sorted(**make_soundings(rng, [2], [5]))
         assert f.read_bin_records(0, 1)["num_soundings"][2] == 15
     RefPfm(path).check_chains()
+
+
+def test_sparse_adds_keep_neighbour_bins(tmp_path):
+    """Bins written earlier between the bins of a later add must not be touched by it."""
+    g = small_grid(9, 6)
+    rng = np.random.default_rng(21)
+    path = str(tmp_path / "n.pfm")
+    with create(path, g) as f:
+        f.add_sorted(**make_soundings(rng, [3, 5, 20], [2, 7, 1]))
+        f.write_bin_records([4], validity=[V.DATA | V.CHECKED], avg=[12.5])   # a bin with no soundings
+        before = f.read_bin_records(0, g.height)
+        f.add_sorted(**make_soundings(rng, [2, 6, 8, 21], [1, 1, 13, 2]))
+        after = f.read_bin_records(0, g.height)
+    for b in (3, 4, 5, 20):
+        for k in ("num_soundings", "validity", "avg", "head", "tail"):
+            assert after[k][b] == before[k][b]
+    assert after["num_soundings"][[2, 6, 8, 21]].tolist() == [1, 1, 13, 2]
+    RefPfm(path).check_chains()

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pfm_dask.pfm._bitpack import BitLayout, pack_lanes, pack_records, place_lanes
+from pfm_dask.pfm._bitpack import BitLayout, pack_lanes, pack_records, place_lanes, unpack_records
 
 
 def ref_record(fields, values, nbytes):
@@ -155,3 +155,47 @@ def test_lanes_roundtrip_simple():
 def test_bad_layout_rejected():
     with pytest.raises(ValueError):
         BitLayout([("a", 0, 65)])
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 64), min_size=1, max_size=8), st.integers(1, 7), st.integers(1, 40),
+       st.integers(0, 2**32 - 1))
+def test_unpack_records_matches_reference(widths, slots, n_rec, seed):
+    rng = np.random.default_rng(seed)
+    item = []
+    pos = 0
+    for w in widths:
+        item.append((pos, w))
+        pos += w
+    item_bits = max(pos, 1)
+    rbytes = (slots * item_bits + 38 + 7) // 8
+    recs = rng.integers(0, 256, (n_rec, rbytes), dtype=np.uint8)
+    select = np.sort(rng.choice(n_rec * slots, rng.integers(0, n_rec * slots + 1), replace=False))
+    got = unpack_records(recs, slots, item_bits, dict(enumerate(item)), select, block=4)
+    for j, p in enumerate(select.tolist()):
+        r, sl = divmod(p, slots)
+        for i, (o, w) in enumerate(item):
+            assert int(got[i][j]) == ref_field(bytes(recs[r]), sl * item_bits + o, w)
+
+
+def test_pack_records_threads_and_callables_same_bytes():
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(3)
+    counts = rng.integers(1, 30, 500)
+    n = int(counts.sum())
+    m = (counts + 5) // 6
+    cum = np.cumsum(m) - m
+    start = np.cumsum(counts) - counts
+    flat = np.repeat(cum * 6 - start, counts) + np.arange(n)
+    item = [(0, 20), (20, 44), (64, 3)]
+    vals = [rng.integers(0, 1 << b, n, dtype=np.uint64) for _, b in item]
+    cont = rng.integers(0, 2**38, int(m.sum()), dtype=np.uint64)
+    args = (item, vals, flat, int(m.sum()), 6, 67, [(402, 38)], [cont], 55)
+    one = pack_records(*args, block=7)
+    lazy = [lambda i0, i1, v=v: v[i0:i1] for v in vals]
+    with ThreadPoolExecutor(2) as ex:
+        two = pack_records(item, lazy, *args[2:], block=7, executor=ex)
+    assert np.array_equal(one, two)
+    got = unpack_records(one, 6, 67, dict(enumerate(item)), flat)
+    assert all(np.array_equal(got[i], vals[i]) for i in range(3))
