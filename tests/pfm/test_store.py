@@ -470,3 +470,23 @@ def test_pre_v7_read_only(tmp_path):
         s = f.read_soundings(0, 1)
         assert s["file"].tolist() == [3, 4] and s["depth"].tolist() == pytest.approx([12.34, 0.0])
         assert f.read_coverage([0, 1]).tolist() == [0, V.COV_DATA]
+
+
+def test_bin_fields_use_single_precision(tmp_path):
+    """Bin depths/std are coded as NINT((float(v) + float(off)) * float(scale)) (PFM_NOTES 2.12)."""
+    g = small_grid()
+    vals = np.array([2405.224, 1689.314, 159.595, 0.125, 7.77777])
+    stds = np.array([0.1234565, 2.0000005, 0.0, 1e-7, 3.3333333])
+    # expected codes worked out with explicit float32 steps, then C's NINT (half away from zero)
+    f32 = np.float32
+    exp_depth = [int(np.trunc(np.float64((f32(v) + f32(10000.0)) * f32(100.0)) + 0.5)) for v in vals]
+    exp_std = [int(np.trunc(np.float64(f32(s) * f32(1e6)) + 0.5)) for s in stds]
+    dbl = [int(np.trunc((v + 10000.0) * 100.0 + 0.5)) for v in vals]
+    assert exp_depth[:3] != dbl[:3]  # the rule matters for these values
+    path = str(tmp_path / "f.pfm")
+    bins = np.arange(5)
+    with create(path, g) as f:
+        f.write_bin_records(bins, avg=vals, std=stds)
+    ref = RefPfm(path)
+    assert [ref.bin_record(b)["d3"] for b in bins] == exp_depth
+    assert [ref.bin_record(b)["std"] for b in bins] == exp_std
