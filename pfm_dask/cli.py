@@ -264,6 +264,7 @@ def load(
     max_backlog: str = typer.Option("512MiB", "--max-backlog", help="bytes allowed to wait for the writer"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress display"),
+    png: Optional[Path] = typer.Option(None, "--png", help="also draw a quick-look PNG of the loaded PFM"),
 ):
     """Load GSF files into a PFM: Dask workers decode and bin, one pinned writer writes."""
     from .config import LoadConfig, SwathFilterConfig, parse_size
@@ -281,9 +282,52 @@ def load(
             max_backlog_bytes=parse_size(max_backlog))
         res = _run_load(inputs, output, cfg, serial=serial, workers=workers,
                         scheduler=scheduler, append=append, as_json=as_json, quiet=quiet)
+        if png is not None and res.exit_code in (EXIT_OK, EXIT_PROBLEMS):
+            from .export import write_png
+
+            drawn = write_png(output, png)
+            typer.echo(f"quick-look: {drawn['path']}", err=True)
     except PfmDaskError as err:
         _fail(err)
     raise typer.Exit(res.exit_code)
+
+
+@app.command()
+def export(
+    pfm_file: Path = typer.Argument(..., help="the .pfm handle file"),
+    bag: Optional[Path] = typer.Option(None, "--bag", help="BAG 1.6 file (elevation positive up)"),
+    geotiff: Optional[Path] = typer.Option(None, "--geotiff", help="GeoTIFF file (needs rasterio)"),
+    xyz: Optional[Path] = typer.Option(None, "--xyz", help="CSV of lon,lat,depth per bin"),
+    png: Optional[Path] = typer.Option(None, "--png", help="quick-look PNG (hillshade + density)"),
+    surface: str = typer.Option("avg_filtered", "--surface",
+                                help="avg_filtered | min_filtered | max_filtered | avg"),
+    layers: Optional[List[str]] = typer.Option(
+        None, "--layer", help="GeoTIFF band, repeatable: surface, count, std (default: all three)"),
+    memory: str = typer.Option("256MiB", "--memory", help="memory budget of the export"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+):
+    """Surfaces to hand on: BAG, GeoTIFF, XYZ and a PNG quick-look (docs/products.md)."""
+    from . import export as ex
+    from .config import parse_size
+
+    if not any((bag, geotiff, xyz, png)):
+        typer.echo("pfm-dask: error: give at least one of --bag, --geotiff, --xyz, --png", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    results = []
+    try:
+        budget = parse_size(memory)
+        if bag is not None:
+            results.append(ex.write_bag(pfm_file, bag, surface=surface, memory=budget))
+        if geotiff is not None:
+            results.append(ex.write_geotiff(pfm_file, geotiff, surface=surface, memory=budget,
+                                            layers=tuple(layers) if layers else ex.LAYERS))
+        if xyz is not None:
+            results.append(ex.write_xyz(pfm_file, xyz, surface=surface, memory=budget))
+        if png is not None:
+            results.append(ex.write_png(pfm_file, png, surface=surface, memory=budget))
+    except PfmDaskError as err:
+        _fail(err)
+    _emit(results if as_json else {r["path"]: r for r in results}, as_json)
 
 
 @app.command()
