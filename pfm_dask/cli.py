@@ -211,11 +211,38 @@ class _Progress:
             typer.echo("", err=True)
 
 
-def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_json, quiet):
+def _cluster_profile(kind, config, *, serial, scheduler):
+    """``--cluster``/``--cluster-config`` → a cluster profile, or None for the embedded cluster."""
+    if kind is None and config is None:
+        return None
+    from .cluster import KINDS, load_profile
+    from .errors import ConfigError
+
+    if serial or scheduler:
+        raise ConfigError("--cluster/--cluster-config cannot be combined with --serial or "
+                          "--scheduler")
+    if kind is not None and kind not in KINDS:
+        raise ConfigError(f"--cluster must be one of {', '.join(KINDS)}, got {kind!r}")
+    if config is None:
+        if kind == "local":
+            return None
+        raise ConfigError(f"--cluster {kind} needs --cluster-config FILE: copy "
+                          f"workflows/{kind}.yaml and edit it (docs/cluster.md)")
+    profile = load_profile(config)
+    if kind is not None and kind != profile.kind:
+        raise ConfigError(f"--cluster {kind} does not match the profile's kind: {profile.kind}",
+                          path=config)
+    return profile
+
+
+def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_json, quiet,
+              cluster=None, cluster_config=None):
     from . import pipeline
     from .inputs import expand_inputs
 
-    mode = "serial" if serial else ("scheduler" if scheduler else "local")
+    profile = _cluster_profile(cluster, cluster_config, serial=serial, scheduler=scheduler)
+    mode = ("serial" if serial else "scheduler" if scheduler else
+            "cluster" if profile is not None else "local")
     files = expand_inputs(inputs)
     prog = _Progress(not quiet, as_json)
 
@@ -223,10 +250,14 @@ def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_jso
         if not as_json and link:
             typer.echo(f"Dask dashboard: {link}", err=True)
 
+    def note(message):
+        if not quiet:
+            typer.echo(f"pfm-dask: {message}", err=True)
+
     try:
         res = pipeline.run_load(files, output, cfg, mode=mode, workers=workers,
                                 scheduler=scheduler, append=append, progress=prog,
-                                on_dashboard=dash)
+                                on_dashboard=dash, cluster_profile=profile, on_message=note)
     finally:
         prog.close()
     if as_json:
@@ -260,6 +291,10 @@ def load(
     workers: int = typer.Option(2, "--workers", help="embedded cluster: worker processes"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="use an existing Dask scheduler"),
     serial: bool = typer.Option(False, "--serial", help="one process, no Dask (the baseline)"),
+    cluster: Optional[str] = typer.Option(
+        None, "--cluster", help="slurm, pbs or local: where the workers run (docs/cluster.md)"),
+    cluster_config: Optional[Path] = typer.Option(
+        None, "--cluster-config", help="cluster profile YAML (start from workflows/*.yaml)"),
     append: bool = typer.Option(False, "--append", help="add new files to an existing PFM"),
     max_backlog: str = typer.Option("512MiB", "--max-backlog", help="bytes allowed to wait for the writer"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
@@ -281,7 +316,8 @@ def load(
             area_filter=area_filter, cellstd=cellstd, deep_only=deep_only,
             max_backlog_bytes=parse_size(max_backlog))
         res = _run_load(inputs, output, cfg, serial=serial, workers=workers,
-                        scheduler=scheduler, append=append, as_json=as_json, quiet=quiet)
+                        scheduler=scheduler, append=append, as_json=as_json, quiet=quiet,
+                        cluster=cluster, cluster_config=cluster_config)
         if png is not None and res.exit_code in (EXIT_OK, EXIT_PROBLEMS):
             from .export import write_png
 
@@ -328,6 +364,28 @@ def export(
     except PfmDaskError as err:
         _fail(err)
     _emit(results if as_json else {r["path"]: r for r in results}, as_json)
+
+
+@app.command("cluster-script")
+def cluster_script(
+    profile: Path = typer.Argument(..., help="cluster profile YAML (slurm or pbs)"),
+    scheduler_address: str = typer.Option("tcp://SCHEDULER:8786", "--scheduler-address",
+                                          help="address written into the scripts"),
+):
+    """Print the compute and disk-node job scripts a profile would submit; submits nothing."""
+    from .cluster import load_profile, render_job_scripts
+
+    try:
+        prof = load_profile(profile)
+        scripts = render_job_scripts(prof, scheduler_address)
+    except PfmDaskError as err:
+        _fail(err)
+    for role, text in scripts.items():
+        what = "as many as the cluster scales to" if role == "compute" else \
+            "the one job on the disk node, where the writer runs"
+        typer.echo(f"# ---- {role} job ({what})")
+        typer.echo(text.rstrip("\n"))
+        typer.echo("")
 
 
 @app.command()
