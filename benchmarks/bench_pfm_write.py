@@ -5,8 +5,9 @@ records; the question is whether that packing keeps up with the disk. The benchm
 ``--soundings`` soundings (default 50 million, ~10-30 per bin over a square grid of 2 m bins)
 into a new PFM in batches of ``--batch`` soundings, each batch a band of bins sorted by bin as
 a tiling writer would deliver them, then closes the PFM with fsync. In the same run it writes
-the same number of bytes (the final ``.ndx`` + ``.bin`` sizes) with plain 4 MiB ``os.write``
-calls and fsync, before and after the PFM, and reports both rates and their ratio (target
+the same number of bytes (the ``.ndx`` plus the header and bin records written to ``.bin``) with
+plain 4 MiB ``os.write`` calls and fsync, twice after the PFM (the best run counts), and reports
+both rates and their ratio (target
 >= 0.8: the PFM writer limited by the disk, not by packing). The writer's own phase timings
 (``PfmFile.timings``) say where the time goes.
 
