@@ -194,12 +194,12 @@ class _Progress:
 
         done, total = st.get("watermark", 0), max(1, st.get("pieces_total", 1))
         el = st.get("elapsed", 0.0)
-        eta = el / done * (total - done) if done else float("nan")
+        eta = f"{el / done * (total - done):.0f}s" if done else "?" 
         line = (f"{st.get('phase')}: files {st.get('files_done')}/{st.get('files_total')}  "
                 f"pieces {done}/{total}  soundings {st.get('soundings_written', 0):,}  "
                 f"({st.get('soundings_per_second', 0):,.0f}/s)  backlog "
                 f"{st.get('backlog_batches', 0)} / {st.get('backlog_bytes', 0) / 2**20:.1f} MiB  "
-                f"elapsed {el:.0f}s  remaining {eta:.0f}s")
+                f"elapsed {el:.0f}s  remaining {eta}")
         if self.tty:
             typer.echo("\r" + line[:160].ljust(160), nl=False, err=True)
         elif time.time() - self.last_plain > 5:
@@ -413,7 +413,9 @@ def demo(
                 shutil.rmtree(stale)
             elif stale.exists():
                 stale.unlink()
-        cfg = LoadConfig(swath=SwathFilterConfig(enabled=True), area_filter=True)
+        # 25 m bins: the synthetic survey is deep water (800-2500 m), where 2 m bins would
+        # make a grid of tens of millions of mostly empty bins.
+        cfg = LoadConfig(bin_size_m=25.0, swath=SwathFilterConfig(enabled=True), area_filter=True)
         res = _run_load([str(survey)], out, cfg, serial=False, workers=workers,
                         scheduler=None, append=False, as_json=False, quiet=False)
         problems = pfm.check(out)

@@ -72,7 +72,8 @@ class PfmWriter:
             base = len(self.pfm.files())
         else:
             self.pfm = pfm.create(self.path, grid, min_depth=cfg.min_depth,
-                                  max_depth=cfg.max_depth, precision=cfg.precision)
+                                  max_depth=cfg.max_depth, precision=cfg.precision,
+                                  bin_size_m=cfg.bin_size_m if cfg.bin_size_deg is None else None)
             base = 0
         numbers = self.pfm.add_files([str(f) for f in files])
         self.file_numbers = list(numbers)
