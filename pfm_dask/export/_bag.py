@@ -78,7 +78,9 @@ def write_bag(pfm_path, out, *, surface: str = DEFAULT_SURFACE, memory: int = DE
         W, H = f.width, f.height
         tiles = plan_tiles(W, H, memory, row_multiple=min(_CHUNK, H))
         band = tiles[0][1] - tiles[0][0]
-        chunk = (min(H, _CHUNK, band), min(W, _CHUNK))
+        rows = min(H, _CHUNK, band)
+        # chunks of about 100 x 100 values; thinner bands get wider chunks of the same size
+        chunk = (rows, min(W, max(_CHUNK, _CHUNK * _CHUNK // rows), tiles[0][3] - tiles[0][2]))
         created = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0)
         xml = bag_metadata_xml(f, surface=surface, created=created, contact=contact)
         stats = {"bins_with_surface": 0, "soundings": 0, "valid_soundings": 0}

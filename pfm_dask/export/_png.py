@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from ..errors import PfmDaskError
+from ..errors import ConfigError, PfmDaskError
 from ._surface import (DEFAULT_MEMORY, DEFAULT_SURFACE, check_surface, read_tiles,
                        replace_atomically, temp_path)
 
@@ -39,15 +39,19 @@ def block_reduce_surface(f, surface: str, memory: int, factor: int) -> dict:
     nbins = np.zeros(bh * bw, dtype=np.int64)
     tot = {"bins_with_surface": 0, "soundings": 0, "valid_soundings": 0}
     for t in read_tiles(f, surface, memory, row_multiple=factor):
-        rb = np.arange(t.row0, t.row1) // factor
+        # only the block rows this tile touches: bincount over a short range, added in place
+        b0, b1 = t.row0 // factor, (t.row1 - 1) // factor + 1
+        n = (b1 - b0) * bw
+        rb = np.arange(t.row0, t.row1) // factor - b0
         cb = np.arange(t.col0, t.col1) // factor
         idx = (rb[:, None] * bw + cb[None, :]).ravel()
         z = t.depth.ravel()
         ok = ~np.isnan(z)
-        zsum += np.bincount(idx[ok], weights=z[ok].astype(np.float64), minlength=bh * bw)
-        zn += np.bincount(idx[ok], minlength=bh * bw)
-        csum += np.bincount(idx, weights=t.num_valid.ravel().astype(np.float64), minlength=bh * bw)
-        nbins += np.bincount(idx, minlength=bh * bw)
+        sl = slice(b0 * bw, b1 * bw)
+        zsum[sl] += np.bincount(idx[ok], weights=z[ok].astype(np.float64), minlength=n)
+        zn[sl] += np.bincount(idx[ok], minlength=n)
+        csum[sl] += np.bincount(idx, weights=t.num_valid.ravel().astype(np.float64), minlength=n)
+        nbins[sl] += np.bincount(idx, minlength=n)
         tot["bins_with_surface"] += int(ok.sum())
         tot["soundings"] += int(t.num_soundings.sum(dtype=np.int64))
         tot["valid_soundings"] += int(t.num_valid.sum(dtype=np.int64))
@@ -93,9 +97,15 @@ def _shade(depth: np.ndarray, dx: float, dy: float, cmap, norm):
 def write_png(pfm_path, out, *, surface: str = DEFAULT_SURFACE, memory: int = DEFAULT_MEMORY,
               max_pixels: int = 1000, dpi: int = 100, title: str | None = None) -> dict:
     """Draw the quick-look PNG of a PFM; returns a summary (size in pixels, reduction factor)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as err:  # pragma: no cover - depends on the installation
+        raise ConfigError("PNG quick-looks need matplotlib: pip install 'pfm-dask[plots]'") from err
+    import matplotlib
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import LogNorm, Normalize
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
     from mpl_toolkits.axes_grid1.anchored_artists import AnchoredSizeBar
 
     from .. import geodesy
@@ -130,8 +140,6 @@ def write_png(pfm_path, out, *, surface: str = DEFAULT_SURFACE, memory: int = DE
             lo, hi = lo - 0.5, hi + 0.5
     else:
         lo, hi = 0.0, 1.0
-    import matplotlib
-
     cmap = matplotlib.colormaps["viridis_r"].with_extremes(bad=(0, 0, 0, 0))
     norm = Normalize(vmin=lo, vmax=hi, clip=True)
     rgba = _shade(depth, dx, dy, cmap, norm)
@@ -177,8 +185,13 @@ def write_png(pfm_path, out, *, surface: str = DEFAULT_SURFACE, memory: int = DE
                cmap=cmap2, norm=cnorm)
     ax2.set_facecolor((0.92, 0.92, 0.92))
     ax2.set_title("sounding density", fontsize=9)
-    fig.colorbar(ScalarMappable(norm=cnorm, cmap=cmap2), ax=ax2, label="valid soundings per bin",
-                 shrink=0.9)
+    cb = fig.colorbar(ScalarMappable(norm=cnorm, cmap=cmap2), ax=ax2,
+                      label="valid soundings per bin", shrink=0.9)
+    cb.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    # minor ticks of a log axis: label the 2s and 5s only, so the labels never crowd
+    cb.ax.yaxis.set_minor_formatter(FuncFormatter(
+        lambda v, _pos: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
+    cb.ax.tick_params(labelsize=7, which="both")
     for ax in (ax1, ax2):
         ax.set_xlabel("longitude (deg)", fontsize=8)
         ax.set_ylabel("latitude (deg)", fontsize=8)
