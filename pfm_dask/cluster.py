@@ -32,6 +32,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -364,27 +365,41 @@ class _Parser:
 
 
 # -------------------------------------------------------------- job options
+def _jobqueue():
+    """``dask_jobqueue``, keeping Ctrl-C a KeyboardInterrupt.
+
+    Importing it (its ``runner`` module) replaces the SIGINT handler with
+    ``sys.exit()``: Ctrl-C would end ``pfm-dask load`` with exit code 0 and
+    no word of the jobs. Put the previous handler back.
+    """
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    import dask_jobqueue
+
+    def from_jobqueue(h) -> bool:
+        return getattr(h, "__module__", None) == "dask_jobqueue.runner"
+
+    if (from_jobqueue(signal.getsignal(signal.SIGINT))
+            and threading.current_thread() is threading.main_thread()):
+        signal.signal(signal.SIGINT, signal.default_int_handler
+                      if before is None or from_jobqueue(before) else before)
+    return dask_jobqueue
+
+
 def _job_class(kind: str):
     if kind == "slurm":
-        from dask_jobqueue.slurm import SLURMJob
-
-        return SLURMJob
+        return _jobqueue().SLURMCluster.job_cls
     if kind == "pbs":
-        from dask_jobqueue.pbs import PBSJob
-
-        return PBSJob
+        return _jobqueue().PBSCluster.job_cls
     raise ConfigError(f"a {kind!r} profile has no batch jobs")
 
 
 def _cluster_class(kind: str):
     if kind == "slurm":
-        from dask_jobqueue import SLURMCluster
-
-        return SLURMCluster
+        return _jobqueue().SLURMCluster
     if kind == "pbs":
-        from dask_jobqueue import PBSCluster
-
-        return PBSCluster
+        return _jobqueue().PBSCluster
     raise ConfigError(f"a {kind!r} profile has no batch jobs")
 
 
@@ -438,8 +453,10 @@ def disk_job_kwargs(p: ClusterProfile) -> dict:
 
 
 def _pbs_mem(memory: str) -> str:
-    from dask_jobqueue.pbs import pbs_format_bytes_ceil
     from dask.utils import parse_bytes
+
+    _jobqueue()
+    from dask_jobqueue.pbs import pbs_format_bytes_ceil
 
     return pbs_format_bytes_ceil(parse_bytes(memory))
 

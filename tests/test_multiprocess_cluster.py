@@ -1,0 +1,260 @@
+"""A real multi-process cluster: ``dask scheduler`` (with the pfm_dask.dashboard preload) and two
+``dask worker`` processes, one ``--resources disk=1``, one ``--resources compute=1``.
+
+Loads go through ``--scheduler``; the writer must land on the disk worker, and
+the scheduler's ``/metrics``, ``/pfm/writer.json`` and ``/pfm-writer`` must
+show the load while it runs (the scheduler is another process, so this proves
+the gauges live there, DASK_NOTES 2.4). The finished PFM, read back with
+``pfm.info``, is the reference for the final gauges.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from pfm_dask import pfm, pipeline
+from pfm_dask.config import LoadConfig
+from pfm_dask.inputs import expand_inputs
+
+pytestmark = pytest.mark.cluster
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def _metrics(base: str) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    code, body = _get(base + "/metrics")
+    assert code == 200
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(body) for s in fam.samples
+            if s.name.startswith("pfm_")}
+
+
+def _phase(v: dict) -> str:
+    on = [dict(k[1])["phase"] for k, val in v.items() if k[0] == "pfm_writer_phase" and val == 1]
+    assert len(on) == 1, v
+    return on[0]
+
+
+def _page(base: str) -> tuple[str, list[str]]:
+    """The "PFM writer" page as a browser gets it: the server-side Bokeh document (text, titles)."""
+    from bokeh.client import pull_session
+    from bokeh.models import Div
+    from bokeh.plotting import figure
+
+    with pull_session(url=base + "/pfm-writer") as session:
+        doc = session.document
+        text = " ".join(d.text for d in doc.select({"type": Div}))
+        titles = [f.title.text for f in doc.select({"type": figure})]
+    return text, titles
+
+
+def _stop(procs) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+@pytest.fixture(scope="module")
+def dask_cluster(tmp_path_factory):
+    """The three processes; yields (scheduler address, dashboard base URL, {name: address})."""
+    from distributed import Client
+
+    tmp = tmp_path_factory.mktemp("mpcluster")
+    sfile = tmp / "scheduler.json"
+    env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False")
+    py = [sys.executable, "-m"]
+    procs = []
+    logs = []
+
+    def spawn(args, name):
+        log = open(tmp / f"{name}.log", "w")
+        logs.append(log)
+        procs.append(subprocess.Popen(py + args, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                      cwd=tmp))
+
+    try:
+        spawn(["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
+               "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sfile),
+               "--preload", "pfm_dask.dashboard"], "scheduler")
+        t0 = time.monotonic()
+        while not sfile.exists() or not sfile.read_text().strip().endswith("}"):
+            if procs[0].poll() is not None or time.monotonic() - t0 > 30:
+                pytest.fail("dask scheduler did not start: "
+                            + (tmp / "scheduler.log").read_text()[-2000:])
+            time.sleep(0.1)
+        ident = json.loads(sfile.read_text())
+        addr = ident["address"]
+        base = f"http://127.0.0.1:{ident['services']['dashboard']}"
+        for name, res in (("disk-node", "disk=1"), ("compute-node", "compute=1")):
+            spawn(["distributed.cli.dask_worker", addr, "--name", name, "--nthreads", "1",
+                   "--resources", res, "--host", "127.0.0.1", "--no-dashboard"], name)
+        with Client(addr, timeout="30s") as client:
+            client.wait_for_workers(2, timeout=60)
+            names = {w["name"]: a for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+        yield addr, base, names
+    finally:
+        _stop(procs[1:])
+        _stop(procs[:1])
+        for log in logs:
+            log.close()
+
+
+@pytest.fixture(scope="module")
+def survey(tmp_path_factory):
+    from pfm_dask import synth
+
+    out = tmp_path_factory.mktemp("mp-survey")
+    synth.generate(out, files=3, pings=40, beams=64, seed=1)
+    return out
+
+
+def test_page_and_routes_answer_before_any_load(dask_cluster):
+    _, base, _ = dask_cluster
+    code, body = _get(base + "/pfm/writer.json")
+    assert code == 200 and "phase" in json.loads(body)
+    code, body = _get(base + "/pfm-writer")
+    assert code == 200 and "bokeh" in body.lower()
+    assert _get(base + "/pfm-writer-nonexistent")[0] == 404
+    text, titles = _page(base)
+    assert "PFM writer" in text
+    assert sorted(titles) == ["Soundings written per second", "Writer backlog (MiB)",
+                              "Writer backlog (batches)"]
+    v = _metrics(base)
+    assert ("pfm_writer_backlog_bytes", ()) in v and ("pfm_files_done", ()) in v
+
+
+def test_cli_load_through_scheduler_puts_the_writer_on_the_disk_worker(dask_cluster, survey,
+                                                                         tmp_path):
+    addr, base, names = dask_cluster
+    out = tmp_path / "cli.pfm"
+    r = subprocess.run([sys.executable, "-m", "pfm_dask.cli", "load", str(survey), "-o", str(out),
+                        "--bin-size", "25", "--scheduler", addr],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "check: sound" in r.stdout
+    rep = json.loads((tmp_path / "cli.pfm.data" / "load-report.json").read_text())
+    assert rep["writer_worker"] == names["disk-node"]
+    assert rep["check"]["sound"]
+    port = base.rsplit(":", 1)[1]
+    dash = [ln for ln in r.stderr.splitlines() if ln.startswith("Dask dashboard: ")]
+    assert dash and f":{port}/" in dash[0], r.stderr
+    # The finished load, as the scheduler's gauges tell it.
+    v = _metrics(base)
+    soundings = pfm.info(out)["counts"]["soundings"]
+    assert _phase(v) == "done"
+    assert v[("pfm_files_done", ())] == v[("pfm_files_total", ())] == 3
+    assert v[("pfm_writer_soundings_total", ())] == soundings > 0
+    assert v[("pfm_writer_backlog_batches", ())] == 0
+    assert v[("pfm_writer_backlog_bytes", ())] == 0
+    assert v[("pfm_writer_pieces_written", ())] == v[("pfm_writer_pieces_total", ())]
+
+
+def test_metrics_and_page_during_a_load(dask_cluster, survey, tmp_path):
+    addr, base, names = dask_cluster
+    out = tmp_path / "live.pfm"
+    cfg = LoadConfig(bin_size_m=25.0, split_pings=5)  # 24 pieces: a load with a middle
+    seen: list[dict] = []
+
+    def progress(status):
+        if seen:
+            return
+        # Wait for this load's first status to reach the scheduler (the plugin may still
+        # show the previous load for a moment).
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 5:
+            code, body = _get(base + "/pfm/writer.json")
+            st = json.loads(body)
+            if st.get("pfm") == str(out.resolve()):
+                break
+            time.sleep(0.05)
+        metrics = _metrics(base)
+        code, _ = _get(base + "/pfm-writer")
+        seen.append({"json": st, "metrics": metrics, "page": code, "text": _page(base)[0]})
+
+    res = pipeline.run_load(expand_inputs([survey]), out, cfg, mode="scheduler", scheduler=addr,
+                            progress=progress)
+    assert res.exit_code == 0
+    assert res.writer_worker == names["disk-node"]
+    assert seen, "the progress callback never ran"
+    live = seen[0]
+    st, v = live["json"], live["metrics"]
+    assert st["pfm"] == str(out.resolve()), st
+    assert live["page"] == 200
+    assert "loading" in live["text"] and str(out.resolve()) in live["text"]
+    assert _phase(v) == "loading"
+    total = v[("pfm_writer_pieces_total", ())]
+    assert total == 24
+    assert 0 <= v[("pfm_writer_pieces_written", ())] < total
+    assert 0 <= v[("pfm_writer_backlog_batches", ())] <= total
+    assert 0 <= v[("pfm_writer_backlog_bytes", ())] <= cfg.max_backlog_bytes
+    assert v[("pfm_files_total", ())] == 3
+    assert 0 <= v[("pfm_files_done", ())] < 3
+    soundings = pfm.info(out)["counts"]["soundings"]
+    assert 0 <= v[("pfm_writer_soundings_total", ())] < soundings
+    # The end of the same load.
+    t0 = time.monotonic()
+    while _phase(_metrics(base)) != "done" and time.monotonic() - t0 < 5:
+        time.sleep(0.1)
+    v = _metrics(base)
+    assert v[("pfm_writer_soundings_total", ())] == soundings
+    assert v[("pfm_writer_pieces_written", ())] == 24
+    assert v[("pfm_writer_peak_backlog_bytes", ())] == res.peak_backlog_bytes
+
+
+def test_adaptive_scaling_spares_the_disk_worker(tmp_path):
+    """Adaptive down to zero retires the compute worker of the cluster's spec, never the
+    hand-started disk worker (DASK_NOTES 2.1, pitfall 7)."""
+    from distributed import Client, LocalCluster
+
+    from pfm_dask.cluster import _compute_adaptive_class
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp://",
+                      host="127.0.0.1", dashboard_address=":0", resources={"compute": 1}) as cl, \
+            Client(cl) as client:
+        disk = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker",
+                                 cl.scheduler_address, "--name", "pfm-disk", "--nthreads", "1",
+                                 "--resources", "disk=1", "--no-nanny", "--host", "127.0.0.1",
+                                 "--no-dashboard"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, cwd=tmp_path)
+        try:
+            client.wait_for_workers(2, timeout=60)
+            # Plain scheduler advice for "no workers needed" includes the disk worker...
+            plain = client.run_on_scheduler(
+                lambda dask_scheduler: dask_scheduler.workers_to_close(target=0,
+                                                                        attribute="name"))
+            assert "pfm-disk" in plain
+            # ...and the adaptive class of pfm_dask.cluster leaves it alone.
+            cl.adapt(Adaptive=_compute_adaptive_class(), minimum=0, maximum=1,
+                     interval="100ms", wait_count=1)
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 20:
+                names = [w["name"] for w in client.scheduler_info(n_workers=-1)["workers"].values()]
+                if names == ["pfm-disk"]:
+                    break
+                time.sleep(0.1)
+            assert names == ["pfm-disk"]
+            assert disk.poll() is None  # the disk worker process is still up
+        finally:
+            _stop([disk])
