@@ -23,7 +23,12 @@ from pfm_dask.errors import ConfigError
 from .test_export_bag import (build_hand_pfm, build_survey_pfm, gdal_locations, grid_of,
                               hand_expected, reference_surface, run_memory_probe, shared_big)
 
-rasterio = pytest.importorskip("rasterio", reason="GeoTIFF export needs rasterio (pfm-dask[geotiff])")
+
+
+@pytest.fixture
+def rio():
+    """rasterio (GDAL): writes the GeoTIFF and reads it back; GeoTIFF tests skip without it."""
+    return pytest.importorskip("rasterio", reason="GeoTIFF export needs rasterio (pfm-dask[geotiff])")
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +42,8 @@ def survey(tmp_path_factory):
 
 
 def _read(path):
+    import rasterio
+
     with rasterio.open(path) as ds:
         return ds, [ds.read(i) for i in range(1, ds.count + 1)], list(ds.descriptions)
 
@@ -46,7 +53,7 @@ def _read(path):
 
 
 @pytest.mark.parametrize("surface", EX.SURFACES)
-def test_geotiff_equals_the_surface(survey, tmp_path, surface):
+def test_geotiff_equals_the_surface(rio, survey, tmp_path, surface):
     out = tmp_path / "s.tif"
     res = EX.write_geotiff(survey, out, surface=surface, memory=1 << 20)
     assert res["tiles_read"] > 1
@@ -70,7 +77,7 @@ def test_geotiff_equals_the_surface(survey, tmp_path, surface):
     assert np.array_equal(sd[~np.isnan(std)], std[~np.isnan(std)])
 
 
-def test_geotiff_hand_values_and_layer_choice(hand, tmp_path):
+def test_geotiff_hand_values_and_layer_choice(rio, hand, tmp_path):
     out = tmp_path / "h.tif"
     EX.write_geotiff(hand, out, surface="max_filtered", layers=("std", "surface"))
     ds, (sd, surf), desc = _read(out)
@@ -90,7 +97,7 @@ def test_geotiff_hand_values_and_layer_choice(hand, tmp_path):
                 assert sd[4 - r, c] == pytest.approx(std, abs=0.005)
 
 
-def test_geotiff_through_gdal_bin(hand, tmp_path):
+def test_geotiff_through_gdal_bin(rio, hand, tmp_path):
     out = tmp_path / "h.tif"
     EX.write_geotiff(hand, out, layers=("surface",))
     # (col 0, row 0) holds 10.5; GDAL line 4 is PFM row 0; (col 3, row 1) holds 41
@@ -99,7 +106,7 @@ def test_geotiff_through_gdal_bin(hand, tmp_path):
     assert np.isnan(vals[2])
 
 
-def test_bad_layers_are_refused(hand, tmp_path):
+def test_bad_layers_are_refused(rio, hand, tmp_path):
     for layers in (("surface", "depth"), (), ("count", "count")):
         with pytest.raises(ConfigError, match="layers"):
             EX.write_geotiff(hand, tmp_path / "x.tif", layers=layers)
@@ -161,6 +168,8 @@ def test_xyz_hand_values(hand, tmp_path):
 
 @pytest.mark.parametrize("kind", ["geotiff", "xyz"])
 def test_big_grid_stays_within_budget(tmp_path_factory, hand, tmp_path, kind):
+    if kind == "geotiff":
+        rasterio = pytest.importorskip("rasterio", reason="GeoTIFF export needs rasterio")
     path, cells = shared_big(tmp_path_factory)
     budget = 8 << 20
     out = tmp_path / ("big.tif" if kind == "geotiff" else "big.csv")
@@ -182,12 +191,12 @@ def test_big_grid_stays_within_budget(tmp_path_factory, hand, tmp_path, kind):
         assert sorted(float(z) for _, _, z in rows) == pytest.approx(sorted(cells.values()), abs=0.005)
 
 
-def test_cli_export_geotiff_and_xyz(hand, tmp_path):
+def test_cli_export_geotiff_and_xyz(rio, hand, tmp_path):
     tif, xyz = tmp_path / "c.tif", tmp_path / "c.csv"
     r = CliRunner().invoke(app, ["export", hand, "--geotiff", str(tif), "--layer", "count",
                                  "--xyz", str(xyz), "--memory", "1MiB"])
     assert r.exit_code == 0, r.output
-    with rasterio.open(tif) as ds:
+    with rio.open(tif) as ds:
         assert ds.count == 1 and ds.read(1)[4, 0] == 3.0
     assert len(_read_xyz(xyz)) == 5
     r = CliRunner().invoke(app, ["export", hand, "--xyz", str(xyz), "--memory", "lots"])
