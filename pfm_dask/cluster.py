@@ -520,9 +520,11 @@ class PfmCluster:
         self.client = None
         self.disk_job = None
         self._closed = False
+        self._old_sigterm = None
 
     # -- lifecycle
     def __enter__(self) -> "PfmCluster":
+        self._catch_sigterm()
         try:
             self.start()
         except BaseException as err:
@@ -662,10 +664,28 @@ class PfmCluster:
     def close(self) -> None:
         self._close(interrupted=False)
 
+    def _catch_sigterm(self) -> None:
+        """SIGTERM (``scancel``/``qdel`` of the driver's job, its walltime) acts as Ctrl-C, so
+        the jobs are cancelled rather than left to time out."""
+        import signal
+
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def on_term(signum, frame):
+            raise KeyboardInterrupt("SIGTERM")
+
+        self._old_sigterm = signal.signal(signal.SIGTERM, on_term)
+
     def _close(self, interrupted: bool) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._old_sigterm is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+            self._old_sigterm = None
         p = self.profile
         if p.kind != "local":
             what = self._job_list()

@@ -27,6 +27,7 @@ from pfm_dask.inputs import expand_inputs
 pytestmark = [pytest.mark.slurm, pytest.mark.cluster]
 
 SLURM_DIR = Path(os.environ.get("PFM_SLURM_DIR", "/tmp/pfm-slurm"))
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")
@@ -65,7 +66,7 @@ def _jobs() -> dict[str, str]:
     out = {}
     for ln in r.stdout.splitlines():
         jid, name = ln.split(maxsplit=1)
-        if name.startswith("pfm-"):
+        if name in ("pfm-compute", "pfm-disk"):
             out[jid] = name
     return out
 
@@ -138,7 +139,9 @@ def test_load_on_slurm_with_the_writer_on_its_disk_job(slurm, survey, tmp_path):
     assert any(n.startswith("pfm-compute-") for n in logs), logs
 
 
-def test_ctrl_c_during_a_slurm_load_cancels_the_jobs(slurm, survey, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupting_a_slurm_load_cancels_the_jobs(slurm, survey, tmp_path, sig):
+    """Ctrl-C, or SIGTERM (scancel of a driver job, its walltime), cancels every job."""
     assert not _wait_no_jobs(), "pfm-* jobs from an earlier run are still queued"
     cfg_file = tmp_path / "slurm.yaml"
     prof = _profile(tmp_path)
@@ -164,7 +167,7 @@ def test_ctrl_c_during_a_slurm_load_cancels_the_jobs(slurm, survey, tmp_path):
             time.sleep(0.2)
         else:
             pytest.fail("the jobs never showed in squeue: " + "".join(lines))
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
@@ -176,3 +179,31 @@ def test_ctrl_c_during_a_slurm_load_cancels_the_jobs(slurm, survey, tmp_path):
     assert "interrupted: cancelling Slurm jobs" in text, text
     assert "(disk node)" in text and "jobs cancelled" in text, text
     assert not _wait_no_jobs(), text
+
+
+def test_submit_load_script_runs_a_whole_load_as_a_job(slurm, survey, tmp_path):
+    """workflows/submit-load.slurm: the driver itself is a Slurm job that submits the others."""
+    assert not _wait_no_jobs(), "pfm-* jobs from an earlier run are still queued"
+    cfg_file = tmp_path / "slurm.yaml"
+    cfg_file.write_text(yaml.safe_dump(_profile(tmp_path)))
+    out = tmp_path / "job.pfm"
+    r = subprocess.run(["sbatch", "--parsable", "-p", "debug", "--mem=1G", "-t", "10",
+                        "--chdir", str(tmp_path), "-o", str(tmp_path / "load-%j.out"),
+                        str(REPO / "workflows" / "submit-load.slurm"),
+                        str(survey), str(out), str(cfg_file), "--bin-size", "25"],
+                       env=dict(os.environ, PFM_DASK=f"{sys.executable} -m pfm_dask.cli"),
+                       capture_output=True, text=True, check=True)
+    jid = r.stdout.strip().split(";")[0]
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 120:
+        q = subprocess.run(["squeue", "-h", "-j", jid, "-o", "%T"], capture_output=True,
+                           text=True)
+        if not q.stdout.strip():
+            break
+        time.sleep(0.5)
+    log = (tmp_path / f"load-{jid}.out").read_text()
+    show = subprocess.run(["scontrol", "show", "job", jid], capture_output=True, text=True).stdout
+    assert "JobState=COMPLETED" in show and "ExitCode=0:0" in show, show + log
+    assert "submitted the disk-node job" in log and "check: sound" in log, log
+    assert pfm.check(out) == []
+    assert not _wait_no_jobs()
