@@ -180,35 +180,60 @@ def check(
 
 
 class _Progress:
-    """Progress of a load: a live line on a terminal, plain log lines otherwise."""
+    """Progress of a load: a live rich display on a terminal, plain log lines otherwise."""
 
     def __init__(self, enabled: bool, as_json: bool):
-        self.tty = enabled and sys.stderr.isatty() and not as_json
         self.enabled = enabled and not as_json
+        self.tty = self.enabled and sys.stderr.isatty()
         self.last_plain = 0.0
+        self._live = None
+        self._bars = None
+
+    def _start_rich(self) -> None:
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        self._bars = Progress(TextColumn("{task.description:<10}"), BarColumn(),
+                              MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                              TimeElapsedColumn(), TimeRemainingColumn(),
+                              console=Console(stderr=True), transient=False)
+        self._files = self._bars.add_task("files", total=None, info="")
+        self._pieces = self._bars.add_task("written", total=None, info="")
+        self._bars.start()
 
     def __call__(self, st: dict) -> None:
         if not self.enabled:
             return
         import time
 
-        done, total = st.get("watermark", 0), max(1, st.get("pieces_total", 1))
-        el = st.get("elapsed", 0.0)
-        eta = f"{el / done * (total - done):.0f}s" if done else "?" 
-        line = (f"{st.get('phase')}: files {st.get('files_done')}/{st.get('files_total')}  "
-                f"pieces {done}/{total}  soundings {st.get('soundings_written', 0):,}  "
-                f"({st.get('soundings_per_second', 0):,.0f}/s)  backlog "
-                f"{st.get('backlog_batches', 0)} / {st.get('backlog_bytes', 0) / 2**20:.1f} MiB  "
-                f"elapsed {el:.0f}s  remaining {eta}")
         if self.tty:
-            typer.echo("\r" + line[:160].ljust(160), nl=False, err=True)
-        elif time.time() - self.last_plain > 5:
+            if self._bars is None:
+                self._start_rich()
+            self._bars.update(self._files, total=st.get("files_total"),
+                              completed=st.get("files_done", 0), info=f"phase: {st.get('phase')}")
+            self._bars.update(
+                self._pieces, total=st.get("pieces_total"), completed=st.get("watermark", 0),
+                info=(f"{st.get('soundings_written', 0):,} soundings "
+                      f"({st.get('soundings_per_second', 0):,.0f}/s)  backlog "
+                      f"{st.get('backlog_batches', 0)} / "
+                      f"{st.get('backlog_bytes', 0) / 2**20:.1f} MiB"))
+            return
+        if time.time() - self.last_plain > 5:
             self.last_plain = time.time()
-            typer.echo(line, err=True)
+            done, total = st.get("watermark", 0), max(1, st.get("pieces_total", 1))
+            el = st.get("elapsed", 0.0)
+            eta = f"{el / done * (total - done):.0f}s" if done else "?"
+            typer.echo(f"{st.get('phase')}: files {st.get('files_done')}/{st.get('files_total')}  "
+                       f"pieces {done}/{total}  soundings {st.get('soundings_written', 0):,}  "
+                       f"({st.get('soundings_per_second', 0):,.0f}/s)  backlog "
+                       f"{st.get('backlog_batches', 0)} / "
+                       f"{st.get('backlog_bytes', 0) / 2**20:.1f} MiB  "
+                       f"elapsed {el:.0f}s  remaining {eta}", err=True)
 
     def close(self) -> None:
-        if self.tty:
-            typer.echo("", err=True)
+        if self._bars is not None:
+            self._bars.stop()
 
 
 def _cluster_profile(kind, config, *, serial, scheduler):
