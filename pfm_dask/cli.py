@@ -261,14 +261,15 @@ def _cluster_profile(kind, config, *, serial, scheduler):
 
 
 def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_json, quiet,
-              cluster=None, cluster_config=None):
+              cluster=None, cluster_config=None, resume=False, strict=False,
+              checkpoint_seconds=10.0):
     from . import pipeline
     from .inputs import expand_inputs
 
     profile = _cluster_profile(cluster, cluster_config, serial=serial, scheduler=scheduler)
     mode = ("serial" if serial else "scheduler" if scheduler else
             "cluster" if profile is not None else "local")
-    files = expand_inputs(inputs)
+    files = expand_inputs(inputs) if inputs else []
     prog = _Progress(not quiet, as_json)
 
     def dash(link):
@@ -282,7 +283,9 @@ def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_jso
     try:
         res = pipeline.run_load(files, output, cfg, mode=mode, workers=workers,
                                 scheduler=scheduler, append=append, progress=prog,
-                                on_dashboard=dash, cluster_profile=profile, on_message=note)
+                                on_dashboard=dash, cluster_profile=profile, on_message=note,
+                                resume=resume, strict=strict, command=list(sys.argv),
+                                checkpoint_seconds=checkpoint_seconds)
     finally:
         prog.close()
     if as_json:
@@ -292,9 +295,17 @@ def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_jso
     return res
 
 
+# Options of `load` that decide the content of the PFM (a resume must not change them).
+_CONTENT_OPTIONS = ("mbr", "polygon", "bin_size", "min_depth", "max_depth", "precision",
+                    "swath_filter", "swath_pings", "swath_beams", "swath_threshold",
+                    "area_filter", "cellstd", "deep_only", "nominal", "herr", "verr")
+
+
 @app.command()
 def load(
-    inputs: List[str] = typer.Argument(..., help="GSF files, directories, globs or @list.txt"),
+    ctx: typer.Context,
+    inputs: Optional[List[str]] = typer.Argument(
+        None, help="GSF files, directories, globs or @list.txt (optional with --resume)"),
     output: Path = typer.Option(..., "--output", "-o", help="the PFM handle file to create"),
     mbr: Optional[Tuple[float, float, float, float]] = typer.Option(
         None, "--mbr", help="area as SOUTH WEST NORTH EAST degrees (default: the inputs' extent)"),
@@ -325,11 +336,23 @@ def load(
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress display"),
     png: Optional[Path] = typer.Option(None, "--png", help="also draw a quick-look PNG of the loaded PFM"),
+    resume: bool = typer.Option(
+        False, "--resume", help="continue an interrupted load of OUTPUT from its last checkpoint "
+        "(inputs and settings come from its journal; docs/reliability.md)"),
+    strict: bool = typer.Option(False, "--strict", help="refuse to start if the pre-scan finds damaged input"),
+    checkpoint_seconds: float = typer.Option(
+        10.0, "--checkpoint-seconds", help="seconds between the writer's checkpoints (0: after every piece)"),
 ):
     """Load GSF files into a PFM: Dask workers decode and bin, one pinned writer writes."""
+    from click.core import ParameterSource
+
     from .config import LoadConfig, SwathFilterConfig, parse_size
     from .inputs import read_polygon
 
+    if not inputs and not resume:
+        typer.echo("pfm-dask: error: give the input files (or --resume to continue a load)",
+                   err=True)
+        raise typer.Exit(EXIT_USAGE)
     try:
         cfg = LoadConfig(
             bin_size_m=bin_size, mbr=tuple(mbr) if mbr else None,
@@ -340,9 +363,13 @@ def load(
             swath=SwathFilterConfig(swath_filter, swath_pings, swath_beams, swath_threshold),
             area_filter=area_filter, cellstd=cellstd, deep_only=deep_only,
             max_backlog_bytes=parse_size(max_backlog))
+        if resume and not any(ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE
+                              for k in _CONTENT_OPTIONS):
+            cfg = None  # the journal's settings
         res = _run_load(inputs, output, cfg, serial=serial, workers=workers,
                         scheduler=scheduler, append=append, as_json=as_json, quiet=quiet,
-                        cluster=cluster, cluster_config=cluster_config)
+                        cluster=cluster, cluster_config=cluster_config, resume=resume,
+                        strict=strict, checkpoint_seconds=checkpoint_seconds)
         if png is not None and res.exit_code in (EXIT_OK, EXIT_PROBLEMS):
             from .export import write_png
 

@@ -20,6 +20,11 @@ Shape (docs/usage.md has the user's view, docs/design.md the reasons):
 ``--serial`` runs the same stages in one process without Dask: the baseline
 for speedups, and the reference the Dask runs must match byte for byte in the
 dump.
+
+Crash safety (docs/reliability.md): the writer keeps a journal beside the PFM;
+``resume=True`` continues an interrupted load from its last checkpoint, in any
+mode, and submits only the pieces past the writer's watermark. A lost writer
+actor stops the load at once with the resume command.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -39,6 +45,7 @@ import numpy as np
 from . import gsf
 from .bins import BinGrid
 from .config import LoadConfig
+from . import journal as J
 from .errors import ConfigError, GsfError, LoadError, PfmDaskError
 from .soundings import BATCH_SCHEMA, Piece, prepare_piece
 from .writer import PfmWriter
@@ -87,7 +94,10 @@ def prescan_file(path: str) -> dict:
                 beams_seen.append(t.num_rows)
                 lat = t.column("latitude").to_numpy()
                 lon = t.column("longitude").to_numpy()
-                ok = (lat <= 90) & (lon <= 180) & np.isfinite(lat) & np.isfinite(lon)
+                # impossible positions (|lat| > 90, lon outside -180..360) must not stretch
+                # the area; the load skips or counts them
+                ok = ((np.abs(lat) <= 90) & (lon >= -180) & (lon <= 180) & np.isfinite(lat)
+                      & np.isfinite(lon))
                 if not ok.any():
                     continue
                 if t.num_rows > 1:
@@ -186,6 +196,9 @@ class LoadResult:
     writer_worker: str | None = None
     peak_backlog_bytes: int = 0
     skipped_files: list = field(default_factory=list)
+    resumed_from: dict | None = None
+    journal: dict | None = None
+    resume_command: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -200,11 +213,14 @@ class LoadResult:
                 "area_filter": self.area_filter, "files": self.files,
                 "dashboard": self.dashboard, "writer_worker": self.writer_worker,
                 "peak_backlog_bytes": self.peak_backlog_bytes,
-                "skipped_files": self.skipped_files}
+                "skipped_files": self.skipped_files, "resumed_from": self.resumed_from,
+                "journal": self.journal, "resume_command": self.resume_command}
 
     def summary(self) -> str:
         t = self.totals
         lines = [f"PFM: {self.pfm}  ({self.mode}, {self.workers} worker(s))",
+                 *([f"resumed from phase {self.resumed_from.get('phase')} at piece "
+                    f"{self.resumed_from.get('watermark')}"] if self.resumed_from else []),
                  f"files: {t.get('files', 0)}  with problems: {len(self.problems)}",
                  f"soundings read: {t.get('soundings_read', 0):,}  loaded: {t.get('loaded', 0):,}",
                  f"  not loaded: skipped pings {t.get('ping_skipped', 0):,}, rejected beams "
@@ -242,11 +258,13 @@ def _problems(files: list[dict], scans: list[dict]) -> list[str]:
 
 
 def _finalise(result_writer: dict, scans: list[dict], mode: str, grid: BinGrid,
-              timings: dict, workers: int, dashboard: str | None = None) -> LoadResult:
+              timings: dict, workers: int, dashboard: str | None = None,
+              extra_problems: list[str] | None = None) -> LoadResult:
     files = result_writer["files"]
     res = LoadResult(pfm=result_writer["pfm"], mode=mode, files=files, totals=_totals(files),
                      timings=timings, check=result_writer["check"],
-                     problems=_problems(files, scans), area_filter=result_writer.get("area_filter"),
+                     problems=list(extra_problems or []) + _problems(files, scans),
+                     area_filter=result_writer.get("area_filter"),
                      grid={"width": grid.width, "height": grid.height, "min_x": grid.min_x,
                            "min_y": grid.min_y, "max_x": grid.max_x, "max_y": grid.max_y,
                            "x_bin": grid.x_bin, "y_bin": grid.y_bin,
@@ -255,6 +273,10 @@ def _finalise(result_writer: dict, scans: list[dict], mode: str, grid: BinGrid,
                      peak_backlog_bytes=int(result_writer.get("peak_backlog_bytes", 0)))
     for k, v in result_writer.get("writer_timings", {}).items():
         res.timings.setdefault(k, v)
+    res.resumed_from = result_writer.get("resumed_from")
+    res.journal = result_writer.get("journal")
+    if res.journal and timings.get("total"):
+        res.journal["fraction_of_total"] = res.journal["seconds"] / timings["total"]
     return res
 
 
@@ -280,17 +302,70 @@ def _grid_and_pieces(scans, cfg, existing_grid, base):
     return grid, plan_pieces(scans, cfg, first_file_number=base)
 
 
+@dataclass
+class _Job:
+    """What a run needs beyond the files: a fresh load's journal facts, or a resume's plan."""
+
+    resume: bool = False
+    static: dict | None = None          # load.json of the load being resumed
+    command: list | None = None         # the command line, for the resume command
+    resume_cmd: str = ""
+    strict: bool = False
+    checkpoint_seconds: float = 10.0
+    input_problems: list = field(default_factory=list)
+
+    def pieces(self) -> list[Piece]:
+        return [Piece(**d) for d in self.static["pieces"]]
+
+
+def _static(job: _Job, files: list[str], cfg: LoadConfig, pieces: list[Piece],
+            append: bool) -> dict:
+    """The facts of a new load that ``load.json`` keeps for a resume."""
+    from dataclasses import asdict
+
+    return {"command": job.command, "resume_command": job.resume_cmd,
+            "inputs": [J.input_record(f) for f in files], "cfg": J.config_to_dict(cfg),
+            "append": append, "pieces": [asdict(p) for p in pieces],
+            "input_problems": job.input_problems, "created": time.time()}
+
+
+def _strict_check(scans: list[dict]) -> None:
+    """``--strict``: refuse to start when the pre-scan found damage (nothing written yet)."""
+    bad = []
+    for s in scans:
+        for d in ([s["error"]] if s.get("error") else []) + list(s.get("damage") or []):
+            off = d.get("offset")
+            bad.append(f"{s['path']}" + (f" at byte {off:,}" if off is not None else "")
+                       + f": {d.get('reason')}")
+    if bad:
+        raise ConfigError(f"--strict: the pre-scan found {len(bad)} problem(s); nothing was "
+                          "written:\n  " + "\n  ".join(bad))
+
+
 def _run_serial(files: list[str], output: Path, cfg: LoadConfig,
-                progress: Callable[[dict], None] | None, append: bool) -> LoadResult:
+                progress: Callable[[dict], None] | None, append: bool,
+                job: _Job | None = None) -> LoadResult:
+    job = job or _Job()
     t0 = time.perf_counter()
-    existing_grid, existing = _existing(output, append)
-    scans = [prescan_file(f) for f in files]
-    t_scan = time.perf_counter()
-    grid, pieces = _grid_and_pieces(scans, cfg, existing_grid, len(existing))
-    writer = PfmWriter(output, grid, cfg, files, len(pieces), append=append)
+    if job.resume:
+        scans: list[dict] = []
+        t_scan = time.perf_counter()
+        writer = PfmWriter(output, None, cfg, None, None, resume=True,
+                           checkpoint_seconds=job.checkpoint_seconds)
+        pieces = [p for p in job.pieces() if p.seq >= writer.watermark]
+    else:
+        existing_grid, existing = _existing(output, append)
+        scans = [prescan_file(f) for f in files]
+        if job.strict:
+            _strict_check(scans)
+        t_scan = time.perf_counter()
+        grid, pieces = _grid_and_pieces(scans, cfg, existing_grid, len(existing))
+        writer = PfmWriter(output, grid, cfg, files, len(pieces), append=append,
+                           journal=_static(job, files, cfg, pieces, append),
+                           checkpoint_seconds=job.checkpoint_seconds)
     try:
         for p in pieces:
-            writer.put(prepare_piece(p, writer.pfm.grid, cfg))
+            writer.put(prepare_piece(p, writer.pfm.grid, writer.cfg))
             writer.write_ready()
             if progress:
                 progress(writer.status())
@@ -302,15 +377,19 @@ def _run_serial(files: list[str], output: Path, cfg: LoadConfig,
     t_end = time.perf_counter()
     timings = {"prescan": t_scan - t0, "load": t_load - t_scan, "final": t_end - t_load,
                "total": t_end - t0}
-    return _finalise(rw, scans, "serial", writer.pfm.grid, timings, 1)
+    return _finalise(rw, scans, "serial" + (" (resumed)" if job.resume else ""),
+                     writer.pfm.grid, timings, 1, extra_problems=job.input_problems)
 
 
 # -------------------------------------------------------------------- Dask
 class WriterActor:
     """The Dask actor around :class:`PfmWriter`: sync methods run on the actor thread."""
 
-    def __init__(self, pfm_path, grid, cfg, files, n_pieces, append=False):
-        self.writer = PfmWriter(pfm_path, grid, cfg, files, n_pieces, append=append)
+    def __init__(self, pfm_path, grid, cfg, files, n_pieces, append=False, journal=None,
+                 resume=False, checkpoint_seconds=10.0):
+        self.writer = PfmWriter(pfm_path, grid, cfg, files, n_pieces, append=append,
+                                journal=journal, resume=resume,
+                                checkpoint_seconds=checkpoint_seconds)
         self.writer.start()
         try:
             from distributed import get_worker
@@ -357,6 +436,12 @@ class WriterActor:
     def grid(self):
         return self.writer.pfm.grid
 
+    def cfg(self):
+        return self.writer.cfg
+
+    def watermark(self) -> int:
+        return self.writer.watermark
+
     def put(self, prepared) -> bool:
         return self.writer.put(prepared)
 
@@ -379,11 +464,39 @@ class WriterActor:
             self._stop_publishing(phase="aborted")
 
 
+def _kill_compute_worker_once(when: str) -> None:
+    """Test hook: ``PFM_DASK_KILL_COMPUTE_WORKER=before|after:MARKER`` makes the first task on
+    a worker without the ``disk`` resource SIGKILL its own worker process, before or after it
+    hands its piece to the writer (the marker file makes it happen once per load)."""
+    spec = os.environ.get("PFM_DASK_KILL_COMPUTE_WORKER")
+    if not spec:
+        return
+    moment, _, marker = spec.partition(":")
+    if moment != when:
+        return
+    from distributed import get_worker
+
+    if get_worker().state.total_resources.get("disk", 0):
+        return
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _piece_task(piece: Piece, grid: BinGrid, cfg: LoadConfig, writer) -> dict:
-    """A worker task: prepare the piece and hand it to the writer actor (never waits for order)."""
+    """A worker task: prepare the piece and hand it to the writer actor (never waits for order).
+
+    A retried or re-run task delivers its piece again: the writer drops the duplicate.
+    """
     prepared = prepare_piece(piece, grid, cfg)
+    _kill_compute_worker_once("before")
     t0 = time.perf_counter()
     accepted = writer.put(prepared).result()
+    _kill_compute_worker_once("after")
     timings = dict(prepared.timings, transfer=time.perf_counter() - t0)
     return {"seq": piece.seq, "nbytes": prepared.nbytes, "accepted": accepted,
             "timings": timings}
@@ -438,39 +551,69 @@ def _register_dashboard(client) -> None:
         log.warning("the writer's progress will not show on the dashboard: %s", err)
 
 
+def _actor_lost(err: BaseException) -> bool:
+    """True when ``err`` says the worker holding the writer actor died (DASK_NOTES 2.1)."""
+    text = f"{type(err).__name__}: {err}"
+    return ("Actor" in text and "lost" in text) or type(err).__name__ in (
+        "KilledWorker", "CommClosedError", "StreamClosedError")
+
+
 def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
-              progress: Callable[[dict], None] | None, append: bool, mode: str) -> LoadResult:
+              progress: Callable[[dict], None] | None, append: bool, mode: str,
+              job: _Job | None = None) -> LoadResult:
     from distributed import wait
 
+    job = job or _Job()
     t0 = time.perf_counter()
     _register_dashboard(client)
     _check_disk_worker(client)
-    scan_futs = client.map(prescan_file, files, key=[f"prescan-{i}" for i in range(len(files))],
-                           resources={"compute": 1}, pure=False)
-    scans = client.gather(scan_futs)
-    del scan_futs
-    t_scan = time.perf_counter()
-    existing_grid, existing = _existing(output, append)
-    grid, pieces = _grid_and_pieces(scans, cfg, existing_grid, len(existing))
     out_path = str(Path(output).resolve())
-    actor_fut = client.submit(WriterActor, out_path, grid, cfg, files, len(pieces), append,
-                              actor=True, resources={"disk": 1}, pure=False,
-                              key="pfm-writer")
-    writer = actor_fut.result()
-    grid = writer.grid().result()
-    writer_addr = writer.where().result()
+    if job.resume:
+        scans: list[dict] = []
+        t_scan = time.perf_counter()
+        pieces = job.pieces()
+        actor_fut = client.submit(WriterActor, out_path, None, cfg, None, None, False, None,
+                                  True, job.checkpoint_seconds, actor=True,
+                                  resources={"disk": 1}, pure=False,
+                                  key=f"pfm-writer-resume-{uuid.uuid4().hex[:8]}")
+    else:
+        scan_futs = client.map(prescan_file, files,
+                               key=[f"prescan-{i}" for i in range(len(files))],
+                               resources={"compute": 1}, pure=False)
+        scans = client.gather(scan_futs)
+        del scan_futs
+        if job.strict:
+            _strict_check(scans)
+        t_scan = time.perf_counter()
+        existing_grid, existing = _existing(output, append)
+        grid, pieces = _grid_and_pieces(scans, cfg, existing_grid, len(existing))
+        static = _static(job, files, cfg, pieces, append)
+        actor_fut = client.submit(WriterActor, out_path, grid, cfg, files, len(pieces), append,
+                                  static, False, job.checkpoint_seconds, actor=True,
+                                  resources={"disk": 1}, pure=False, key="pfm-writer")
+    try:
+        writer = actor_fut.result()
+        grid = writer.grid().result()
+        cfg = writer.cfg().result()
+        writer_addr = writer.where().result()
+    except Exception as err:
+        if _actor_lost(err):
+            raise LoadError(f"the writer's worker died while opening the PFM ({err}); continue "
+                            f"with: {job.resume_cmd}", path=out_path) from err
+        raise
     log.info("writer actor on %s", writer_addr)
 
     pending = list(reversed(pieces))
     in_flight: dict = {}
     est = {p.seq: _estimate_bytes(p) for p in pieces}
     status = writer.status().result()
+    pending = [p for p in pending if p.seq >= status["watermark"]]
     last_progress = 0.0
     transfer = 0.0
     try:
         while status["watermark"] < len(pieces):
             if status.get("error"):
-                raise LoadError(f"writer failed: {status['error']}", path=out_path)
+                raise LoadError(f"the writer stopped: {status['error']}")
             in_flight_bytes = sum(est[p.seq] for p in in_flight.values())
             while pending and len(in_flight) < cfg.max_window:
                 nxt = pending[-1]
@@ -519,39 +662,181 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
             pass
         if isinstance(err, PfmDaskError) or not isinstance(err, Exception):
             raise
-        if "Actor" in str(err) or "lost" in str(err):
-            raise LoadError(f"the writer's worker was lost ({err}); the partial output is "
-                            "not valid", path=out_path) from err
+        if _actor_lost(err):
+            raise LoadError(f"the writer's worker died ({type(err).__name__}: {err}). Dask does "
+                            "not restart a writer, so the load stopped; the PFM is incomplete "
+                            "and marked so, and everything up to its last checkpoint is kept. "
+                            f"Continue with: {job.resume_cmd}", path=out_path) from err
         raise
     t_end = time.perf_counter()
     timings = {"prescan": t_scan - t0, "load": t_load - t_scan, "final": t_end - t_load,
                "total": t_end - t0}
     nworkers = len(client.scheduler_info(n_workers=-1)["workers"])
     dash = getattr(client, "dashboard_link", None)
-    res = _finalise(rw, scans, mode, grid, timings, nworkers, dash)
+    res = _finalise(rw, scans, mode + (" (resumed)" if job.resume else ""), grid, timings,
+                    nworkers, dash, extra_problems=job.input_problems)
     res.timings["task_transfer"] = transfer
     res.writer_worker = writer_addr
     return res
 
 
-def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig, *,
+def _unfinished(output: Path) -> dict | None:
+    """The journal of the load writing ``output`` if that load has not completed."""
+    try:
+        state = J.read_journal(output)
+    except LoadError:
+        return {"phase": "unknown (journal unreadable)"}
+    if state is not None and state.get("phase") != "complete":
+        return state
+    return None
+
+
+def _refuse_unfinished(output: Path, state: dict) -> ConfigError:
+    phase = state.get("phase")
+    where = (f", {state.get('watermark', 0):,} of {state.get('n_pieces', 0):,} pieces written"
+             if phase == "loading" else "")
+    cmd = state.get("resume_command") or J.resume_command(None, output)
+    return ConfigError(f"output {output} is an unfinished load (stopped in phase {phase}{where}): "
+                       f"continue it with `{cmd}`, or remove it to start again", path=output)
+
+
+def _dedupe(files: list[str]) -> tuple[list[str], list[str]]:
+    """Drop inputs that name a file already listed; each is reported as a problem."""
+    seen: dict[str, int] = {}
+    out, problems = [], []
+    for f in files:
+        try:
+            key = os.path.realpath(f)
+        except OSError:
+            key = os.path.abspath(f)
+        if key in seen:
+            problems.append(f"{f}: listed more than once (the same file as {files[seen[key]]}); "
+                            "loaded once")
+            continue
+        seen[key] = len(out)
+        out.append(f)
+    return out, problems
+
+
+def _resume_job(files: list[str], output: Path, cfg: LoadConfig | None,
+                job: _Job) -> tuple[list[str], LoadConfig, bool]:
+    """Check that a resume continues the same load; returns its files, settings and append flag."""
+    if not output.exists() and not Path(str(output) + ".data").exists():
+        raise ConfigError(f"nothing to resume: {output} does not exist; start the load "
+                          "without --resume", path=output)
+    static = J.read_static(output)
+    if static is None or J.read_journal(output) is None:
+        raise J.no_journal_error(output)
+    job.static = job.static or static
+    job.resume_cmd = static.get("resume_command") or job.resume_cmd
+    job.input_problems = list(static.get("input_problems") or [])
+    journal_files = [r["path"] for r in static["inputs"]]
+    if files:
+        given = [os.path.abspath(f) for f in _dedupe(files)[0]]
+        if given != [os.path.abspath(f) for f in journal_files]:
+            raise ConfigError("--resume continues the load with the inputs it started with, and "
+                              "these differ; give the same inputs, or none at all", path=output)
+    saved = J.config_from_dict(static["cfg"])
+    if cfg is not None:
+        diff = J.content_differences(J.config_to_dict(cfg), static["cfg"])
+        if diff:
+            raise ConfigError("--resume continues the load with the settings it started with; "
+                              f"these differ: {', '.join(diff)}. Give the same options, or "
+                              "none at all", path=output)
+        from dataclasses import replace
+
+        saved = replace(saved, **{k: getattr(cfg, k) for k in J.RUN_LIMITS})
+    changed = J.check_inputs(static)
+    if changed:
+        raise ConfigError("input file(s) changed since the load started, so their soundings "
+                          "in the PFM may not match them: " + ", ".join(changed)
+                          + "; remove the PFM and load again", path=output)
+    return journal_files, saved, bool(static.get("append"))
+
+
+def _nothing_loaded(output: Path) -> bool:
+    """True for a PFM that a load created and died in before its first checkpoint: no journal,
+    no soundings, no lines, no input files. Only such a PFM may be removed to start again."""
+    try:
+        if J.read_journal(output) is not None:
+            return False
+    except LoadError:
+        return False
+    stem = Path(str(output) + ".data") / output.name
+    try:
+        if (stem.with_name(stem.name + ".ndx").stat().st_size
+                or stem.with_name(stem.name + ".lin").stat().st_size):
+            return False
+        ctl = stem.with_name(stem.name + ".ctl").read_text(encoding="latin-1").splitlines()
+    except OSError:
+        return not output.exists() or not stem.with_name(stem.name + ".bin").exists()
+    return len([x for x in ctl if x.strip()]) <= 5
+
+
+def _already_complete(output: Path, state: dict) -> LoadResult:
+    """``--resume`` on a finished load: nothing to do; the report is the journal's."""
+    from . import pfm
+
+    rw = state.get("result") or {}
+    with pfm.open_pfm(output) as f:
+        grid = f.grid
+    rw.setdefault("pfm", str(output))
+    rw.setdefault("files", [])
+    rw.setdefault("check", state.get("check") or {"sound": True, "problems": []})
+    static = J.read_static(output) or {}
+    return _finalise(rw, [], "already complete (nothing to resume)", grid, {}, 0,
+                     extra_problems=static.get("input_problems"))
+
+
+def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | None, *,
              mode: str = "local", workers: int = 2, scheduler: str | None = None,
              append: bool = False, progress: Callable[[dict], None] | None = None,
              on_dashboard: Callable[[str], None] | None = None, client=None,
              cluster_profile=None,
-             on_message: Callable[[str], None] | None = None) -> LoadResult:
+             on_message: Callable[[str], None] | None = None,
+             resume: bool = False, strict: bool = False, command: list[str] | None = None,
+             checkpoint_seconds: float = 10.0) -> LoadResult:
     """Run a whole load; ``mode`` is ``serial``, ``local`` (embedded cluster), ``scheduler``
     or ``cluster`` (Slurm, PBS or local jobs from a :class:`~pfm_dask.cluster.ClusterProfile`).
 
     ``client``: an existing :class:`distributed.Client` to run on (any mode but serial).
     ``on_message``: where the cluster's notices go (jobs submitted, waiting, cancelled).
+    ``resume``: continue the interrupted load writing ``output`` (its inputs and settings
+    come from its journal; ``inputs`` and ``cfg`` may be empty/None, else must match).
+    ``strict``: refuse to start when the pre-scan finds damaged input.
+    ``command``: the command line (``sys.argv``), for the resume command in messages.
+    ``checkpoint_seconds``: the writer's checkpoint interval (docs/reliability.md).
     """
-    files = [str(f) for f in inputs]
+    files = [str(f) for f in inputs or []]
     output = Path(output)
     skipped: list[str] = []
-    if append:
+    job = _Job(command=command, resume_cmd=J.resume_command(command, output), strict=strict,
+               checkpoint_seconds=checkpoint_seconds, resume=resume)
+    data_dir = Path(str(output) + ".data")
+    if resume and files and not append and (
+            not (output.exists() or data_dir.exists()) or _nothing_loaded(output)):
+        # killed before its first checkpoint (or never started): nothing to continue, so start
+        cfg = cfg if cfg is not None else LoadConfig()
+        if on_message:
+            on_message(f"nothing to resume in {output}: starting the load")
+        if output.exists() or data_dir.exists():
+            shutil.rmtree(data_dir, ignore_errors=True)
+            output.unlink(missing_ok=True)
+        resume = job.resume = False
+    if resume:
+        state = J.read_journal(output) if data_dir.exists() else None
+        if state is not None and state.get("phase") == "complete":
+            return _already_complete(output, state)
+        files, cfg, append = _resume_job(files, output, cfg, job)
+    elif cfg is None:
+        raise ConfigError("a load needs its settings (cfg)")
+    elif append:
         if not output.exists():
             raise ConfigError("--append needs an existing PFM", path=output)
+        unfinished = _unfinished(output)
+        if unfinished is not None:
+            raise _refuse_unfinished(output, unfinished)
+        files, job.input_problems = _dedupe(files)
         _, existing = _existing(output, True)
         known = {os.path.abspath(p) for p in existing}
         skipped = [f for f in files if os.path.abspath(f) in known]
@@ -560,12 +845,17 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig, *,
             raise ConfigError("every input file is already in the PFM's .ctl; nothing to "
                               "append", path=output)
     elif output.exists() or Path(str(output) + ".data").exists():
+        unfinished = _unfinished(output)
+        if unfinished is not None:
+            raise _refuse_unfinished(output, unfinished)
         raise ConfigError(f"output {output} already exists: remove it, or add files to it "
                           "with --append", path=output)
+    else:
+        files, job.input_problems = _dedupe(files)
     if mode == "serial":
-        res = _run_serial(files, output, cfg, progress, append)
+        res = _run_serial(files, output, cfg, progress, append, job)
     elif client is not None:
-        res = _run_dask(client, files, output, cfg, progress, append, mode)
+        res = _run_dask(client, files, output, cfg, progress, append, mode, job)
     else:
         from distributed import Client
 
@@ -580,7 +870,8 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig, *,
                     on_dashboard(pc.dashboard_link)
                 pc.wait_for_workers()
                 t_cluster = time.perf_counter() - t_start
-                res = _run_dask(pc.client, files, output, cfg, progress, append, pc.describe())
+                res = _run_dask(pc.client, files, output, cfg, progress, append, pc.describe(),
+                                job)
                 res.timings["cluster_start"] = t_cluster
         elif mode == "scheduler":
             if not scheduler:
@@ -588,7 +879,7 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig, *,
             with Client(scheduler, timeout="30s") as client:
                 if on_dashboard:
                     on_dashboard(client.dashboard_link)
-                res = _run_dask(client, files, output, cfg, progress, append, "scheduler")
+                res = _run_dask(client, files, output, cfg, progress, append, "scheduler", job)
         else:
             t_start = time.perf_counter()
             with make_local_cluster(workers) as cluster, Client(cluster) as client:
@@ -597,8 +888,9 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig, *,
                 if on_dashboard:
                     on_dashboard(client.dashboard_link)
                 res = _run_dask(client, files, output, cfg, progress, append,
-                                f"local ({workers} workers)")
+                                f"local ({workers} workers)", job)
                 res.timings["cluster_start"] = t_cluster
     res.skipped_files = skipped
+    res.resume_command = job.resume_cmd
     write_report(res, Path(str(output) + ".data") / "load-report.json")
     return res

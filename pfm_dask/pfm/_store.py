@@ -255,7 +255,15 @@ def _pwrite_all(fd: int, data, offset: int) -> None:
     mv = memoryview(data).cast("B")
     done = 0
     while done < len(mv):
-        n = os.pwrite(fd, mv[done: done + _WRITE_CHUNK], offset + done)
+        try:
+            n = os.pwrite(fd, mv[done: done + _WRITE_CHUNK], offset + done)
+        except OSError as exc:  # name the file (a full disk must say which)
+            if exc.filename is None:
+                try:
+                    exc.filename = os.readlink(f"/proc/self/fd/{fd}")
+                except OSError:
+                    pass
+            raise
         if n <= 0:
             raise OSError(f"short write at byte {offset + done}")
         done += n
@@ -565,6 +573,9 @@ class PfmFile:
         self._spare: list[np.ndarray] = []      # output buffers handed back by the writer
         # bit per bin: 1 = record known to be all zero (set for a file created by this object)
         self._zero_bins: np.ndarray | None = None
+        #: crash safety (pfm_dask.journal.UndoLog) or None: add_sorted hands it the bytes its
+        #: in-place writes replace (save_spans) and calls commit() before issuing them
+        self.undo = None
         #: seconds spent per phase of add_sorted (for benchmarks and profiling)
         self.timings: dict[str, float] = defaultdict(float)
         try:
@@ -1259,6 +1270,8 @@ class PfmFile:
                             what="bin record")
             bwords = BL._to_words(bspans.records())
             cur = BL.unpack_words(bwords, ["num_soundings", "validity", "head", "tail"])
+        if self.undo is not None:
+            self.undo.save_spans("bin", bspans.span_lo, bspans.buffers)
         self._touch(ub)
         c0 = cur["num_soundings"].astype(np.int64)
         t0 = cur["tail"].astype(np.int64)
@@ -1338,6 +1351,8 @@ class PfmFile:
             writer.wait_for(self._fds["ndx"], int(t0[tb[0]]), int(t0[tb[-1]]) + rsize)
             tspans = _Spans(self._fds["ndx"], t0[tb], rsize, max_gap=_RMW_GAP,
                             path=self.ndx_path, what="tail record")
+            if self.undo is not None:
+                self.undo.save_spans("ndx", tspans.span_lo, tspans.buffers)
             twords = NL._to_words(tspans.records())
             cont_old = NL.unpack_words(twords, ["continuation"])["continuation"]
             if np.any(cont_old != 0):
@@ -1360,6 +1375,8 @@ class PfmFile:
                 NL.pack_words(twords, {"continuation": first_new[tb[link]].astype(np.uint64)},
                               clear=True, rows=np.flatnonzero(link))
             tspans.store(NL._from_words(twords))
+            if self.undo is not None:
+                self.undo.commit()
             tspans.write(writer)
         tm["add_tails"] += time.perf_counter() - t
 
@@ -1373,6 +1390,8 @@ class PfmFile:
                                "head": new_head.astype(np.uint64), "tail": new_tail.astype(np.uint64)},
                       clear=True)
         bspans.store(BL._from_words(bwords))
+        if self.undo is not None:
+            self.undo.commit()
         bspans.write(writer)
         self.ndx_size = base + M * rsize
         tm["add_bins_write"] += time.perf_counter() - t

@@ -18,6 +18,7 @@ PFMs through them.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -633,10 +634,41 @@ def _split_by_soundings(cnt: np.ndarray, budget: int):
         a = b
 
 
-def check(path) -> list[Problem]:
+def _check_journal(parts: dict, pr: _Problems) -> None:
+    """A pfm-dask load that has not finished leaves ``journal.json`` in a phase other than
+    ``complete`` (docs/reliability.md): such a PFM is incomplete whatever its bytes say."""
+    jpath = os.path.join(parts["data"], "journal.json")
+    try:
+        with open(jpath, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        pr.add("incomplete", "journal", "", f"incomplete: the load journal {jpath} cannot be "
+               f"read ({exc.strerror}); the load that writes this PFM may not have finished")
+        return
+    try:
+        j = json.loads(raw)
+        phase = j.get("phase")
+    except (ValueError, AttributeError):
+        pr.add("incomplete", "journal", "", f"incomplete: the load journal {jpath} is damaged; "
+               "the load that writes this PFM may not have finished")
+        return
+    if phase != "complete":
+        done = f", {j.get('watermark', 0):,} of {j.get('n_pieces', 0):,} pieces written" \
+            if phase == "loading" else ""
+        cmd = j.get("resume_command")
+        pr.add("incomplete", "journal", "",
+               f"incomplete: the load that writes this PFM stopped in phase {phase!r}{done}"
+               + (f"; continue it with: {cmd}" if cmd else ""))
+
+
+def check(path, *, journal: bool = True) -> list[Problem]:
     """Full validity check of the PFM whose handle is ``path``; returns the problems found.
 
     See the module docstring and docs/pfm-format.md ("What check verifies").
+    With ``journal`` (default), a pfm-dask load journal that is not ``complete``
+    is reported as the first problem (the load's own final check passes False).
     Raises :class:`PfmFormatError` only when there is no PFM at ``path`` or
     its header yields no record layout.
     """
@@ -645,6 +677,8 @@ def check(path) -> list[Problem]:
         raise PfmFormatError("no PFM here (neither the handle file nor its .data directory exists)",
                              path=parts["handle"])
     pr = _Problems()
+    if journal:
+        _check_journal(parts, pr)
     _check_handle(parts, pr)
     sizes = {}
     for p in (".ctl", ".lin", ".bin", ".ndx", ".cvg"):

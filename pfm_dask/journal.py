@@ -1,0 +1,507 @@
+"""Crash safety of a load: the journal, the undo log, atomic publishing (no Dask here).
+
+A load builds straight into its final names and is marked incomplete until its
+final check passes. Beside the PFM parts, ``X.pfm.data/`` holds:
+
+``load.json``
+    written once at the start: the command line and the resume command, the
+    inputs with size and mtime, the settings, the piece plan.
+``journal.json``
+    the last checkpoint: epoch, phase, the durable watermark (the next piece
+    ``seq`` to write), the sizes of the parts, and the writer's state (per-file
+    counts, line trackers). Published atomically (:func:`atomic_write`).
+``undo.log``
+    pre-images of the in-place overwrites made since the last checkpoint
+    (bin records and chain tail records), each entry fsynced before its
+    overwrite is issued (:class:`UndoLog`).
+``touched.log``
+    the bins that received soundings, each once, appended as int64; the
+    checkpoint records its length (:class:`TouchedLog`).
+``filter-redo.bin``
+    the area filter's result, (record offset, slot, validity) per changed
+    sounding: applying it is idempotent.
+``lock``
+    an ``flock`` held by the process that writes the PFM.
+
+Resume = apply the undo log in reverse, truncate ``.ndx``/``.ctl``/``.lin``
+and ``touched.log`` to the checkpoint sizes, restore the writer's state, and
+go on from the watermark. docs/reliability.md has the whole story.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import shlex
+import signal
+import socket
+import struct
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ConfigError, LoadError
+
+__all__ = [
+    "PHASES",
+    "JOURNAL_NAME",
+    "atomic_write",
+    "fsync_path",
+    "fsync_dir",
+    "read_journal",
+    "read_static",
+    "journal_paths",
+    "UndoLog",
+    "TouchedLog",
+    "PfmLock",
+    "resume_command",
+    "config_to_dict",
+    "config_from_dict",
+    "content_differences",
+    "is_disk_full",
+    "disk_full_error",
+    "crash_point",
+]
+
+#: The phases of a load, in order. Only ``complete`` means the PFM is valid.
+PHASES = ("loading", "loaded", "area-filter", "filtered", "recompute", "check", "complete")
+
+JOURNAL_NAME = "journal.json"
+STATIC_NAME = "load.json"
+UNDO_NAME = "undo.log"
+TOUCHED_NAME = "touched.log"
+REDO_NAME = "filter-redo.bin"
+LOCK_NAME = "lock"
+FORMAT = 1
+
+_DISK_FULL = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+
+
+# ---------------------------------------------------------------- publishing
+def fsync_path(path: str | os.PathLike) -> None:
+    """fsync a file by name (fsync reaches the file's dirty pages through any descriptor)."""
+    fd = os.open(os.fspath(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """fsync a directory, so that a rename or a new name inside it is durable."""
+    fd = os.open(os.fspath(path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data, name=None) -> None:
+    mv = memoryview(data).cast("B")
+    done = 0
+    while done < len(mv):
+        try:
+            n = os.write(fd, mv[done:])
+        except OSError as exc:
+            if exc.filename is None and name is not None:
+                exc.filename = os.fspath(name)
+            raise
+        if n <= 0:
+            raise OSError(errno.EIO, "short write")
+        done += n
+
+
+def _pwrite_all(fd: int, data, offset: int) -> None:
+    mv = memoryview(data).cast("B")
+    done = 0
+    while done < len(mv):
+        try:
+            n = os.pwrite(fd, mv[done:], offset + done)
+        except OSError as exc:  # name the file (a full disk must say which)
+            if exc.filename is None:
+                try:
+                    exc.filename = os.readlink(f"/proc/self/fd/{fd}")
+                except OSError:
+                    pass
+            raise
+        if n <= 0:
+            raise OSError(errno.EIO, "short write")
+        done += n
+
+
+def atomic_write(path: str | os.PathLike, data: bytes) -> None:
+    """Replace ``path`` with ``data`` all at once: tmp in the same dir, fsync, rename, fsync dir."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        try:
+            _write_all(fd, data, tmp)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(path.parent)
+
+
+def journal_paths(pfm_path: str | os.PathLike) -> dict:
+    """The journal's files for the PFM whose handle is ``pfm_path``."""
+    data = Path(os.fspath(pfm_path) + ".data")
+    return {"data": data, "journal": data / JOURNAL_NAME, "static": data / STATIC_NAME,
+            "undo": data / UNDO_NAME, "touched": data / TOUCHED_NAME,
+            "redo": data / REDO_NAME, "lock": data / LOCK_NAME}
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise LoadError(f"cannot read the load journal: {err.strerror}", path=path) from err
+    try:
+        out = json.loads(raw)
+    except ValueError as err:
+        raise LoadError(f"the load journal is not valid JSON ({err})", path=path) from err
+    if not isinstance(out, dict) or out.get("format") != FORMAT:
+        raise LoadError("the load journal has an unknown format", path=path)
+    return out
+
+
+def read_journal(pfm_path: str | os.PathLike) -> dict | None:
+    """The last checkpoint of the load that writes ``pfm_path``, or None if it has no journal."""
+    return _read_json(journal_paths(pfm_path)["journal"])
+
+
+def read_static(pfm_path: str | os.PathLike) -> dict | None:
+    """The load's ``load.json`` (command, inputs, settings, plan), or None."""
+    return _read_json(journal_paths(pfm_path)["static"])
+
+
+# ---------------------------------------------------------------- undo log
+_PARTS = {"bin": 0, "ndx": 1, "cvg": 2, "ctl": 3, "lin": 4}
+_PART_NAMES = {v: k for k, v in _PARTS.items()}
+_HEAD = struct.Struct("<4sQBQQ")     # magic, epoch, part, offset, length
+_CRC = struct.Struct("<I")
+_MAGIC = b"UNDO"
+_ZERO = 0x80                         # part flag: the pre-image is all zero (no body stored)
+
+
+class UndoLog:
+    """Pre-images of in-place overwrites since the last checkpoint; see the module docstring.
+
+    The PFM store calls :meth:`save` with the bytes a write is about to replace
+    and :meth:`commit` before issuing the writes; one commit (one fsync) covers
+    every pre-image saved since the previous one, so a piece costs one fsync.
+    Only bytes below the checkpoint size of their part are kept: anything past
+    it is cut off by the resume's truncation. Each entry carries the epoch of
+    its checkpoint and a CRC, so a torn tail or entries of an older epoch are
+    ignored.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.epoch = 0
+        self.limits: dict[str, int] = {}
+        self._dirty = False
+        self._end = os.fstat(self.fd).st_size
+        self.bytes_saved = 0
+        self.seconds = 0.0      # time spent saving and committing (the journal's cost)
+
+    def begin(self, epoch: int, limits: dict[str, int]) -> None:
+        """Start a new checkpoint interval: forget every entry (truncate) and set the limits."""
+        t0 = time.perf_counter()
+        os.ftruncate(self.fd, 0)
+        os.fsync(self.fd)
+        self._end = 0
+        self._dirty = False
+        self.epoch = int(epoch)
+        self.limits = {k: int(v) for k, v in limits.items()}
+        self.seconds += time.perf_counter() - t0
+
+    def save(self, part: str, offset: int, data) -> None:
+        """Keep the bytes at ``offset`` of ``part`` that a write is about to replace."""
+        offset = int(offset)
+        if offset >= self.limits.get(part, 0):
+            return
+        t0 = time.perf_counter()
+        arr = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+        if not arr.any():  # never-written bytes (new bin records): keep only the length
+            head = _HEAD.pack(_MAGIC, self.epoch, _PARTS[part] | _ZERO, offset, arr.size)
+            body = b""
+        else:
+            head = _HEAD.pack(_MAGIC, self.epoch, _PARTS[part], offset, arr.size)
+            body = arr.tobytes()
+        crc = zlib.crc32(body, zlib.crc32(head))
+        _pwrite_all(self.fd, head + _CRC.pack(crc) + body, self._end)
+        self._end += _HEAD.size + _CRC.size + len(body)
+        self.bytes_saved += len(body)
+        self._dirty = True
+        self.seconds += time.perf_counter() - t0
+
+    def save_spans(self, part: str, offsets, buffers) -> None:
+        """:meth:`save` for each (offset, buffer) pair (the store's merged spans)."""
+        for off, buf in zip(offsets, buffers):
+            self.save(part, off, buf)
+
+    def commit(self) -> None:
+        """Make the saved pre-images durable; call before the overwrites are issued."""
+        if self._dirty:
+            t0 = time.perf_counter()
+            os.fsync(self.fd)
+            self._dirty = False
+            self.seconds += time.perf_counter() - t0
+
+    def entries(self, epoch: int) -> list[tuple[int | None, str, int, int]]:
+        """Valid entries of ``epoch`` in write order: (position of the data or None for
+        zeros, part, offset, length)."""
+        out = []
+        size = os.fstat(self.fd).st_size
+        pos = 0
+        hs = _HEAD.size + _CRC.size
+        while pos + hs <= size:
+            raw = os.pread(self.fd, hs, pos)
+            magic, ep, part, off, n = _HEAD.unpack_from(raw)
+            (crc,) = _CRC.unpack_from(raw, _HEAD.size)
+            zero = bool(part & _ZERO)
+            part &= ~_ZERO
+            stored = 0 if zero else n
+            if magic != _MAGIC or part not in _PART_NAMES or pos + hs + stored > size:
+                break  # a torn or foreign tail: its overwrite was never issued
+            body = os.pread(self.fd, stored, pos + hs)
+            if zlib.crc32(body, zlib.crc32(raw[:_HEAD.size])) != crc:
+                break
+            if ep == epoch:
+                out.append((None if zero else pos + hs, _PART_NAMES[part], off, n))
+            pos += hs + stored
+        return out
+
+    def rollback(self, epoch: int, paths: dict[str, str]) -> int:
+        """Put back every pre-image of ``epoch``, newest first; fsync the parts. Returns bytes."""
+        ents = self.entries(epoch)
+        fds: dict[str, int] = {}
+        total = 0
+        try:
+            for pos, part, off, n in reversed(ents):
+                if part not in fds:
+                    fds[part] = os.open(paths[part], os.O_WRONLY)
+                body = bytes(n) if pos is None else os.pread(self.fd, n, pos)
+                _pwrite_all(fds[part], body, off)
+                total += n
+            for fd in fds.values():
+                os.fsync(fd)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        return total
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+# ---------------------------------------------------------------- touched bins
+class TouchedLog:
+    """The bins that received soundings, each appended once (int64), durable at checkpoints."""
+
+    def __init__(self, path: str | os.PathLike, *, size: int | None = None):
+        self.path = Path(path)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if size is not None:
+            os.ftruncate(self.fd, int(size))
+        self.size = os.fstat(self.fd).st_size
+        self.seconds = 0.0
+
+    def read(self) -> np.ndarray:
+        n = self.size // 8
+        raw = os.pread(self.fd, n * 8, 0)
+        return np.frombuffer(raw, dtype="<i8").astype(np.int64)
+
+    def append(self, bins: np.ndarray) -> None:
+        if bins.size == 0:
+            return
+        t0 = time.perf_counter()
+        data = np.ascontiguousarray(bins, dtype="<i8").tobytes()
+        _pwrite_all(self.fd, data, self.size)
+        self.size += len(data)
+        self.seconds += time.perf_counter() - t0
+
+    def sync(self) -> None:
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+# ---------------------------------------------------------------- lock
+class PfmLock:
+    """An exclusive ``flock`` on ``X.pfm.data/lock``: one writer per PFM at a time.
+
+    A writer whose process died releases it at once (the kernel drops the lock);
+    a writer still running (an orphaned worker finishing a write) is waited for
+    up to ``wait`` seconds, then the resume is refused.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, wait: float = 60.0):
+        self.path = Path(path)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.time() + wait
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as err:
+                if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+                if time.time() >= deadline:
+                    holder = os.pread(self.fd, 200, 0).decode("utf-8", "replace").strip()
+                    os.close(self.fd)
+                    raise LoadError(f"another process is writing this PFM ({holder or 'unknown'}); "
+                                    "wait for it to end, or stop it, then try again",
+                                    path=self.path) from None
+                time.sleep(0.2)
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self.fd)
+                self.fd = None
+
+
+# ---------------------------------------------------------------- helpers
+def resume_command(command: list[str] | None, output: str | os.PathLike) -> str:
+    """The command that continues the load: its own command line plus ``--resume``."""
+    if command:
+        args = list(command)
+        prog = os.path.basename(args[0]) if args else "pfm-dask"
+        if prog in ("cli.py", "__main__.py", "pfm_dask.cli") or prog.startswith("python"):
+            prog = "pfm-dask"
+        rest = [a for a in args[1:] if a != "--resume"]
+        return shlex.join([prog, *rest, "--resume"])
+    return shlex.join(["pfm-dask", "load", "--resume", "-o", os.fspath(output)])
+
+
+def config_to_dict(cfg) -> dict:
+    """A :class:`~pfm_dask.config.LoadConfig` as plain JSON values."""
+    return json.loads(json.dumps(cfg.to_dict()))
+
+
+def config_from_dict(d: dict):
+    """The inverse of :func:`config_to_dict`."""
+    from .config import LoadConfig, SwathFilterConfig
+
+    d = dict(d)
+    d["swath"] = SwathFilterConfig(**d.get("swath", {}))
+    for k in ("mbr", "bin_size_deg"):
+        if d.get(k) is not None:
+            d[k] = tuple(d[k])
+    if d.get("polygon") is not None:
+        d["polygon"] = tuple(tuple(p) for p in d["polygon"])
+    return LoadConfig(**d)
+
+
+#: LoadConfig fields that do not change the output (they may differ on resume).
+RUN_LIMITS = ("max_backlog_bytes", "max_window")
+
+
+def content_differences(a: dict, b: dict) -> list[str]:
+    """Names of the settings that decide the content and differ between two config dicts."""
+    keys = sorted(set(a) | set(b))
+    return [k for k in keys if k not in RUN_LIMITS and a.get(k) != b.get(k)]
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """True for the out-of-space errors: ENOSPC, EFBIG (file size limit), EDQUOT."""
+    while err is not None:
+        if isinstance(err, OSError) and err.errno in _DISK_FULL:
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def disk_full_error(err: BaseException, where: str | os.PathLike, resume: str) -> LoadError:
+    """The user's message for a full disk: which file, why, and how to continue."""
+    e = err
+    while e is not None and not (isinstance(e, OSError) and e.errno in _DISK_FULL):
+        e = e.__cause__ or e.__context__
+    name = getattr(e, "filename", None) or os.fspath(where)
+    why = {errno.EFBIG: "the file size limit was reached (disk full for this process)",
+           errno.EDQUOT: "the disk quota is exhausted"}.get(getattr(e, "errno", None),
+                                                            "the disk is full")
+    return LoadError(f"writing failed: {why} ({getattr(e, 'strerror', None) or e}). The PFM is "
+                     f"incomplete and marked so; make room, then continue with: {resume}",
+                     path=name)
+
+
+def crash_point(name: str) -> None:
+    """Test hook: SIGKILL this process (or its process group) at a named point.
+
+    ``PFM_DASK_CRASH_AT="name"`` or ``"name:N"`` kills at the N-th time (default
+    1st) ``name`` is reached; ``PFM_DASK_CRASH_SCOPE=group`` kills the whole
+    process group (the driver and its workers) instead of this process only.
+    Unset (always, outside tests) it costs one dictionary lookup.
+    """
+    spec = os.environ.get("PFM_DASK_CRASH_AT")
+    if not spec:
+        return
+    want, _, nth = spec.partition(":")
+    if want != name:
+        return
+    count = _CRASH_COUNTS.get(name, 0) + 1
+    _CRASH_COUNTS[name] = count
+    if count != (int(nth) if nth else 1):
+        return
+    if os.environ.get("PFM_DASK_CRASH_SCOPE") == "group":
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+_CRASH_COUNTS: dict[str, int] = {}
+
+
+def check_inputs(static: dict) -> list[str]:
+    """Inputs of a journaled load that changed since it started (vanished files are allowed)."""
+    changed = []
+    for rec in static.get("inputs", []):
+        try:
+            st = os.stat(rec["path"])
+        except OSError:
+            continue
+        if rec.get("size") is None:
+            continue
+        if st.st_size != rec["size"] or st.st_mtime_ns != rec["mtime_ns"]:
+            changed.append(rec["path"])
+    return changed
+
+
+def input_record(path: str) -> dict:
+    """Size and mtime of an input, to notice on resume that it changed."""
+    try:
+        st = os.stat(path)
+        return {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    except OSError:
+        return {"path": str(path), "size": None, "mtime_ns": None}
+
+
+def no_journal_error(output) -> ConfigError:
+    return ConfigError("this PFM has no load journal, so it cannot be resumed (it was not written "
+                       "by pfm-dask, or its load died before its first checkpoint): remove it and "
+                       "load again", path=output)
