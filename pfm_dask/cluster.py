@@ -490,17 +490,28 @@ def _compute_adaptive_class():
     class _ComputeAdaptive(Adaptive):
         """Adaptive that retires only workers of the cluster's own spec (never the disk node).
 
-        The scheduler counts the disk worker too; the target is shifted by the
-        workers outside the plan so that it is not one compute worker short.
+        The scheduler picks the workers; the pfm-writer plugin (preloaded on
+        our schedulers) keeps disk workers out of its candidates. It counts the
+        disk worker among all workers, so the target is shifted by the workers
+        outside the plan, or it would close one compute worker too many. Names
+        outside the plan are dropped from its answer as a second safeguard.
+        The scheduler's target counts the disk worker as well: it is taken off.
         """
+
+        async def _outside(self) -> int:
+            plan = {str(n) for n in self.plan}
+            ident = await self.scheduler.identity()
+            return sum(1 for w in ident.get("workers", {}).values()
+                       if str(w.get("name")) not in plan)
+
+        async def target(self) -> int:
+            return max(0, await super().target() - await self._outside())
 
         async def workers_to_close(self, target: int) -> list[str]:
             plan = {str(n) for n in self.plan}
-            ident = await self.scheduler.identity()
-            outside = sum(1 for w in ident.get("workers", {}).values()
-                          if str(w.get("name")) not in plan)
             names = await self.scheduler.workers_to_close(
-                target=target + outside, attribute="name", **self._workers_to_close_kwargs)
+                target=target + await self._outside(), attribute="name",
+                **self._workers_to_close_kwargs)
             return [n for n in names if str(n) in plan]
 
     return _ComputeAdaptive

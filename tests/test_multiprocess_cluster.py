@@ -83,7 +83,7 @@ def dask_cluster(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("mpcluster")
     sfile = tmp / "scheduler.json"
-    env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False")
+    env = dict(os.environ)
     py = [sys.executable, "-m"]
     procs = []
     logs = []
@@ -160,8 +160,11 @@ def test_cli_load_through_scheduler_puts_the_writer_on_the_disk_worker(dask_clus
     port = base.rsplit(":", 1)[1]
     dash = [ln for ln in r.stderr.splitlines() if ln.startswith("Dask dashboard: ")]
     assert dash and f":{port}/" in dash[0], r.stderr
-    # The finished load, as the scheduler's gauges tell it.
-    v = _metrics(base)
+    # The finished load, as the scheduler's gauges tell it (the last status may still be on
+    # its way from the disk worker when the command returns).
+    t0 = time.monotonic()
+    while _phase(v := _metrics(base)) != "done" and time.monotonic() - t0 < 5:
+        time.sleep(0.1)
     soundings = pfm.info(out)["counts"]["soundings"]
     assert _phase(v) == "done"
     assert v[("pfm_files_done", ())] == v[("pfm_files_total", ())] == 3
@@ -224,14 +227,16 @@ def test_metrics_and_page_during_a_load(dask_cluster, survey, tmp_path):
 
 
 def test_adaptive_scaling_spares_the_disk_worker(tmp_path):
-    """Adaptive down to zero retires the compute worker of the cluster's spec, never the
-    hand-started disk worker (DASK_NOTES 2.1, pitfall 7)."""
+    """Adaptive down to zero retires the compute workers of the cluster's spec, never the
+    hand-started disk worker (DASK_NOTES 2.1, pitfall 7): the scheduler as pfm_dask.cluster
+    runs it, with the pfm_dask.dashboard preload, and its adaptive class."""
     from distributed import Client, LocalCluster
 
     from pfm_dask.cluster import _compute_adaptive_class
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp://",
-                      host="127.0.0.1", dashboard_address=":0", resources={"compute": 1}) as cl, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp://",
+                      host="127.0.0.1", dashboard_address=":0", resources={"compute": 1},
+                      scheduler_kwargs={"preload": ["pfm_dask.dashboard"]}) as cl, \
             Client(cl) as client:
         disk = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker",
                                  cl.scheduler_address, "--name", "pfm-disk", "--nthreads", "1",
@@ -239,17 +244,25 @@ def test_adaptive_scaling_spares_the_disk_worker(tmp_path):
                                  "--no-dashboard"], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, cwd=tmp_path)
         try:
-            client.wait_for_workers(2, timeout=60)
-            # Plain scheduler advice for "no workers needed" includes the disk worker...
-            plain = client.run_on_scheduler(
-                lambda dask_scheduler: dask_scheduler.workers_to_close(target=0,
-                                                                        attribute="name"))
-            assert "pfm-disk" in plain
-            # ...and the adaptive class of pfm_dask.cluster leaves it alone.
-            cl.adapt(Adaptive=_compute_adaptive_class(), minimum=0, maximum=1,
+            client.wait_for_workers(3, timeout=60)
+            # Without the plugin, the scheduler's advice for "no workers needed" includes the
+            # disk worker; with it, only the compute workers.
+            def advice(dask_scheduler, with_plugin):
+                plugins = dask_scheduler.plugins
+                saved = plugins.pop("pfm-writer") if not with_plugin else None
+                try:
+                    return sorted(map(str, dask_scheduler.workers_to_close(target=0,
+                                                                           attribute="name")))
+                finally:
+                    if saved is not None:
+                        plugins["pfm-writer"] = saved
+
+            assert client.run_on_scheduler(advice, with_plugin=False) == ["0", "1", "pfm-disk"]
+            assert client.run_on_scheduler(advice, with_plugin=True) == ["0", "1"]
+            cl.adapt(Adaptive=_compute_adaptive_class(), minimum=0, maximum=2,
                      interval="100ms", wait_count=1)
             t0 = time.monotonic()
-            while time.monotonic() - t0 < 20:
+            while time.monotonic() - t0 < 30:
                 names = [w["name"] for w in client.scheduler_info(n_workers=-1)["workers"].values()]
                 if names == ["pfm-disk"]:
                     break
