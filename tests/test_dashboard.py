@@ -240,10 +240,11 @@ def test_preloaded_scheduler_serves_json_metrics_and_the_page():
     from distributed import Client, LocalCluster
 
     for round_ in range(2):  # a second scheduler in the same process must not clash
-        with LocalCluster(n_workers=0, processes=False, dashboard_address=":0",
+        with LocalCluster(n_workers=0, processes=False, dashboard_address="127.0.0.1:0",
                           scheduler_kwargs={"preload": ["pfm_dask.dashboard"]}) as cluster, \
                 Client(cluster) as client:
-            base = client.dashboard_link.rsplit("/", 1)[0]
+            # Over loopback: the link names the machine's address, the server listens on all.
+            base = f"http://127.0.0.1:{cluster.scheduler.http_server.port}"
             preloaded = cluster.scheduler.plugins["pfm-writer"]
             client.register_plugin(PfmWriterPlugin())  # what every load does: keeps the first
             assert cluster.scheduler.plugins["pfm-writer"] is preloaded

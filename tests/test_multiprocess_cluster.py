@@ -271,3 +271,25 @@ def test_adaptive_scaling_spares_the_disk_worker(tmp_path):
             assert disk.poll() is None  # the disk worker process is still up
         finally:
             _stop([disk])
+
+
+def test_local_profile_runs_the_embedded_cluster(survey, tmp_path):
+    """``--cluster local --cluster-config`` is the embedded cluster, dashboard page included."""
+    from pfm_dask.cluster import ClusterProfile
+
+    prof = ClusterProfile.from_dict({"kind": "local", "workers": 1,
+                                     "scheduler": {"dashboard_address": "127.0.0.1:0"}})
+    links: list[str] = []
+    pages: list[int] = []
+
+    def progress(status):
+        if not pages:  # the link names the machine's address; ask over loopback
+            port = links[0].rsplit(":", 1)[1].split("/")[0]
+            pages.append(_get(f"http://127.0.0.1:{port}/pfm-writer")[0])
+
+    res = pipeline.run_load(expand_inputs([survey]), tmp_path / "local.pfm",
+                            LoadConfig(bin_size_m=25.0), mode="cluster", cluster_profile=prof,
+                            on_dashboard=links.append, progress=progress)
+    assert res.exit_code == 0 and res.mode == "local (1 workers)"
+    assert links and links[0].endswith("/status")
+    assert pages == [200]
