@@ -386,6 +386,28 @@ class PfmLock:
                 self.fd = None
 
 
+def remove_scratch(pfm_path: str | os.PathLike) -> bool:
+    """Delete a finished load's scratch files (undo, touched, redo, lock) if no one holds the
+    lock; a load killed right after it was marked complete leaves them. True if removed."""
+    paths = journal_paths(pfm_path)
+    if not paths["lock"].exists():
+        return False
+    try:
+        lock = PfmLock(paths["lock"], wait=0.0)
+    except LoadError:
+        return False
+    try:
+        for key in ("undo", "touched", "redo"):
+            try:
+                os.unlink(paths[key])
+            except OSError:
+                pass
+        os.unlink(paths["lock"])
+    finally:
+        lock.release()
+    return True
+
+
 # ---------------------------------------------------------------- helpers
 def resume_command(command: list[str] | None, output: str | os.PathLike) -> str:
     """The command that continues the load: its own command line plus ``--resume``."""

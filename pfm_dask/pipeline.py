@@ -491,7 +491,13 @@ def _piece_task(piece: Piece, grid: BinGrid, cfg: LoadConfig, writer) -> dict:
     """A worker task: prepare the piece and hand it to the writer actor (never waits for order).
 
     A retried or re-run task delivers its piece again: the writer drops the duplicate.
+    ``writer`` is the actor, or ``(class, address, key)`` to rebuild its proxy here (an
+    Actor argument is a task dependency, which would send every task to the disk worker).
     """
+    if isinstance(writer, tuple):
+        from distributed.actor import Actor
+
+        writer = Actor(*writer)
     prepared = prepare_piece(piece, grid, cfg)
     _kill_compute_worker_once("before")
     t0 = time.perf_counter()
@@ -602,6 +608,8 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
                             f"with: {job.resume_cmd}", path=out_path) from err
         raise
     log.info("writer actor on %s", writer_addr)
+    # the tasks get the actor's address, not the actor: no dependency on the disk worker
+    writer_ref = (WriterActor, writer._address, writer.key)
 
     pending = list(reversed(pieces))
     in_flight: dict = {}
@@ -624,7 +632,7 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
                 if est[nxt.seq] > room and (in_flight or status["backlog_batches"]):
                     break
                 pending.pop()
-                fut = client.submit(_piece_task, nxt, grid, cfg, writer,
+                fut = client.submit(_piece_task, nxt, grid, cfg, writer_ref,
                                     key=f"piece-{nxt.seq:06d}", resources={"compute": 1},
                                     pure=False, priority=-nxt.seq, retries=1)
                 in_flight[fut] = nxt
@@ -778,6 +786,7 @@ def _already_complete(output: Path, state: dict) -> LoadResult:
     from . import pfm
 
     rw = state.get("result") or {}
+    J.remove_scratch(output)
     with pfm.open_pfm(output) as f:
         grid = f.grid
     rw.setdefault("pfm", str(output))

@@ -102,6 +102,7 @@ class PfmWriter:
         self._journal_on = journal is not None or resume
         self.jphase = "loading"        # the journal's phase (journal.PHASES)
         self._epoch = 0
+        self._dirty = True             # parts written since the last checkpoint
         self.checkpoints = 0
         self._flock: J.PfmLock | None = None
         self._undo: J.UndoLog | None = None
@@ -159,6 +160,7 @@ class PfmWriter:
             raise
 
     def _add_files(self, files: list[str]) -> None:
+        self._dirty = True
         numbers = self.pfm.add_files(files)
         self.file_numbers = [int(n) for n in numbers]
         self.files = list(files)
@@ -226,9 +228,11 @@ class PfmWriter:
             self.jphase = phase
         if not self.pfm.closed:
             self.pfm.flush()
-        for p in self._part_paths().values():
-            J.fsync_path(p)
-        self._touched_log.sync()
+        if self._dirty:
+            for p in self._part_paths().values():
+                J.fsync_path(p)
+            self._touched_log.sync()
+            self._dirty = False
         self._epoch += 1
         J.atomic_write(self._jp["journal"], json.dumps(self._state()).encode())
         self._undo.begin(self._epoch, {"bin": os.path.getsize(self._part_paths()["bin"]),
@@ -377,6 +381,7 @@ class PfmWriter:
 
     def _write(self, prepared: PreparedPiece) -> None:
         t0 = time.perf_counter()
+        self._dirty = True
         piece = prepared.piece
         fnum = piece.file_number
         rec = self.per_file[fnum]
@@ -564,7 +569,7 @@ class PfmWriter:
             extrema = pfm.recompute(self.pfm, touched)
         self.pfm.write_header(**(extrema or {}))
         self.timings["recompute"] = time.perf_counter() - t0
-        self.pfm.close(durable=self._journal_on)
+        self.pfm.close(durable=self._journal_on)  # fsyncs every part
         self.phase = "check"
         self._checkpoint("check")
         t0 = time.perf_counter()
@@ -681,6 +686,7 @@ class PfmWriter:
             raise LoadError("the area filter's redo file does not match its checksum; remove the "
                             "PFM and load again", path=path)
         rec = np.frombuffer(raw, dtype=_REDO_DTYPE).reshape(n, 3)
+        self._dirty = True
         for a in range(0, n, _REDO_CHUNK):
             r = rec[a:a + _REDO_CHUNK]
             self.pfm.set_validity(r[:, 0], r[:, 1], r[:, 2])

@@ -1,0 +1,277 @@
+"""A load killed (SIGKILL, a real process) at any phase resumes to the same PFM as an
+uninterrupted run; the journal's pieces (undo log, atomic publish) on their own.
+
+The reference is an uninterrupted ``--serial`` run of the same command. "The same PFM" is
+checked three ways: the Parquet dumps are equal, the ``.ndx``, ``.cvg``, ``.lin`` and the bin
+records are byte-identical, and the header differs at most in its creation date.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pfm_dask import journal as J
+from pfm_dask import pfm, pipeline
+from pfm_dask.errors import ConfigError
+
+#: the options of every load in these tests (the area filter, so its phases are covered too)
+LOAD_OPTS = ["--bin-size", "25", "--area-filter", "--two-sided", "--cellstd", "1.5", "-q"]
+
+
+# ------------------------------------------------------------------ helpers (shared)
+def pfm_cli(*args, env: dict | None = None, timeout: float = 300, preexec_fn=None):
+    """Run ``pfm-dask ARGS`` in a new process (a new session, so a group kill stays inside)."""
+    return subprocess.run([sys.executable, "-m", "pfm_dask.cli", *map(str, args)],
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                          timeout=timeout, start_new_session=True, preexec_fn=preexec_fn)
+
+
+def resume_command_in(text: str) -> list[str]:
+    """The resume command a message names (``... continue ... with: CMD`` or in backticks)."""
+    m = re.search(r"`(pfm-dask [^`]*--resume)`", text) or re.search(
+        r"(pfm-dask load .*--resume)", text)
+    assert m, f"no resume command in: {text}"
+    import shlex
+
+    args = shlex.split(m.group(1))
+    assert args[0] == "pfm-dask"
+    return args[1:]
+
+
+def dump_tables(pfm_path: Path, tmp: Path):
+    tmp.mkdir(parents=True, exist_ok=True)
+    s, b = tmp / (Path(pfm_path).name + "-s.parquet"), tmp / (Path(pfm_path).name + "-b.parquet")
+    pfm.dump(pfm_path, soundings=s, bins=b)
+    return pq.read_table(s), pq.read_table(b)
+
+
+def _parts(p: Path) -> dict:
+    stem = Path(str(p) + ".data") / p.name
+    return {ext: Path(str(stem) + ext) for ext in (".bin", ".ndx", ".cvg", ".lin", ".ctl")}
+
+
+def assert_same_pfm(got: Path, want: Path, tmp: Path, *, bytes_too: bool = True) -> None:
+    """Equal dumps, and (``bytes_too``) byte-identical parts but for the header date."""
+    gs, gb = dump_tables(got, tmp / "got")
+    ws, wb = dump_tables(want, tmp / "want")
+    assert gs.num_rows == ws.num_rows and gs.equals(ws), "soundings differ"
+    assert gb.equals(wb), "bins differ"
+    assert pfm.check(got) == [], pfm.check(got)
+    if not bytes_too:
+        return
+    g, w = _parts(Path(got)), _parts(Path(want))
+    for ext in (".ndx", ".cvg", ".lin"):
+        assert g[ext].read_bytes() == w[ext].read_bytes(), ext
+    # .ctl: the input lines (the first five name the PFM's own parts)
+    assert g[".ctl"].read_text().splitlines()[5:] == w[".ctl"].read_text().splitlines()[5:]
+    with pfm.open_pfm(got) as fg, pfm.open_pfm(want) as fw:
+        hs = fg.bin_header_size
+        hg, hw = vars(fg.header).copy(), vars(fw.header).copy()
+    for h in (hg, hw):
+        h.pop("date", None)
+        h.pop("unknown", None)
+    assert hg == hw
+    assert g[".bin"].read_bytes()[hs:] == w[".bin"].read_bytes()[hs:], "bin records differ"
+
+
+def report_counts(res) -> list[dict]:
+    return [{k: v for k, v in f.items() if k != "path"} for f in res.files]
+
+
+# ------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="session")
+def rsurvey(tmp_path_factory) -> Path:
+    """A small synthetic survey: 4 files, so a load has 4 pieces."""
+    from pfm_dask import synth
+
+    out = tmp_path_factory.mktemp("rsurvey")
+    synth.generate(out, files=4, pings=30, beams=64, seed=3)
+    return out
+
+
+@pytest.fixture(scope="session")
+def reference(rsurvey, tmp_path_factory):
+    """An uninterrupted serial load with LOAD_OPTS: (pfm path, its load report)."""
+    out = tmp_path_factory.mktemp("reference") / "ref.pfm"
+    r = pfm_cli("load", rsurvey, "-o", out, "--serial", "--json", *LOAD_OPTS)
+    assert r.returncode == 0, r.stderr
+    import json
+
+    return out, json.loads(r.stdout)
+
+
+def crash_load(survey: Path, out: Path, point: str, *extra, scope: str | None = None,
+               env: dict | None = None):
+    """Run a load that SIGKILLs itself at ``point`` (journal.crash_point); check it died so."""
+    env = {"PFM_DASK_CRASH_AT": point, **(env or {})}
+    if scope:
+        env["PFM_DASK_CRASH_SCOPE"] = scope
+    r = pfm_cli("load", survey, "-o", out, *LOAD_OPTS, *extra, env=env)
+    return r
+
+
+# ------------------------------------------------------------------ unit: the journal's pieces
+def test_undo_log_puts_back_the_pre_images_and_ignores_a_torn_tail(tmp_path):
+    part = tmp_path / "part.bin"
+    original = bytes(range(256)) * 64
+    part.write_bytes(original)
+    undo = J.UndoLog(tmp_path / "undo.log")
+    undo.begin(7, {"bin": 10000})
+    fd = os.open(part, os.O_RDWR)
+    edits = [(100, b"A" * 50), (120, b"B" * 300), (9990, b"C" * 100), (12000, b"D" * 10)]
+    for off, data in edits:  # overlapping edits, one past the checkpoint size
+        undo.save("bin", off, os.pread(fd, len(data), off))
+        undo.commit()
+        os.pwrite(fd, data, off)
+    os.close(fd)
+    assert part.read_bytes() != original
+    # a torn entry at the end (its overwrite never happened) is ignored
+    with open(tmp_path / "undo.log", "ab") as fh:
+        fh.write(b"UNDO\x07\x00")
+    # entries of another epoch are ignored: nothing to undo for epoch 6
+    assert undo.rollback(6, {"bin": str(part)}) == 0
+    undo.rollback(7, {"bin": str(part)})
+    got = part.read_bytes()
+    # the checkpoint size was 10000: bytes from there on are cut by the resume's truncation
+    assert got[:10000] == original[:10000]
+    undo.close()
+
+
+def test_undo_log_keeps_zero_pre_images_as_lengths(tmp_path):
+    part = tmp_path / "p"
+    part.write_bytes(bytes(4096))
+    undo = J.UndoLog(tmp_path / "u")
+    undo.begin(1, {"bin": 4096})
+    undo.save("bin", 1000, bytes(2000))
+    undo.commit()
+    assert os.path.getsize(tmp_path / "u") < 100
+    part.write_bytes(b"\xff" * 4096)
+    undo.rollback(1, {"bin": str(part)})
+    assert part.read_bytes() == b"\xff" * 1000 + bytes(2000) + b"\xff" * 1096
+    undo.close()
+
+
+def test_atomic_write_leaves_old_or_new_never_a_mix(tmp_path):
+    p = tmp_path / "j.json"
+    J.atomic_write(p, b"old")
+    J.atomic_write(p, b"new content")
+    assert p.read_bytes() == b"new content"
+    assert not (tmp_path / "j.json.tmp").exists()
+
+
+# ------------------------------------------------------------------ kill, then resume
+# (crash point, extra options): every phase of a load, and a kill between a piece's
+# in-place writes and the next checkpoint (checkpoints after every piece: the undo log
+# must put back bin and tail records the last piece rewrote).
+# (benchmarks/chaos.py kills at random moments, many more times.)
+CRASHES = [
+    ("piece:3", ["--checkpoint-seconds", "0"]),
+    ("area-filter-row:3", []),
+    ("area-filter-apply", []),
+    ("recompute-write", []),
+    ("checkpoint-complete", []),
+]
+
+
+@pytest.mark.parametrize("point,extra", CRASHES, ids=[c[0] for c in CRASHES])
+def test_killed_load_resumes_to_the_uninterrupted_result(rsurvey, reference, tmp_path,
+                                                         point, extra):
+    ref, ref_report = reference
+    out = tmp_path / "out.pfm"
+    r = crash_load(rsurvey, out, point, "--serial", *extra)
+    assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr)
+    state = J.read_journal(out)
+    assert state is not None
+    if point == "checkpoint-complete":
+        assert state["phase"] == "complete"
+    else:
+        assert state["phase"] != "complete"
+        assert any("incomplete" in str(p) for p in pfm.check(out))
+    res = pipeline.run_load([], out, None, mode="serial", resume=True)
+    assert res.exit_code == 0, res.summary()
+    assert_same_pfm(out, ref, tmp_path)
+    if point != "checkpoint-complete":
+        assert res.resumed_from["phase"] == state["phase"]
+        assert report_counts(res) == [{k: v for k, v in f.items() if k != "path"}
+                                      for f in ref_report["files"]]
+        assert res.area_filter == ref_report["area_filter"]
+    # the scratch files are gone, the journal says complete
+    data = Path(str(out) + ".data")
+    assert J.read_journal(out)["phase"] == "complete"
+    assert not (data / "undo.log").exists() and not (data / "lock").exists()
+
+
+def test_partial_output_is_refused_naming_the_resume_command_which_works(rsurvey, reference,
+                                                                          tmp_path):
+    ref, _ = reference
+    out = tmp_path / "part.pfm"
+    r = crash_load(rsurvey, out, "piece:2", "--serial")
+    assert r.returncode == -signal.SIGKILL
+    # check: exit 1, incomplete, with the command
+    c = pfm_cli("check", out)
+    assert c.returncode == 1
+    assert "incomplete" in c.stdout and "--resume" in c.stdout
+    # the same command again without --resume: refused, naming the resume command
+    again = pfm_cli("load", rsurvey, "-o", out, "--serial", *LOAD_OPTS)
+    assert again.returncode == 1
+    assert "unfinished load" in again.stderr
+    cmd = resume_command_in(again.stderr)
+    assert "--serial" in cmd and "--area-filter" in cmd
+    done = pfm_cli(*cmd)
+    assert done.returncode == 0, done.stderr
+    assert "resumed from phase loading" in done.stdout
+    assert_same_pfm(out, ref, tmp_path)
+    # a resume of a finished load does nothing and succeeds
+    again = pfm_cli(*cmd)
+    assert again.returncode == 0 and "already complete" in again.stdout
+
+
+def test_resume_refuses_other_inputs_other_settings_and_changed_inputs(rsurvey, tmp_path):
+    import shutil
+
+    from pfm_dask.config import LoadConfig
+    from pfm_dask.inputs import expand_inputs
+
+    survey = tmp_path / "s"
+    shutil.copytree(rsurvey, survey)
+    out = tmp_path / "o.pfm"
+    r = crash_load(survey, out, "piece:2", "--serial")
+    assert r.returncode == -signal.SIGKILL
+    files = [str(p) for p in expand_inputs([survey])]
+    with pytest.raises(ConfigError, match="inputs it started with"):
+        pipeline.run_load(files[:2], out, None, mode="serial", resume=True)
+    with pytest.raises(ConfigError, match="bin_size_m"):
+        pipeline.run_load(files, out, LoadConfig(bin_size_m=10.0, area_filter=True,
+                                                 deep_only=False, cellstd=1.5),
+                          mode="serial", resume=True)
+    with open(files[1], "ab") as fh:
+        fh.write(b"\0" * 8)
+    with pytest.raises(ConfigError, match="changed since the load started"):
+        pipeline.run_load([], out, None, mode="serial", resume=True)
+
+
+def test_resume_with_nothing_to_resume(rsurvey, tmp_path):
+    out = tmp_path / "none.pfm"
+    with pytest.raises(ConfigError, match="nothing to resume"):
+        pipeline.run_load([], out, None, mode="serial", resume=True)
+    # with its inputs, a resume of a load that never started simply starts it
+    from pfm_dask.inputs import expand_inputs
+
+    res = pipeline.run_load(expand_inputs([rsurvey]), out, None, mode="serial", resume=True)
+    assert res.exit_code == 0
+    # a PFM that is not a pfm-dask load in progress is not touched
+    other = tmp_path / "other.pfm"
+    from pfm_dask.bins import BinGrid
+
+    pfm.create(other, BinGrid.from_mbr(0, 0, 0.01, 0.01, bin_size_m=100)).close()
+    (Path(str(other) + ".data") / "other.pfm.lin").write_text("a line\n")
+    with pytest.raises(ConfigError, match="no load journal"):
+        pipeline.run_load([], other, None, mode="serial", resume=True)

@@ -1,0 +1,49 @@
+"""Dead Dask workers: a compute worker killed mid-task costs nothing; the writer's worker
+killed stops the load at once with the resume command, and the resume works.
+
+Real processes are killed (SIGKILL, by test hooks inside the load: the first task on a
+worker without the ``disk`` resource kills its own worker after handing its piece to the
+writer; the writer kills its own worker after its second piece). The reference is an
+uninterrupted ``--serial`` run (tests/test_resume.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pfm_dask import journal as J
+
+from .test_resume import (LOAD_OPTS, assert_same_pfm, pfm_cli, reference,  # noqa: F401
+                          resume_command_in, rsurvey)
+
+pytestmark = pytest.mark.cluster
+
+
+def test_compute_worker_killed_mid_task_the_task_reruns_and_nothing_is_written_twice(
+        rsurvey, reference, tmp_path):
+    ref, _ = reference
+    out = tmp_path / "c.pfm"
+    marker = tmp_path / "killed-once"
+    r = pfm_cli("load", rsurvey, "-o", out, "--workers", "2", *LOAD_OPTS,
+                env={"PFM_DASK_KILL_COMPUTE_WORKER": f"after:{marker}"})
+    assert marker.exists(), "the hook did not fire: no task ran on the compute-only worker"
+    assert r.returncode == 0, r.stderr
+    # a duplicate delivery would add soundings: the dumps would differ
+    assert_same_pfm(out, ref, tmp_path)
+
+
+def test_writer_worker_killed_stops_with_the_resume_command_and_the_resume_works(
+        rsurvey, reference, tmp_path):
+    ref, _ = reference
+    out = tmp_path / "w.pfm"
+    r = pfm_cli("load", rsurvey, "-o", out, "--workers", "2", "--checkpoint-seconds", "0",
+                *LOAD_OPTS, env={"PFM_DASK_CRASH_AT": "piece:2"})
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "writer's worker died" in r.stderr
+    state = J.read_journal(out)
+    assert state["phase"] == "loading" and state["watermark"] == 1
+    cmd = resume_command_in(r.stderr)
+    done = pfm_cli(*cmd)
+    assert done.returncode == 0, done.stderr
+    assert "resumed from phase loading at piece 1" in done.stdout
+    assert_same_pfm(out, ref, tmp_path)
