@@ -488,14 +488,13 @@ def _compute_adaptive_class():
     from distributed.deploy.adaptive import Adaptive
 
     class _ComputeAdaptive(Adaptive):
-        """Adaptive that retires only workers of the cluster's own spec (never the disk node).
+        """Adaptive that sizes and retires only the workers of the cluster's own spec.
 
-        The scheduler picks the workers; the pfm-writer plugin (preloaded on
-        our schedulers) keeps disk workers out of its candidates. It counts the
-        disk worker among all workers, so the target is shifted by the workers
-        outside the plan, or it would close one compute worker too many. Names
-        outside the plan are dropped from its answer as a second safeguard.
-        The scheduler's target counts the disk worker as well: it is taken off.
+        The scheduler counts the disk worker (outside the spec) both in its
+        target and in its closing count; it is taken off both, or one compute
+        worker too many would stay, or go. The pfm-writer plugin (preloaded on
+        our schedulers) keeps disk workers out of the scheduler's candidates,
+        and names outside the plan are dropped from its answer as well.
         """
 
         async def _outside(self) -> int:
