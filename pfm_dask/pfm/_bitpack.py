@@ -1,18 +1,23 @@
-"""Vectorised MSB-first bit packing of fixed-layout PFM records.
+"""MSB-first bit packing of fixed-layout PFM records (numba kernels, numpy reference).
 
 Every PFM record (a bin record in ``.bin``, a physical depth record in
 ``.ndx``) is a bit stream: unsigned fields packed back to back, most
 significant bit first, the record padded with zero bits to a whole byte
 (``lib-pfm_lib : bit_pack.c``; PFM_NOTES 2.6, 2.7). A :class:`BitLayout`
 describes one such record as a list of ``(key, bit_offset, nbits)`` fields and
-packs or unpacks many records at once with numpy.
+packs or unpacks many records at once.
 
-How: a record of ``B`` bytes is viewed as ``ceil(B / 8)`` big-endian 64-bit
-words. A field of at most 64 bits touches one word or two neighbouring ones,
-so packing a field is one or two ``shift``/``or`` operations on a column of
-words for all records together, and unpacking is the reverse. There is no
-Python loop per record or per sounding; the loops run over the (few dozen)
-fields of the layout.
+How: the hot paths (:func:`pack_records`, :func:`pack_soundings`,
+:func:`unpack_records`, :meth:`BitLayout.unpack_words`, the byte/word
+conversions) are small numba kernels compiled on first use (``cache=True``,
+so later processes load them from ``__pycache__``; ``nogil=True``, so the
+store's pack threads run in parallel). A block of records is assembled in a
+cache-resident scratch of 64-bit words, where a field of at most 64 bits
+touches one word or two neighbouring ones, and the words are stored
+big-endian into the output. The numpy implementations they replaced
+(``_pack_records_numpy``, ``_unpack_records_numpy``,
+``BitLayout._unpack_words_numpy``: one or two ``shift``/``or`` passes per
+field over columns of words) stay as a second reference for the tests.
 
 Field values are taken modulo ``2**nbits`` (as the C packer does); range
 checks belong to the caller, which knows what a field means.
@@ -20,25 +25,28 @@ checks belong to the caller, which knows what a field means.
 
 from __future__ import annotations
 
+import math
+import threading
 from dataclasses import dataclass
-from typing import Hashable, Iterable, Mapping, Sequence
+from typing import Callable, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 __all__ = [
     "BitField",
     "BitLayout",
+    "SoundingCoding",
     "pack_lanes",
     "place_lanes",
     "pack_records",
+    "pack_soundings",
     "unpack_records",
+    "load_kernels",
     "pack_reference",
     "unpack_reference",
 ]
 
 _U64 = np.uint64
-
-
 @dataclass(frozen=True)
 class BitField:
     """One field of a record: where it starts (bit 0 = MSB of byte 0) and how wide it is."""
@@ -72,22 +80,40 @@ class BitLayout:
     # ------------------------------------------------------------------ words
     def _to_words(self, records: np.ndarray) -> np.ndarray:
         """(n, record_bytes) uint8 -> (n, n_words) native uint64, zero padded."""
+        recs = self._check_records(records)
+        words = np.empty((recs.shape[0], self.n_words), dtype=_U64)
+        if recs.shape[0] and self.n_words:
+            _kernel("to_words")(recs, words)
+        return words
+
+    def _from_words(self, words: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """(n, n_words) native uint64 -> (n, record_bytes) uint8."""
+        words = np.asarray(words, dtype=_U64)
+        if out is None:
+            out = np.empty((words.shape[0], self.record_bytes), dtype=np.uint8)
+        if words.shape[0] and self.record_bytes:
+            _kernel("from_words")(words, out)
+        return out
+
+    def _check_records(self, records: np.ndarray) -> np.ndarray:
         recs = np.asarray(records, dtype=np.uint8)
         if recs.ndim != 2 or recs.shape[1] != self.record_bytes:
             raise ValueError(f"expected (n, {self.record_bytes}) uint8 records, got {recs.shape}")
+        return recs
+
+    def _to_words_numpy(self, records: np.ndarray) -> np.ndarray:
+        """Reference for :meth:`_to_words`: pad each record to whole words, view big-endian."""
+        recs = self._check_records(records)
         n = recs.shape[0]
         padded = np.zeros((n, self.n_words * 8), dtype=np.uint8)
         padded[:, : self.record_bytes] = recs
         return padded.view(">u8").astype(_U64)
 
-    def _from_words(self, words: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """(n, n_words) native uint64 -> (n, record_bytes) uint8."""
+    def _from_words_numpy(self, words: np.ndarray) -> np.ndarray:
+        """Reference for :meth:`_from_words`."""
         be = words.astype(">u8", copy=False)
         raw = be.view(np.uint8).reshape(words.shape[0], self.n_words * 8)
-        if out is None:
-            return np.ascontiguousarray(raw[:, : self.record_bytes])
-        out[...] = raw[:, : self.record_bytes]
-        return out
+        return np.ascontiguousarray(raw[:, : self.record_bytes])
 
     # --------------------------------------------------------------- packing
     def pack_words(self, words: np.ndarray, values: Mapping[Hashable, np.ndarray],
@@ -167,6 +193,31 @@ class BitLayout:
     def unpack_words(self, words: np.ndarray, keys: Sequence[Hashable] | None = None,
                      rows: np.ndarray | None = None, transposed: bool = False) -> dict:
         """Field values (uint64) from a word matrix, optionally for some ``rows`` only."""
+        if transposed:
+            words = words.T
+        words = np.asarray(words, dtype=_U64)
+        if words.ndim != 2 or words.shape[1] < self.n_words:
+            raise ValueError(f"expected (n, {self.n_words}) words, got {words.shape}")
+        keys = list(self.fields if keys is None else keys)
+        if rows is not None:
+            rows = np.asarray(rows)
+            rows = np.flatnonzero(rows) if rows.dtype == bool else rows.astype(np.int64, copy=False)
+            nrow = rows.size
+            if nrow and (rows.min() < -words.shape[0] or rows.max() >= words.shape[0]):
+                raise IndexError(f"rows outside 0..{words.shape[0] - 1}")
+        else:
+            nrow = words.shape[0]
+        out = np.empty((len(keys), nrow), dtype=_U64)
+        if nrow and keys:
+            fs = [self.fields[k] for k in keys]
+            _kernel("unpack_words")(words, np.ascontiguousarray(rows if rows is not None else _NO_ROWS),
+                                    np.array([f.offset for f in fs], np.int64),
+                                    np.array([f.nbits for f in fs], np.int64), out)
+        return {k: out[j] for j, k in enumerate(keys)}
+
+    def _unpack_words_numpy(self, words: np.ndarray, keys: Sequence[Hashable] | None = None,
+                            rows: np.ndarray | None = None, transposed: bool = False) -> dict:
+        """Reference for :meth:`unpack_words`: one or two shift/or passes per field."""
         if transposed:
             words = words.T
         out = {}
@@ -293,6 +344,490 @@ def place_lanes(lanes: np.ndarray, flat: np.ndarray, n_records: int, slots: int,
                     np.bitwise_or(words[w + 1], tmp, out=words[w + 1])
 
 
+
+
+# ---------------------------------------------------------------------------
+# numba kernels. They are plain functions here and compiled on first use by
+# _kernel() (numba is imported then, not when the package is imported). Two
+# rules keep them correct: shift amounts are always 0..63 (a shift by 64 is
+# undefined in LLVM), and every integer that meets a uint64 is a uint64
+# (numba types uint64 op int64 as float64).
+
+_ALL = 0xFFFFFFFFFFFFFFFF
+
+
+def _mask(nb):
+    """The low ``nb`` bits set, 1 <= nb <= 64."""
+    return np.uint64(_ALL) >> np.uint64(64 - nb)
+
+
+def _put(scratch, p, nb, v):
+    """OR the ``nb``-bit value ``v`` (masked) in at bit ``p`` of an MSB-first word array."""
+    w = np.uint64(p) >> np.uint64(6)          # unsigned index: no negative-index wraparound code
+    e = (p & 63) + nb
+    if e <= 64:
+        scratch[w] |= v << np.uint64(64 - e)
+    else:
+        scratch[w] |= v >> np.uint64(e - 64)
+        scratch[w + np.uint64(1)] |= v << np.uint64(128 - e)
+
+
+def _emit(scratch, nbytes, out, o):
+    """Store the first ``nbytes`` bytes of an MSB-first word array at ``out[o:]`` (big-endian)."""
+    nfull = nbytes >> 3
+    for j in range(nfull):
+        _st_be64(out, o + 8 * j, scratch[j])
+    x = scratch[nfull]
+    q = o + 8 * nfull
+    for k in range(nbytes - 8 * nfull):
+        out[q + k] = np.uint8(x >> np.uint64(56 - 8 * k))
+
+
+def _load_be(buf, o, n):
+    """The 8 bytes at ``buf[o:]`` as a big-endian integer (zero bytes past ``n``)."""
+    if o + 8 <= n:
+        return _ld_be64(buf, o)
+    x = np.uint64(0)
+    for k in range(8):
+        x <<= np.uint64(8)
+        if o + k < n:
+            x |= np.uint64(buf[o + k])
+    return x
+
+
+def _get(buf, n, p, nb):
+    """The ``nb``-bit field (1..64) at bit ``p`` of a byte stream of ``n`` bytes."""
+    o = p >> 3
+    sh = p & 7
+    x = _load_be(buf, o, n) << np.uint64(sh)
+    if sh + nb > 64:
+        x |= np.uint64(buf[o + 8]) >> np.uint64(8 - sh)
+    return x >> np.uint64(64 - nb)
+
+
+def _depth_code(z, off, scale):
+    """``NINT((z + offset) * scale)`` in double for a checked z (the sum is >= -0.5)."""
+    t = (z + off) * scale
+    t += 0.5
+    return np.uint64(t)
+
+
+def _err_code(e, scale, cap, null):
+    """``NINT(float(e) * float(scale))`` clamped to ``null``; NaN and negative -> ``null``."""
+    if e >= np.float32(0.0):
+        p = e * scale                  # float * float
+        if not p <= cap:               # too large (or NaN from 0 * inf)
+            p = cap
+        c = np.uint64(np.float64(p) + 0.5)
+        if c > null:
+            c = null
+        return c
+    return null
+
+
+_HELPERS = ("_mask", "_put", "_emit", "_load_be", "_get", "_depth_code", "_err_code", "_bw_put",
+            "_bw_skip", "_lane_add")
+# unaligned big-endian 64-bit store/load of ``arr[i:i + 8]`` (uint8 array), numba intrinsics
+# made by _make_intrinsics() when the first kernel compiles
+_st_be64 = None
+_ld_be64 = None
+
+
+def _make_intrinsics(numba) -> dict:
+    """``_st_be64(arr, i, value)`` and ``_ld_be64(arr, i)``: one unaligned byte-swapped store/load."""
+    from llvmlite import ir
+    from numba.extending import intrinsic
+
+    T = numba.types
+
+    def ptr64(context, builder, arrtype, arr, i):
+        ary = context.make_array(arrtype)(context, builder, arr)
+        return builder.bitcast(builder.gep(ary.data, [i]), ir.IntType(64).as_pointer())
+
+    @intrinsic
+    def st_be64(typingctx, arr, idx, val):
+        def codegen(context, builder, sig, args):
+            st = builder.store(builder.bswap(args[2]), ptr64(context, builder, sig.args[0], args[0], args[1]))
+            st.align = 1
+            return context.get_dummy_value()
+        return T.void(arr, idx, val), codegen
+
+    @intrinsic
+    def ld_be64(typingctx, arr, idx):
+        def codegen(context, builder, sig, args):
+            ld = builder.load(ptr64(context, builder, sig.args[0], args[0], args[1]))
+            ld.align = 1
+            return builder.bswap(ld)
+        return T.uint64(arr, idx), codegen
+
+    return {"_st_be64": st_be64, "_ld_be64": ld_be64}
+
+
+def _k_pack_items(vals, foff, fnb, flat, slots, slot_bits, r0, r1, rvals, roff, rnb, rbytes,
+                  out, scratch):
+    """Records ``r0..r1-1`` into ``out`` (bytes from ``r0 * rbytes``).
+
+    Item ``i`` (values ``vals[:, i]``, fields ``foff``/``fnb`` with widths >= 1)
+    sits at position ``flat[i]`` = record * slots + slot; record fields take
+    ``rvals[:, r - r0]``. All items must lie in the record range.
+    """
+    rbits = rbytes * 8
+    nbytes = (r1 - r0) * rbytes
+    for j in range((nbytes >> 3) + 2):
+        scratch[j] = 0
+    nf = foff.size
+    fm = np.empty(nf, dtype=np.uint64)
+    for f in range(nf):
+        fm[f] = _mask(fnb[f])
+    p0 = r0 * slots
+    cur = 0                 # record (relative to r0) of the last item, and its first position
+    cur_p = 0
+    for i in range(flat.size):
+        p = flat[i] - p0
+        if p < cur_p or p >= cur_p + slots:
+            cur = p // slots
+            cur_p = cur * slots
+        bit = cur * rbits + (p - cur_p) * slot_bits
+        for f in range(nf):
+            _put(scratch, bit + foff[f], fnb[f], vals[f, i] & fm[f])
+    for f in range(roff.size):
+        m = _mask(rnb[f])
+        for r in range(r1 - r0):
+            _put(scratch, r * rbits + roff[f], rnb[f], rvals[f, r] & m)
+    _emit(scratch, nbytes, out, r0 * rbytes)
+
+
+def _bw_put(out, acc, fill, o, v, nb):
+    """Append the ``nb``-bit value ``v`` (1..64 bits, masked) to a bit stream.
+
+    The stream state is ``acc`` (pending bits, MSB-aligned), ``fill`` (their
+    number, 0..63) and ``o`` (byte offset in ``out`` of the next whole word);
+    each full word is stored once, big-endian. Keeping the pending word in
+    a register is what makes this fast: no read-modify-write of memory.
+    """
+    free = 64 - fill
+    if nb < free:
+        return acc | (v << np.uint64(free - nb)), fill + nb, o
+    over = nb - free
+    _st_be64(out, o, acc | (v >> np.uint64(over)))
+    return (v << np.uint64(63 - over)) << np.uint64(1), over, o + 8
+
+
+def _bw_skip(out, acc, fill, o, n):
+    """Append ``n`` zero bits."""
+    while n > 0:
+        k = min(n, 64)
+        acc, fill, o = _bw_put(out, acc, fill, o, np.uint64(0), k)
+        n -= k
+    return acc, fill, o
+
+
+def _lane_add(l0, l1, l2, l3, p, nb, v):
+    """OR the ``nb``-bit value ``v`` in at bit ``p`` of the 256-bit item ``l0..l3`` (MSB first).
+
+    ``p`` and ``nb`` are the same for every item, so the branches here are
+    always predicted and the lanes stay in registers.
+    """
+    e = (p & 63) + nb
+    if e <= 64:
+        x = v << np.uint64(64 - e)
+        y = np.uint64(0)
+    else:
+        x = v >> np.uint64(e - 64)
+        y = v << np.uint64(128 - e)
+    li = p >> 6
+    if li == 0:
+        return l0 | x, l1 | y, l2, l3
+    if li == 1:
+        return l0, l1 | x, l2 | y, l3
+    if li == 2:
+        return l0, l1, l2 | x, l3 | y
+    return l0, l1, l2, l3 | x
+
+
+def _k_pack_soundings(file_, line, ping, beam, xo, yo, val, depth, herr, verr, attrs,
+                      pos, nbits, apos, anb, doff, dscale, hscale, hcap, hnull, vscale, vcap, vnull,
+                      first, cnt, rec0, g0, r0, r1, slots, slot_bits, item_end, cgap, cnb, pad,
+                      cbase, rbytes, out):
+    """New physical records ``r0..r1-1``, coding and packing soundings in one pass.
+
+    Bin ``g`` owns records ``rec0[g] ..`` holding its soundings ``first[g] ..
+    first[g] + cnt[g] - 1`` in order, ``slots`` per record; every record but
+    a bin's last points to the next one (``cbase + (r + 1) * rbytes``), the
+    last holds 0. Field order in ``pos``/``nbits`` (bit offset within the
+    sounding, width; width 0 = absent): file, line, ping, beam, depth, x_off,
+    y_off, validity, horizontal error, vertical error; ``attrs[t]`` are coded
+    attributes at ``apos``/``anb``. Each sounding (``item_end`` <= 256 bits)
+    is assembled in four 64-bit registers, then the records are written as
+    one bit stream from byte ``r0 * rbytes``: the soundings' bits, zeros for
+    the rest of each slot and for empty slots, ``cgap`` zeros, the
+    ``cnb``-bit continuation pointer and ``pad`` zeros.
+    """
+    na = anb.size
+    cm = _mask(cnb)
+    nl = max(1, (item_end + 63) >> 6)           # lanes per sounding (<= 4)
+    wl = item_end - 64 * (nl - 1)                # bits of the last lane
+    tail = slot_bits - 64 * (nl - 1) - wl
+    z = np.uint64(0)
+    acc = z
+    fill = 0
+    o = r0 * rbytes
+    nbins = first.size
+    g = g0
+    r = r0
+    while r < r1 and g < nbins:
+        c = cnt[g]
+        m = (c + slots - 1) // slots
+        R = rec0[g]
+        for rr in range(max(R, r), min(R + m, r1)):
+            k0 = (rr - R) * slots
+            k = min(slots, c - k0)
+            i = first[g] + k0
+            for _ in range(k):
+                l0, l1, l2, l3 = z, z, z, z
+                if nbits[0]:
+                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[0], nbits[0], file_[i] & _mask(nbits[0]))
+                if nbits[1]:
+                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[1], nbits[1], line[i] & _mask(nbits[1]))
+                if nbits[2]:
+                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[2], nbits[2], ping[i] & _mask(nbits[2]))
+                if nbits[3]:
+                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[3], nbits[3], beam[i] & _mask(nbits[3]))
+                if nbits[4]:
+                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[4], nbits[4],
+                                               _depth_code(depth[i], doff, dscale) & _mask(nbits[4]))
+                if nbits[5]:
+                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[5], nbits[5], xo[i] & _mask(nbits[5]))
+                if nbits[6]:
+                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[6], nbits[6], yo[i] & _mask(nbits[6]))
+                if nbits[7]:
+                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[7], nbits[7], val[i] & _mask(nbits[7]))
+                if nbits[8]:
+                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[8], nbits[8],
+                                               _err_code(herr[i], hscale, hcap, hnull) & _mask(nbits[8]))
+                if nbits[9]:
+                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[9], nbits[9],
+                                               _err_code(verr[i], vscale, vcap, vnull) & _mask(nbits[9]))
+                for t in range(na):
+                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, apos[t], anb[t], attrs[t, i] & _mask(anb[t]))
+                if nl == 1:
+                    acc, fill, o = _bw_put(out, acc, fill, o, l0 >> np.uint64(64 - wl), wl)
+                else:
+                    acc, fill, o = _bw_put(out, acc, fill, o, l0, 64)
+                    if nl == 2:
+                        acc, fill, o = _bw_put(out, acc, fill, o, l1 >> np.uint64(64 - wl), wl)
+                    else:
+                        acc, fill, o = _bw_put(out, acc, fill, o, l1, 64)
+                        if nl == 3:
+                            acc, fill, o = _bw_put(out, acc, fill, o, l2 >> np.uint64(64 - wl), wl)
+                        else:
+                            acc, fill, o = _bw_put(out, acc, fill, o, l2, 64)
+                            acc, fill, o = _bw_put(out, acc, fill, o, l3 >> np.uint64(64 - wl), wl)
+                if tail:
+                    acc, fill, o = _bw_skip(out, acc, fill, o, tail)
+                i += 1
+            if k < slots:
+                acc, fill, o = _bw_skip(out, acc, fill, o, (slots - k) * slot_bits)
+            if cgap:
+                acc, fill, o = _bw_skip(out, acc, fill, o, cgap)
+            cont = z
+            if rr < R + m - 1:
+                cont = np.uint64(cbase + (rr + 1) * rbytes) & cm
+            acc, fill, o = _bw_put(out, acc, fill, o, cont, cnb)
+            if pad:
+                acc, fill, o = _bw_skip(out, acc, fill, o, pad)
+        r = max(r, min(R + m, r1))
+        g += 1
+    for k in range(fill >> 3):          # records end on whole bytes
+        out[o + k] = np.uint8(acc >> np.uint64(56 - 8 * k))
+
+
+def _k_unpack_items(buf, rbytes, slots, slot_bits, select, foff, fnb, out):
+    """Fields (``foff``/``fnb``, widths may be 0) of the items at positions ``select``
+    (record * slots + slot) of a record byte stream; ``out[f, j]``."""
+    n = buf.size
+    rbits = rbytes * 8
+    nf = foff.size
+    cur = 0
+    cur_p = 0
+    for j in range(select.size):
+        p = select[j]
+        if p < cur_p or p >= cur_p + slots:
+            cur = p // slots
+            cur_p = cur * slots
+        bit = cur * rbits + (p - cur_p) * slot_bits
+        for f in range(nf):
+            nb = fnb[f]
+            if nb == 0:
+                out[f, j] = 0
+            else:
+                out[f, j] = _get(buf, n, bit + foff[f], nb)
+
+
+def _k_unpack_words(words, rows, foff, fnb, out):
+    """Fields of word rows (``words[r]`` MSB-first 64-bit words), for ``rows`` or all rows."""
+    nrow = out.shape[1]
+    nw_rows = words.shape[0]
+    use_rows = rows.size > 0
+    for j in range(nrow):
+        r = j
+        if use_rows:
+            r = rows[j]
+            if r < 0:
+                r += nw_rows
+        for f in range(foff.size):
+            nb = fnb[f]
+            if nb == 0:
+                out[f, j] = 0
+                continue
+            off = foff[f]
+            w = off >> 6
+            e = (off & 63) + nb
+            if e <= 64:
+                v = words[r, w] >> np.uint64(64 - e)
+            else:
+                v = (words[r, w] << np.uint64(e - 64)) | (words[r, w + 1] >> np.uint64(128 - e))
+            out[f, j] = v & _mask(nb)
+
+
+def _k_to_words(recs, words):
+    """(n, record_bytes) bytes -> (n, n_words) MSB-first words, zero padded."""
+    n, rb = recs.shape
+    nw = words.shape[1]
+    for i in range(n):
+        for w in range(nw):
+            x = np.uint64(0)
+            for k in range(8):
+                x <<= np.uint64(8)
+                if w * 8 + k < rb:
+                    x |= np.uint64(recs[i, w * 8 + k])
+            words[i, w] = x
+
+
+def _k_from_words(words, out):
+    """(n, n_words) MSB-first words -> (n, record_bytes) bytes."""
+    n, rb = out.shape
+    for i in range(n):
+        for b in range(rb):
+            out[i, b] = np.uint8(words[i, b >> 3] >> np.uint64(56 - 8 * (b & 7)))
+
+
+def _signature(name: str, T):
+    """Explicit numba signature of kernel ``name`` (``T`` = ``numba.types``): one per kernel, so
+    the first call compiles once and later calls with other dtypes fail instead of recompiling.
+    Input arrays are typed read-only, which also accepts writable ones."""
+    def arr(dt, nd=1, layout="C", ro=True):
+        return T.Array(dt, nd, layout, readonly=ro)
+
+    i64, u64, f32, f64 = T.int64, T.uint64, T.float32, T.float64
+    ai, au = arr(i64), arr(u64)
+    out_u8 = arr(T.uint8, ro=False)
+    scratch = arr(u64, ro=False)
+    sigs = {
+        "pack_items": (arr(u64, 2), ai, ai, ai, i64, i64, i64, i64, arr(u64, 2), ai, ai, i64,
+                       out_u8, scratch),
+        "pack_soundings": (au,) * 7 + (arr(f64), arr(f32), arr(f32), arr(u64, 2), ai, ai, ai, ai,
+                                       f64, f64, f32, f32, u64, f32, f32, u64, ai, ai, ai)
+                          + (i64,) * 11 + (out_u8,),
+        "unpack_items": (arr(T.uint8), i64, i64, i64, ai, ai, ai, arr(u64, 2, ro=False)),
+        "unpack_words": (arr(u64, 2, "A"), ai, ai, ai, arr(u64, 2, ro=False)),
+        "to_words": (arr(T.uint8, 2, "A"), arr(u64, 2, ro=False)),
+        "from_words": (arr(u64, 2, "A"), arr(T.uint8, 2, "A", ro=False)),
+    }
+    return T.void(*sigs[name])
+
+
+_KERNEL_NAMES = ("pack_items", "pack_soundings", "unpack_items", "unpack_words", "to_words", "from_words")
+_KERNEL_LOCK = threading.Lock()
+_KERNELS: dict = {}
+_HELPERS_READY: list = []
+
+
+def _njit(numba, fn, sig=None, **kw):
+    """``numba.njit`` with the on-disk cache when a cache directory is writable, else without."""
+    opts = dict(nogil=True, **kw)
+    try:
+        return numba.njit(*([sig] if sig else []), cache=True, **opts)(fn)
+    except RuntimeError as exc:          # "cannot cache function ...: no locator available"
+        if "cannot cache" not in str(exc):
+            raise
+        return numba.njit(*([sig] if sig else []), **opts)(fn)
+
+
+def load_kernels(names: Iterable[str] | None = None) -> float:
+    """Compile (or load from the on-disk cache) the numba kernels now; returns the seconds taken.
+
+    Every kernel is otherwise made on its first call, which then pays for
+    importing numba (about 0.5 s) and loading or compiling the kernel.
+    Benchmarks call this before timing; long-running writers may call it at
+    start-up.
+    """
+    import time
+
+    t = time.perf_counter()
+    for name in (names if names is not None else _KERNEL_NAMES):
+        _kernel(name)
+    return time.perf_counter() - t
+
+
+def _kernel(name: str):
+    """The compiled kernel ``_k_<name>`` (compiled or loaded from the cache on first use)."""
+    k = _KERNELS.get(name)
+    if k is not None:
+        return k
+    with _KERNEL_LOCK:
+        k = _KERNELS.get(name)
+        if k is None:
+            import numba
+
+            g = globals()
+            if not _HELPERS_READY:
+                g.update(_make_intrinsics(numba))
+                for h in _HELPERS:       # callees must be numba functions when a kernel compiles
+                    g[h] = numba.njit(inline="always")(g[h])
+                _HELPERS_READY.append(True)
+            k = _njit(numba, g["_k_" + name], _signature(name, numba.types))
+            _KERNELS[name] = k
+    return k
+
+
+# ---------------------------------------------------------------------------
+# Many items (soundings) into records of ``slots`` items each
+
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+
+
+def _split(n: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous nearly equal ranges covering 0..n (empty ones dropped)."""
+    e = [n * k // parts for k in range(parts + 1)]
+    return [(a, b) for a, b in zip(e[:-1], e[1:]) if b > a]
+
+
+def _run(jobs: list, executor) -> None:
+    """Run the callables, all but the last on ``executor`` (the last on this thread)."""
+    if executor is None or len(jobs) < 2:
+        for j in jobs:
+            j()
+        return
+    futs = [executor.submit(j) for j in jobs[:-1]]
+    try:
+        jobs[-1]()
+    finally:
+        for fu in futs:
+            fu.result()
+
+
+def _out_matrix(out, n_records: int, record_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(flat uint8 buffer, its (n_records, record_bytes) view)."""
+    nbytes = n_records * record_bytes
+    if out is None:
+        out = np.empty(nbytes, dtype=np.uint8)
+    flat = out.reshape(-1)[:nbytes]
+    if flat.dtype != np.uint8 or not flat.flags.c_contiguous or not flat.flags.writeable or flat.size < nbytes:
+        raise ValueError(f"out must be a writeable contiguous uint8 buffer of at least {nbytes} bytes")
+    return flat, flat.reshape(n_records, record_bytes)
+
+
 def pack_records(item_fields: Sequence[tuple[int, int]], item_values: Sequence,
                  flat: np.ndarray, n_records: int, slots: int, slot_bits: int,
                  record_fields: Sequence[tuple[int, int]], record_values: Sequence[np.ndarray],
@@ -301,22 +836,83 @@ def pack_records(item_fields: Sequence[tuple[int, int]], item_values: Sequence,
     """Pack many items (soundings) into fixed records of ``slots`` items each.
 
     Item ``i`` (fields ``item_fields`` = ``(bit_offset, nbits)`` within the
-    item, values already known to fit) goes to record ``flat[i] // slots``,
-    slot ``flat[i] % slots``, at record bit ``slot * slot_bits``; ``flat``
-    must be increasing. An item value may be an array or a callable
-    ``f(i0, i1) -> uint64 array`` giving the values of items ``i0..i1-1``
-    (so that coding runs block by block, in cache). ``record_fields`` /
-    ``record_values`` are per-record fields (the continuation pointer).
-    Unused slots stay zero. Returns the ``(n_records, record_bytes)`` uint8
-    matrix (written into ``out``, a flat uint8 buffer of at least that many
-    bytes, when given, so callers can recycle buffers).
+    item) goes to record ``flat[i] // slots``, slot ``flat[i] % slots``, at
+    record bit ``slot * slot_bits``; ``flat`` must be increasing. An item
+    value may be an array or a callable ``f(i0, i1) -> uint64 array`` giving
+    the values of items ``i0..i1-1`` (so that coding runs block by block, in
+    cache). ``record_fields`` / ``record_values`` are per-record fields (the
+    continuation pointer). Unused slots stay zero. Returns the
+    ``(n_records, record_bytes)`` uint8 matrix (written into ``out``, a flat
+    uint8 buffer of at least that many bytes, when given, so callers can
+    recycle buffers).
 
-    Work is done in blocks of ``block`` records so that every temporary stays
-    in the CPU cache: per block, items are packed into 64-bit lanes
+    Per block of ``block`` records the item values are gathered into one
+    ``(fields, items)`` uint64 matrix and a numba kernel packs the block in a
+    cache-resident word scratch. With an ``executor`` (a thread pool) the
+    blocks are shared between its threads and this one; the kernels release
+    the GIL.
+    """
+    res_flat, res = _out_matrix(out, n_records, record_bytes)
+    if n_records == 0:
+        return res
+    flat = np.ascontiguousarray(flat, dtype=np.int64)
+    keep = [j for j, (_, nb) in enumerate(item_fields) if nb]
+    foff = np.array([item_fields[j][0] for j in keep], dtype=np.int64)
+    fnb = np.array([item_fields[j][1] for j in keep], dtype=np.int64)
+    rkeep = [j for j, (_, nb) in enumerate(record_fields) if nb]
+    roff = np.array([record_fields[j][0] for j in rkeep], dtype=np.int64)
+    rnb = np.array([record_fields[j][1] for j in rkeep], dtype=np.int64)
+    _check_fits(foff, fnb, slots, slot_bits, record_bytes, roff, rnb)
+    block = max(1, int(block))
+    bounds = list(range(0, n_records, block)) + [n_records]
+    cuts = np.searchsorted(flat, np.asarray(bounds, dtype=np.int64) * slots)
+    if flat.size and (flat[0] < 0 or flat[-1] >= n_records * slots):
+        raise ValueError("item positions outside the records")
+    kern = _kernel("pack_items")
+    nblocks = len(bounds) - 1
+
+    def do(first: int, last: int) -> None:
+        cap = int(max(cuts[j + 1] - cuts[j] for j in range(first, last)))
+        vals = np.empty((len(keep), max(cap, 1)), dtype=_U64)
+        scratch = np.empty((block * record_bytes >> 3) + 2, dtype=_U64)
+        rvals = np.empty((len(rkeep), block), dtype=_U64)
+        for j in range(first, last):
+            r0, r1 = bounds[j], bounds[j + 1]
+            i0, i1 = int(cuts[j]), int(cuts[j + 1])
+            for row, jf in enumerate(keep):
+                v = item_values[jf]
+                vals[row, : i1 - i0] = v(i0, i1) if callable(v) else v[i0:i1]
+            for row, jf in enumerate(rkeep):
+                rvals[row, : r1 - r0] = record_values[jf][r0:r1]
+            kern(vals, foff, fnb, flat[i0:i1], slots, slot_bits, r0, r1, rvals, roff, rnb,
+                 record_bytes, res_flat, scratch)
+
+    parts = 1 if executor is None else min(nblocks, 2 * getattr(executor, "_max_workers", 2))
+    _run([lambda a=a, b=b: do(a, b) for a, b in _split(nblocks, parts)], executor)
+    return res
+
+
+def _check_fits(foff, fnb, slots, slot_bits, record_bytes, roff=None, rnb=None) -> None:
+    end = int(np.max(foff + fnb)) if foff.size else 0
+    last = (slots - 1) * slot_bits + end
+    if roff is not None and roff.size:
+        last = max(last, int(np.max(roff + rnb)))
+    if last > record_bytes * 8:
+        raise ValueError("item fields do not fit in the record")
+    if fnb.size and (fnb.min() < 0 or fnb.max() > 64):
+        raise ValueError("field widths must be 0..64 bits")
+
+
+def _pack_records_numpy(item_fields: Sequence[tuple[int, int]], item_values: Sequence,
+                        flat: np.ndarray, n_records: int, slots: int, slot_bits: int,
+                        record_fields: Sequence[tuple[int, int]], record_values: Sequence[np.ndarray],
+                        record_bytes: int, block: int = 8192, executor=None,
+                        out: np.ndarray | None = None) -> np.ndarray:
+    """Reference for :func:`pack_records` in numpy (values must fit their widths).
+
+    Per block of records, items are packed into 64-bit lanes
     (:func:`pack_lanes`), the lanes placed into the record words
-    (:func:`place_lanes`), and the words byte-swapped into the output. With
-    an ``executor`` (a thread pool) groups of blocks run in parallel; numpy
-    releases the GIL inside its loops.
+    (:func:`place_lanes`), and the words byte-swapped into the output.
     """
     n_words = (record_bytes + 7) // 8
     if out is None:
@@ -360,10 +956,186 @@ def pack_records(item_fields: Sequence[tuple[int, int]], item_values: Sequence,
     return res
 
 
+# ---------------------------------------------------------------------------
+# Soundings coded and packed in one pass (the .ndx writer's hot loop)
+
+#: sounding fields coded inside :func:`pack_soundings`, in the kernel's order
+_SOUNDING_ORDER = ("file", "line", "ping", "beam", "depth", "x_off", "y_off", "validity",
+                   "horizontal_error", "vertical_error")
+
+
+@dataclass(frozen=True)
+class SoundingCoding:
+    """How :func:`pack_soundings` turns float sounding fields into codes (the PFM library's rules).
+
+    depth: ``NINT((z + depth_offset) * depth_scale)`` in double, where the
+    offset and scale are the header's float32 values widened to double and
+    ``z`` is already checked (code >= 0, so NINT is ``trunc(v + 0.5)``).
+    errors: ``NINT(float(e) * float(scale))`` with a float32 product,
+    clamped to ``null = 2**bits - 1``; NaN or negative errors are stored as
+    ``null``.
+    """
+
+    depth_offset: float
+    depth_scale: float
+    horizontal_error_scale: float
+    horizontal_error_null: int
+    vertical_error_scale: float
+    vertical_error_null: int
+
+    @classmethod
+    def from_header(cls, h) -> "SoundingCoding":
+        """The coding of a :class:`PfmHeader` (float32 header fields, error nulls from the bit widths)."""
+        return cls(float(np.float32(h.depth_offset)), float(np.float32(h.depth_scale)),
+                   float(np.float32(h.horizontal_error_scale)), (1 << h.horizontal_error_bits) - 1,
+                   float(np.float32(h.vertical_error_scale)), (1 << h.vertical_error_bits) - 1)
+
+
+def _as_u64(v, n: int) -> np.ndarray:
+    """Integer codes as a contiguous uint64 array (no copy for 64-bit integers)."""
+    a = np.asarray(v)
+    if a.shape != (n,):
+        raise ValueError(f"expected {n} values, got shape {a.shape}")
+    if a.dtype == np.uint64 or a.dtype == np.int64:
+        return np.ascontiguousarray(a).view(_U64)
+    return a.astype(_U64)
+
+
+def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapping[Hashable, np.ndarray],
+                   coding: SoundingCoding, first: np.ndarray, count: np.ndarray, rec0: np.ndarray,
+                   n_records: int, slots: int, slot_bits: int, cont_field: tuple[int, int],
+                   cont_base: int, record_bytes: int, *, executor=None, out: np.ndarray | None = None,
+                   block: int = 1024) -> np.ndarray:
+    """Code and pack soundings into new chained physical records, in one pass per record block.
+
+    Bin ``g`` gets records ``rec0[g] .. rec0[g] + ceil(count[g] / slots) - 1``
+    (consecutive, ``rec0`` increasing, covering ``0..n_records-1``) holding
+    soundings ``first[g] .. first[g] + count[g] - 1`` of ``values`` in order,
+    ``slots`` per record at ``slot * slot_bits``. Every record but a bin's
+    last gets the continuation pointer ``cont_base + (r + 1) * record_bytes``
+    (the next record, records being written contiguously from byte
+    ``cont_base``) in ``cont_field = (bit_offset, nbits)``; the last gets 0.
+
+    ``item_fields`` maps each sounding field name (``file, line, ping, beam,
+    depth, x_off, y_off, validity, horizontal_error, vertical_error``) and any
+    other key (attributes) to ``(bit_offset, nbits)``. ``values``: integer
+    codes for the integer fields and other keys (checked by the caller to fit
+    their widths), and the float ``depth`` (float64, already checked to code
+    within range), ``horizontal_error`` and ``vertical_error`` (converted to
+    float32, then coded; see :class:`SoundingCoding`). Zero-width fields may
+    be absent from ``values``. Returns the ``(n_records, record_bytes)``
+    uint8 matrix (in ``out`` if given, a flat uint8 buffer). Records are
+    shared between the ``executor``'s threads and this one (kernels release
+    the GIL).
+    """
+    res_flat, res = _out_matrix(out, n_records, record_bytes)
+    first = np.ascontiguousarray(first, dtype=np.int64)
+    count = np.ascontiguousarray(count, dtype=np.int64)
+    rec0 = np.ascontiguousarray(rec0, dtype=np.int64)
+    if n_records == 0:
+        return res
+    m = (count + slots - 1) // slots
+    if first.size != count.size or rec0.size != count.size or int(m.sum()) != n_records or \
+            (rec0.size and (rec0[0] != 0 or np.any(rec0[1:] != rec0[:-1] + m[:-1]))):
+        raise ValueError("bins must own consecutive records covering 0..n_records-1")
+    arrays = []
+    for key in _SOUNDING_ORDER:
+        nb = item_fields.get(key, (0, 0))[1]
+        if not nb:
+            arrays.append(np.zeros(0, np.float64 if key == "depth" else
+                                   np.float32 if key.endswith("_error") else _U64))
+        elif key == "depth":
+            arrays.append(np.ascontiguousarray(values[key], dtype=np.float64))
+        elif key.endswith("_error"):
+            with np.errstate(over="ignore"):          # too large for float32: inf, coded as null
+                arrays.append(np.ascontiguousarray(values[key], dtype=np.float32))
+        else:
+            arrays.append(_as_u64(values[key], np.asarray(values[key]).shape[0]))
+    akeys = sorted((k for k in item_fields if k not in _SOUNDING_ORDER and item_fields[k][1]),
+                   key=lambda k: item_fields[k][0])
+    ns = {a.shape[0] for a in arrays if a.size} | {np.asarray(values[k]).shape[0] for k in akeys}
+    if len(ns) > 1:
+        raise ValueError(f"sounding value arrays differ in length: {sorted(ns)}")
+    n_items = ns.pop() if ns else 0
+    if count.size and (int(first[-1] + count[-1]) > n_items or first.min() < 0):
+        raise ValueError("bins refer to soundings past the end of the values")
+    attrs = (np.stack([_as_u64(values[k], n_items) for k in akeys]) if akeys
+             else np.zeros((0, 0), dtype=_U64))
+    cursor = 0
+    for key in list(_SOUNDING_ORDER) + akeys:
+        off, nb = item_fields.get(key, (0, 0))
+        if nb:
+            if off < 0 or nb > 64:
+                raise ValueError(f"bad sounding field {key!r}: bit {off}, {nb} bits")
+            cursor = max(cursor, off + nb)
+    cpos, cnb = int(cont_field[0]), int(cont_field[1])
+    if cursor > min(slot_bits, 256) or cpos < slots * slot_bits or not 1 <= cnb <= 64 \
+            or cpos + cnb > record_bytes * 8:
+        raise ValueError("soundings (at most 256 bits) must fit their slots, followed by the "
+                         "continuation pointer in the record")
+    pos = np.array([item_fields.get(k, (0, 0))[0] for k in _SOUNDING_ORDER], dtype=np.int64)
+    nbits = np.array([item_fields.get(k, (0, 0))[1] for k in _SOUNDING_ORDER], dtype=np.int64)
+    apos = np.array([item_fields[k][0] for k in akeys], dtype=np.int64)
+    anb = np.array([item_fields[k][1] for k in akeys], dtype=np.int64)
+    c = coding
+    hs, vs = np.float32(c.horizontal_error_scale), np.float32(c.vertical_error_scale)
+    hcap, vcap = np.float32(c.horizontal_error_null + 1), np.float32(c.vertical_error_null + 1)
+    kern = _kernel("pack_soundings")
+    rend = rec0 + m
+
+    def job(r0: int, r1: int):
+        def do() -> None:
+            g0 = int(np.searchsorted(rend, r0, side="right"))
+            kern(*arrays[:4], arrays[5], arrays[6], arrays[7], arrays[4], arrays[8], arrays[9], attrs,
+                 pos, nbits, apos, anb, float(c.depth_offset), float(c.depth_scale),
+                 hs, hcap, _U64(c.horizontal_error_null), vs, vcap, _U64(c.vertical_error_null),
+                 first, count, rec0, g0, r0, r1, slots, slot_bits, cursor, cpos - slots * slot_bits, cnb,
+                 record_bytes * 8 - cpos - cnb, int(cont_base), record_bytes, res_flat)
+        return do
+
+    parts = 1 if executor is None else getattr(executor, "_max_workers", 2) + 1
+    parts = max(1, min(parts, n_records // max(block, 1)))
+    _run([job(a, b) for a, b in _split(n_records, parts)], executor)
+    return res
+
+
+# ---------------------------------------------------------------------------
+# Reading items back
+
 def unpack_records(records: np.ndarray, slots: int, slot_bits: int,
                    item_fields: Mapping[Hashable, tuple[int, int]], select: np.ndarray,
                    block: int = 8192) -> dict:
-    """Item fields of many records, for the item positions ``select`` (increasing).
+    """Item fields of many records, for the item positions ``select``.
+
+    ``records`` is ``(n_records, record_bytes)`` uint8; item ``p`` is slot
+    ``p % slots`` of record ``p // slots``; ``item_fields`` maps a key to
+    ``(bit_offset, nbits)`` within an item. Returns key -> uint64 array of
+    ``len(select)`` values (rows of one matrix). One numba pass reads every
+    field straight from the record bytes; ``select`` in increasing order is
+    fastest. ``block`` is accepted for compatibility and unused.
+    """
+    recs = np.asarray(records, dtype=np.uint8)
+    if recs.ndim != 2:
+        raise ValueError(f"expected (n, record_bytes) uint8 records, got {recs.shape}")
+    n_rec, rbytes = recs.shape
+    sel = np.ascontiguousarray(select, dtype=np.int64)
+    keys = list(item_fields)
+    foff = np.array([item_fields[k][0] for k in keys], dtype=np.int64)
+    fnb = np.array([item_fields[k][1] for k in keys], dtype=np.int64)
+    out = np.empty((len(keys), sel.size), dtype=_U64)
+    if sel.size and keys:
+        if sel.min() < 0 or sel.max() >= n_rec * slots:
+            raise ValueError("selected item positions outside the records")
+        _check_fits(foff[fnb > 0], fnb[fnb > 0], slots, slot_bits, rbytes)
+        buf = np.ascontiguousarray(recs).reshape(-1)
+        _kernel("unpack_items")(buf, rbytes, slots, slot_bits, sel, foff, fnb, out)
+    return {k: out[j] for j, k in enumerate(keys)}
+
+
+def _unpack_records_numpy(records: np.ndarray, slots: int, slot_bits: int,
+                   item_fields: Mapping[Hashable, tuple[int, int]], select: np.ndarray,
+                   block: int = 8192) -> dict:
+    """Reference for :func:`unpack_records` in numpy (``select`` increasing).
 
     ``records`` is ``(n_records, record_bytes)`` uint8; item ``p`` is slot
     ``p % slots`` of record ``p // slots``; ``item_fields`` maps a key to

@@ -93,7 +93,7 @@ from .. import __version__ as _PKG_VERSION
 from .._numeric import nint, scaled_code_f32, scaled_code_f64
 from ..errors import ConfigError, PfmFormatError
 from . import validity as V
-from ._bitpack import BitLayout, pack_records, unpack_records
+from ._bitpack import BitLayout, SoundingCoding, pack_soundings, unpack_records
 from ._coverage import (COV_HEADER_SIZE, create_coverage_file, read_coverage,
                         update_coverage)
 from ._header import (BIN_HEADER_SIZE, LIBRARY_VERSION, NUM_ATTR, WGS84_WKT, PfmHeader,
@@ -1306,34 +1306,15 @@ class PfmFile:
             k = np.arange(n, dtype=np.int64) - start[g]
             is_fill = k < fill[g]
         if M:
-            if any_fill:
-                sel = np.flatnonzero(~is_fill)
-                flat = cum_m[g[sel]] * L + (k[sel] - fill[g[sel]])
-            else:
-                sel = None
-                # rec * L + slot = cum_m * L + rank within the bin: increasing
-                flat = np.repeat(cum_m * L - start, counts)
-                flat += np.arange(n, dtype=np.int64)
-            keys = [k_ for k_ in codes if NL.fields[(k_, 0)].nbits]
-            last = np.zeros(M, dtype=bool)
-            has = m > 0
-            last[cum_m[has] + m[has] - 1] = True
-            cont = np.arange(1, M + 1, dtype=np.uint64)
-            cont *= np.uint64(rsize)
-            cont += np.uint64(base)
-            cont[last] = 0
+            # one numba pass codes the soundings and packs the chained records (bin by bin:
+            # the soundings not filling old tails, from start + fill on, in records cum_m ..)
             cf = NL.fields["continuation"]
-            vals = []
-            for k_ in keys:
-                v = codes[k_]
-                if isinstance(v, _Coder):
-                    vals.append(v.block(sel))
-                else:
-                    vals.append(v if sel is None else v[sel])
             buf = self._take_buffer(M * rsize)
-            raw = pack_records([(NL.fields[(k_, 0)].offset, NL.fields[(k_, 0)].nbits) for k_ in keys],
-                               vals, flat, M, L, self._single_bits, [(cf.offset, cf.nbits)], [cont],
-                               rsize, executor=self._pool, out=buf)
+            raw = pack_soundings({k_: (NL.fields[(k_, 0)].offset, NL.fields[(k_, 0)].nbits) for k_ in codes},
+                                 {k_: (v.values if isinstance(v, _Coder) else v) for k_, v in codes.items()},
+                                 SoundingCoding.from_header(h), start + fill, rem, cum_m, M, L,
+                                 self._single_bits, (cf.offset, cf.nbits), base, rsize,
+                                 executor=self._pool, out=buf)
             tm["add_pack"] += time.perf_counter() - t
             t = time.perf_counter()
             writer.submit(self._fds["ndx"], raw, base, done=lambda b=buf: self._spare.append(b))

@@ -1,0 +1,387 @@
+"""numba bit-packing kernels against the numpy implementations and a slow bit-string reference.
+
+Three implementations meet here: the numba kernels behind ``pack_records``,
+``pack_soundings``, ``unpack_records`` and ``BitLayout`` (the code under test),
+the numpy versions they replaced (``_pack_records_numpy`` ...), and the
+obviously-correct reference below that writes and reads every field through a
+'0'/'1' string. Sounding coding is checked against a scalar reimplementation of
+the PFM library's rules in plain Python floats (float32 rounding via struct).
+"""
+
+import math
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pfm_dask.pfm import _bitpack as B
+from pfm_dask.pfm._bitpack import BitLayout, SoundingCoding, pack_records, pack_soundings, unpack_records
+
+MAXU64 = 2**64 - 1
+
+
+def ref_record(fields, values, nbytes):
+    """Bytes of one record, MSB first, written field by field as text."""
+    bits = ["0"] * (nbytes * 8)
+    for (off, nb), v in zip(fields, values):
+        if nb:
+            bits[off:off + nb] = format(int(v), f"0{nb}b")
+    s = "".join(bits)
+    return bytes(int(s[i:i + 8], 2) for i in range(0, len(s), 8))
+
+
+def ref_field(record: bytes, off: int, nb: int) -> int:
+    if nb == 0:
+        return 0
+    return int("".join(format(x, "08b") for x in record)[off:off + nb], 2)
+
+
+def f32(x: float) -> float:
+    """Round a Python float to IEEE single (as a C assignment to float)."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def ref_depth_code(z: float, offset: float, scale: float) -> int:
+    """NINT((z + offset) * scale) in double with the float32 header values (z checked, >= 0)."""
+    return math.trunc((z + f32(offset)) * f32(scale) + 0.5)
+
+
+def ref_error_code(e: float, scale: float, bits: int) -> int:
+    """NINT(float(e) * float(scale)) with a float32 product; NaN/negative/too large -> null."""
+    null = (1 << bits) - 1
+    try:
+        e32 = f32(e)
+    except OverflowError:
+        e32 = math.copysign(math.inf, e)
+    if not e32 >= 0:
+        return null
+    p = e32 * f32(scale)                      # exact in double ...
+    p = f32(p) if math.isfinite(p) and abs(p) < 3.4e38 else math.inf   # ... rounded once to float
+    p = min(p, float(null + 1))
+    return min(math.trunc(p + 0.5), null)
+
+
+def random_u64(rng, n, nb):
+    """n random nb-bit values, the first one the maximum."""
+    if nb == 0:
+        return np.zeros(n, np.uint64)
+    v = rng.integers(0, 2**63, n, dtype=np.uint64) * np.uint64(2) + rng.integers(0, 2, n, dtype=np.uint64)
+    if nb < 64:
+        v &= np.uint64((1 << nb) - 1)
+    if n:
+        v[0] = (1 << nb) - 1
+    return v
+
+
+widths = st.lists(st.integers(0, 64), min_size=1, max_size=12)
+
+
+# ---------------------------------------------------------------------------
+# BitLayout: bytes <-> words, unpack_words
+
+@settings(max_examples=60, deadline=None)
+@given(widths, st.lists(st.integers(0, 9), min_size=12, max_size=12), st.integers(1, 9),
+       st.integers(0, 2**32 - 1), st.booleans())
+def test_layout_words_and_fields(ws, gaps, n, seed, transposed):
+    rng = np.random.default_rng(seed)
+    fields, pos = [], 0
+    for i, w in enumerate(ws):
+        pos += gaps[i]
+        fields.append((i, pos, w))
+        pos += w
+    lay = BitLayout(fields, record_bytes=(pos + 7) // 8 + int(rng.integers(0, 3)))
+    recs = rng.integers(0, 256, (n, lay.record_bytes), dtype=np.uint8)   # garbage between fields too
+    recs[0] = 255
+    words = lay._to_words(recs)
+    assert np.array_equal(words, lay._to_words_numpy(recs))
+    assert np.array_equal(lay._from_words(words), recs)
+    assert np.array_equal(lay._from_words_numpy(words), recs)
+    w_in = np.ascontiguousarray(words.T) if transposed else words
+    got = lay.unpack_words(w_in, transposed=transposed)
+    ref = lay._unpack_words_numpy(w_in, transposed=transposed)
+    rows = rng.integers(-n, n, 5)
+    got_rows = lay.unpack_words(words, rows=rows)
+    for key, off, w in fields:
+        expect = [ref_field(bytes(r), off, w) for r in recs]
+        assert got[key].tolist() == expect
+        assert ref[key].tolist() == expect
+        assert got_rows[key].tolist() == [expect[r] for r in rows]
+    # read-only input (as np.frombuffer gives)
+    ro = np.frombuffer(recs.tobytes(), dtype=np.uint8).reshape(recs.shape)
+    assert np.array_equal(lay._to_words(ro), words)
+    assert lay.unpack(ro)[fields[-1][0]].tolist() == [ref_field(bytes(r), *fields[-1][1:]) for r in recs]
+
+
+def test_unpack_words_rejects_bad_input():
+    lay = BitLayout([("a", 0, 70 - 64), ("b", 6, 64)])
+    with pytest.raises(IndexError):
+        lay.unpack_words(np.zeros((3, lay.n_words), np.uint64), rows=np.array([3]))
+    with pytest.raises(ValueError):
+        lay.unpack_words(np.zeros((3, lay.n_words - 1), np.uint64))
+
+
+# ---------------------------------------------------------------------------
+# pack_records / unpack_records: numba vs numpy vs bit strings
+
+@settings(max_examples=40, deadline=None)
+@given(widths, st.lists(st.integers(0, 14), min_size=1, max_size=25), st.integers(1, 7),
+       st.integers(0, 2**32 - 1), st.integers(1, 9), st.booleans())
+def test_pack_records_three_ways(ws, counts, slots, seed, block, threads):
+    rng = np.random.default_rng(seed)
+    item, pos = [], 0
+    for w in ws:
+        item.append((pos, w))
+        pos += w
+    slot_bits = pos + int(rng.integers(0, 5))
+    counts = np.array(counts)
+    n = int(counts.sum())
+    vals = [random_u64(rng, n, w) for _, w in item]
+    m = (counts + slots - 1) // slots
+    cum = np.cumsum(m) - m
+    M = int(m.sum())
+    start = np.cumsum(counts) - counts
+    flat = np.repeat(cum * slots - start, counts) + np.arange(n)
+    cf = (slots * slot_bits + int(rng.integers(0, 4)), 38)
+    cont = random_u64(rng, M, 38)
+    rbytes = (cf[0] + 38 + 7) // 8 + int(rng.integers(0, 2))
+    out = rng.integers(0, 256, M * rbytes + 5, dtype=np.uint8)           # a recycled, dirty buffer
+    ex = ThreadPoolExecutor(2) if threads else None
+    try:
+        lazy = [(lambda i0, i1, v=v: v[i0:i1]) if j % 2 else v for j, v in enumerate(vals)]
+        got = pack_records(item, lazy, flat, M, slots, slot_bits, [cf], [cont], rbytes, block=block,
+                           executor=ex, out=out)
+    finally:
+        if ex:
+            ex.shutdown()
+    ref = B._pack_records_numpy(item, vals, flat, M, slots, slot_bits, [cf], [cont], rbytes, block=block)
+    assert got.shape == (M, rbytes)
+    assert np.array_equal(got, ref)
+    assert M == 0 or np.shares_memory(got, out)
+    for r in range(M):
+        fl, vl = [], []
+        for i in np.flatnonzero(flat // slots == r):
+            s = int(flat[i] % slots)
+            for (o, w), v in zip(item, vals):
+                fl.append((s * slot_bits + o, w))
+                vl.append(v[i])
+        fl.append(cf)
+        vl.append(cont[r])
+        assert bytes(got[r]) == ref_record(fl, vl, rbytes)
+    # and back
+    fields = dict(enumerate(item))
+    sel = np.sort(rng.choice(M * slots, min(M * slots, 40), replace=False)) if M else np.zeros(0, np.int64)
+    u = unpack_records(got, slots, slot_bits, fields, sel, block=block)
+    u_np = B._unpack_records_numpy(got, slots, slot_bits, fields, sel, block=max(block, 1))
+    u_all = unpack_records(got, slots, slot_bits, fields, flat)
+    for j, (o, w) in fields.items():
+        assert np.array_equal(u_all[j], vals[j])
+        assert np.array_equal(u[j], u_np[j])
+        for q, p in enumerate(sel.tolist()):
+            rec, sl = divmod(p, slots)
+            assert int(u[j][q]) == ref_field(bytes(got[rec]), sl * slot_bits + o, w)
+
+
+def test_pack_records_values_taken_modulo_width():
+    """Too wide values are cut to their width (as the C packer does), never spilling over."""
+    item = [(0, 3), (3, 64), (67, 5)]
+    vals = [np.array([MAXU64], np.uint64)] * 3
+    got = pack_records(item, vals, np.array([0]), 1, 1, 72, [], [], 9)
+    assert bytes(got[0]) == ref_record(item, [7, MAXU64, 31], 9)
+
+
+def test_unpack_records_any_order_and_bounds():
+    rng = np.random.default_rng(5)
+    recs = rng.integers(0, 256, (7, 31), dtype=np.uint8)
+    fields = {"a": (0, 64), "b": (64, 17), "z": (81, 0)}
+    sel = np.array([20, 3, 3, 0, 13])                 # 3 slots of 81 bits per 31-byte record
+    u = unpack_records(recs, 3, 81, fields, sel)
+    for q, p in enumerate(sel.tolist()):
+        r, s = divmod(p, 3)
+        assert int(u["a"][q]) == ref_field(bytes(recs[r]), s * 81, 64)
+        assert int(u["b"][q]) == ref_field(bytes(recs[r]), s * 81 + 64, 17)
+        assert int(u["z"][q]) == 0
+    with pytest.raises(ValueError):
+        unpack_records(recs, 3, 81, fields, np.array([21]))
+    with pytest.raises(ValueError):
+        unpack_records(recs, 3, 81, {"a": (0, 90)}, np.array([0]))
+
+
+# ---------------------------------------------------------------------------
+# pack_soundings: coding + packing in one pass
+
+ORDER = ("file", "line", "ping", "beam", "depth", "x_off", "y_off", "validity",
+         "horizontal_error", "vertical_error")
+
+
+def _sounding_layout(rng, n_attr):
+    """PFM-like per-sounding layout: fields back to back, attributes before validity."""
+    w = {"file": int(rng.integers(0, 15)), "line": int(rng.integers(1, 16)), "ping": int(rng.integers(1, 33)),
+         "beam": int(rng.integers(1, 17)), "depth": int(rng.integers(18, 33)),
+         "x_off": int(rng.integers(1, 17)), "y_off": int(rng.integers(1, 17)),
+         "validity": int(rng.integers(1, 24)), "horizontal_error": int(rng.integers(0, 20)),
+         "vertical_error": int(rng.integers(0, 20))}
+    keys = list(ORDER[:7]) + [("attr", i) for i in range(n_attr)] + list(ORDER[7:])
+    for i in range(n_attr):
+        w[("attr", i)] = int(rng.integers(1, 20))
+    fields, pos = {}, 0
+    for k in keys:
+        fields[k] = (pos, w[k])
+        pos += w[k]
+    return fields, pos
+
+
+def _errors(rng, n, bits, scale):
+    e = rng.uniform(-0.5, (2**bits) / scale * 1.2, n).round(2)
+    special = [np.nan, -1.0, 0.0, -0.0, 1e300, np.inf, -np.inf, (2**bits - 1) / scale, 0.005, 0.015]
+    k = min(n, len(special))
+    e[:k] = special[:k]
+    return e
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 20), min_size=1, max_size=30), st.integers(1, 8), st.integers(0, 2),
+       st.integers(0, 2**32 - 1), st.booleans(), st.booleans())
+def test_pack_soundings_matches_reference(counts, slots, n_attr, seed, f32_errors, threads):
+    rng = np.random.default_rng(seed)
+    fields, single = _sounding_layout(rng, n_attr)
+    counts = np.array(counts)
+    n = int(counts.sum())
+    start = np.cumsum(counts) - counts
+    # some soundings of each bin went to old tails: the new records hold the rest
+    fill = np.minimum(rng.integers(0, 3, counts.size), counts)
+    rem = counts - fill
+    m = (rem + slots - 1) // slots
+    rec0 = np.cumsum(m) - m
+    M = int(m.sum())
+    offset, scale = float(rng.choice([10000.0, 1000.0, 123.4])), float(rng.choice([100.0, 1000.0, 33.3]))
+    hs, vs = float(rng.choice([100.0, 1000.0, 3.3])), float(rng.choice([100.0, 10.0]))
+    hb, vb = fields["horizontal_error"][1], fields["vertical_error"][1]
+    dbits = fields["depth"][1]
+    zmax = min((2**dbits - 1) / f32(scale) - f32(offset), 11000.0)
+    z = rng.uniform(-f32(offset), zmax, n)
+    z[: min(n, 2)] = [-f32(offset), zmax][: min(n, 2)]
+    z[2:6] = np.round(z[2:6], 2) + 0.005            # halfway cases of the code rounding
+    z = np.clip(z, -f32(offset), zmax)
+    values = {k: random_u64(rng, n, w) for k, (_, w) in fields.items()
+              if k not in ("depth", "horizontal_error", "vertical_error")}
+    values["file"] = values["file"].astype(np.int64)      # 64-bit signed: viewed, not copied
+    values["beam"] = values["beam"].astype(np.uint32) if fields["beam"][1] <= 32 else values["beam"]
+    values["depth"] = z
+    values["horizontal_error"] = _errors(rng, n, hb, hs)
+    values["vertical_error"] = _errors(rng, n, vb, vs)
+    if f32_errors:
+        with np.errstate(over="ignore"):
+            values["horizontal_error"] = values["horizontal_error"].astype(np.float32)
+    coding = SoundingCoding(f32(offset), f32(scale), f32(hs), (1 << hb) - 1, f32(vs), (1 << vb) - 1)
+    cpos = slots * single + int(rng.integers(0, 3))
+    cbase = int(rng.integers(0, 10**9))
+    rbytes = (cpos + 38 + 7) // 8
+    out = rng.integers(0, 256, M * rbytes + 3, dtype=np.uint8)
+    ex = ThreadPoolExecutor(2) if threads else None
+    try:
+        got = pack_soundings(fields, values, coding, start + fill, rem, rec0, M, slots, single,
+                             (cpos, 38), cbase, rbytes, executor=ex, out=out, block=2)
+    finally:
+        if ex:
+            ex.shutdown()
+    assert got.shape == (M, rbytes)
+    for g in range(counts.size):
+        for j in range(m[g]):
+            r = rec0[g] + j
+            fl, vl = [], []
+            for s in range(min(slots, rem[g] - j * slots)):
+                i = start[g] + fill[g] + j * slots + s
+                for k, (o, w) in fields.items():
+                    if k == "depth":
+                        v = ref_depth_code(float(z[i]), offset, scale)
+                    elif k == "horizontal_error":
+                        v = ref_error_code(float(values[k][i]), hs, hb) if hb else 0
+                    elif k == "vertical_error":
+                        v = ref_error_code(float(values[k][i]), vs, vb) if vb else 0
+                    else:
+                        v = int(values[k][i])
+                    fl.append((s * single + o, w))
+                    vl.append(v)
+            fl.append((cpos, 38))
+            vl.append(0 if j == m[g] - 1 else cbase + (r + 1) * rbytes)
+            assert bytes(got[r]) == ref_record(fl, vl, rbytes), (g, j)
+
+
+def test_pack_soundings_codes_like_the_store():
+    """Depth and error codes equal the store's numpy coders (_Coder) on many values."""
+    from pfm_dask.pfm._store import PfmFile
+
+    rng = np.random.default_rng(11)
+    n = 200_000
+    z = np.round(rng.uniform(-100.0, 9000.0, n), 3)
+    z[::7] = np.round(z[::7], 2) + 0.005
+    herr = rng.uniform(-1, 45, n)
+    herr[::11] = np.nan
+    herr[::13] = np.round(herr[::13], 2) + 0.005
+    fields = {"depth": (0, 32), "horizontal_error": (32, 12), "validity": (44, 1)}
+    coding = SoundingCoding(f32(10000.0), f32(100.0), f32(100.0), 4095, 1.0, 0)
+    got = pack_soundings(fields, {"depth": z, "horizontal_error": herr, "validity": np.zeros(n, np.uint64)},
+                         coding, np.array([0]), np.array([n]), np.array([0]), n, 1, 45, (45, 35), 0, 10)
+    u = unpack_records(got, 1, 45, {"depth": (0, 32), "herr": (32, 12)}, np.arange(n))
+    from pfm_dask._numeric import scaled_code_f64
+    assert np.array_equal(u["depth"], scaled_code_f64(z, 10000.0, 100.0).astype(np.uint64))
+    assert np.array_equal(u["herr"], PfmFile._error_codes(None, herr, 12, 100.0, "horizontal_error"))
+
+
+def test_pack_soundings_rejects_bad_layouts():
+    one = {"file": np.zeros(2, np.uint64)}
+    kw = dict(coding=SoundingCoding(0.0, 1.0, 1.0, 0, 1.0, 0), first=np.array([0]), count=np.array([2]),
+              rec0=np.array([0]), n_records=1, slots=2, slot_bits=8, cont_base=0, record_bytes=4)
+    with pytest.raises(ValueError):                    # continuation inside the slots
+        pack_soundings({"file": (0, 8)}, one, cont_field=(8, 8), **kw)
+    with pytest.raises(ValueError):                    # item wider than its slot
+        pack_soundings({"file": (0, 9)}, one, cont_field=(18, 8), **kw)
+    with pytest.raises(ValueError):                    # records not covering 0..n_records-1
+        pack_soundings({"file": (0, 8)}, one, cont_field=(16, 8), **{**kw, "n_records": 2})
+    got = pack_soundings({"file": (0, 8)}, {"file": np.array([1, 2])}, cont_field=(16, 16), **kw)
+    assert bytes(got[0]) == b"\x01\x02\x00\x00"
+
+
+# ---------------------------------------------------------------------------
+# compile cache: a read-only package directory must not break (or warn)
+
+def test_kernels_work_without_a_writable_cache(tmp_path):
+    """With no writable cache directory anywhere numba would raise at decoration; we fall back."""
+    pkg = tmp_path / "ro_pkg"
+    pkg.mkdir()
+    shutil.copy(B.__file__, pkg / "bitpack_copy.py")
+    (pkg / "__pycache__").write_text("not a directory")          # in-tree cache impossible
+    blocker = tmp_path / "cache_is_a_file"
+    blocker.write_text("")
+    code = textwrap.dedent("""
+        import warnings
+        warnings.simplefilter("error")
+        import numpy as np
+        import bitpack_copy as B
+        lay = B.BitLayout([("a", 3, 20), ("b", 23, 41)])
+        recs = lay.pack({"a": np.array([5, 2**20 - 1]), "b": np.array([7, 2**41 - 1])})
+        u = lay.unpack(recs)
+        assert u["a"].tolist() == [5, 2**20 - 1] and u["b"].tolist() == [7, 2**41 - 1]
+        print("ok")
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env.update(PYTHONPATH=str(pkg), XDG_CACHE_HOME=str(blocker / "x"), HOME=str(blocker / "y"),
+               PYTHONDONTWRITEBYTECODE="1")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "ok"
+    assert "Warning" not in r.stderr
+
+
+def test_load_kernels():
+    assert B.load_kernels() >= 0.0
+    assert set(B._KERNELS) == set(B._KERNEL_NAMES)
