@@ -406,13 +406,18 @@ class PfmWriter:
             ping = batch.column("ping").to_numpy()
             line = global_lines[np.searchsorted(p, ping)]
             bin_index = batch.column("bin_index").to_numpy()
+            depth = batch.column("depth").to_numpy()
+            if self.cfg.null_depth != self.pfm.null_depth:
+                # depths out of range carry the settings' null (max + 1, a double); the PFM's
+                # is that value as a float, which may round below it (e.g. max 1364.475)
+                depth = np.where(depth == self.cfg.null_depth, self.pfm.null_depth, depth)
             self.pfm.add_sorted(
                 bin_index,
                 np.full(batch.num_rows, fnum, dtype=np.int64),
                 line,
                 ping,
                 batch.column("beam").to_numpy(),
-                batch.column("depth").to_numpy(),
+                depth,
                 batch.column("x_off").to_numpy(),
                 batch.column("y_off").to_numpy(),
                 batch.column("validity").to_numpy(),
