@@ -26,12 +26,19 @@ from pfm_dask.inputs import expand_inputs
 pytestmark = pytest.mark.cluster
 
 
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
+def _get(url: str, tries: int = 10) -> tuple[int, str]:
+    """GET ``url``; a refused connection is retried (a loaded machine starts servers late)."""
+    for attempt in range(tries):
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+        except urllib.error.URLError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
 
 
 def _metrics(base: str) -> dict:
