@@ -45,8 +45,10 @@ def survey(gb: float, files: int, seed: int = 3) -> Path:
     return out
 
 
-def run_once(paths, mode: str, workers: int, cfg: LoadConfig, tag: str) -> dict:
-    out = WORK / f"{tag}.pfm"
+def run_once(paths, mode: str, workers: int, cfg: LoadConfig, tag: str,
+             work: Path | None = None) -> dict:
+    """One load of ``paths`` into ``<work>/<tag>.pfm`` (default ``WORK``): wall time and phases."""
+    out = (WORK if work is None else Path(work)) / f"{tag}.pfm"
     shutil.rmtree(str(out) + ".data", ignore_errors=True)
     if out.exists():
         out.unlink()

@@ -1,0 +1,144 @@
+"""Peak memory of the writer for growing inputs: it must stay flat at a fixed ``--max-backlog``.
+
+Two measurements per input, both from outside the pipeline:
+
+* ``--serial`` runs in a child process, which reports its own peak RSS (``ru_maxrss``) at the
+  end: reader, writer and final step in one process.
+* Dask with ``workers`` workers runs on a fresh embedded cluster (``make_local_cluster``, as
+  ``pfm-dask load --workers N`` makes it); every worker reports its peak RSS at the end, and
+  the one that held the writer actor (``LoadResult.writer_worker``) is the writer's figure.
+  That worker also decodes pieces (on one machine the disk worker computes too), so the figure
+  is an upper bound on the writer's own memory.
+
+The grid is fixed (``cfg.mbr``) for all sizes, so only the amount of input grows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+__all__ = ["peak_rss_serial", "peak_rss_dask"]
+
+
+def _maxrss_bytes() -> int:
+    """This process's peak resident set size in bytes (Linux reports KiB)."""
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(r) * (1 if sys.platform == "darwin" else 1024)
+
+
+def _rss_bytes() -> int:
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
+def _fresh(out: Path) -> None:
+    import shutil
+
+    shutil.rmtree(str(out) + ".data", ignore_errors=True)
+    out.unlink(missing_ok=True)
+
+
+def _cfg_to_json(cfg) -> str:
+    return json.dumps(asdict(cfg))
+
+
+def _cfg_from_json(text: str):
+    from pfm_dask.config import LoadConfig, SwathFilterConfig
+
+    d = json.loads(text)
+    d["swath"] = SwathFilterConfig(**d["swath"])
+    for k in ("mbr", "bin_size_deg"):
+        if d.get(k) is not None:
+            d[k] = tuple(d[k])
+    if d.get("polygon") is not None:
+        d["polygon"] = tuple(tuple(p) for p in d["polygon"])
+    return LoadConfig(**d)
+
+
+def peak_rss_serial(paths, cfg, out: Path) -> dict:
+    """Run ``--serial`` in a child process; its peak RSS, wall time and soundings loaded."""
+    _fresh(out)
+    job = json.dumps({"paths": [str(p) for p in paths], "out": str(out), "cfg": _cfg_to_json(cfg)})
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.memory", "--child", job],
+                          capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"serial child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    _fresh(out)
+    return res
+
+
+def _child(job_text: str) -> None:
+    from pfm_dask import pipeline
+
+    job = json.loads(job_text)
+    base = _rss_bytes()
+    t = time.perf_counter()
+    res = pipeline.run_load(job["paths"], job["out"], _cfg_from_json(job["cfg"]), mode="serial")
+    wall = time.perf_counter() - t
+    if res.exit_code != 0:
+        raise SystemExit(res.summary())
+    print(json.dumps({"peak_rss_bytes": _maxrss_bytes(), "rss_before_bytes": base,
+                      "wall_s": wall, "soundings_loaded": res.totals["loaded"],
+                      "peak_backlog_bytes": res.peak_backlog_bytes}))
+
+
+def _worker_memory() -> dict:
+    return {"peak_rss_bytes": _maxrss_bytes(), "rss_bytes": _rss_bytes(), "pid": os.getpid()}
+
+
+def peak_rss_dask(paths, cfg, out: Path, workers: int = 2) -> dict:
+    """A load on a fresh ``workers``-worker cluster; every worker's peak RSS, the writer's apart."""
+    from distributed import Client
+
+    from pfm_dask import pipeline
+
+    _fresh(out)
+    with pipeline.make_local_cluster(workers) as cluster, Client(cluster) as client:
+        client.wait_for_workers(workers, timeout=120)
+        before = client.run(_worker_memory)
+        t = time.perf_counter()
+        res = pipeline.run_load(paths, out, cfg, mode="local", client=client)
+        wall = time.perf_counter() - t
+        after = client.run(_worker_memory)
+    _fresh(out)
+    if res.exit_code != 0:
+        raise RuntimeError(res.summary())
+    writer = res.writer_worker
+    per = {addr: {"peak_rss_bytes": m["peak_rss_bytes"],
+                  "rss_before_bytes": before.get(addr, {}).get("rss_bytes"),
+                  "writer": addr == writer} for addr, m in after.items()}
+    w = per.get(writer, {})
+    others = [v["peak_rss_bytes"] for a, v in per.items() if a != writer]
+    return {"writer_peak_rss_bytes": w.get("peak_rss_bytes"),
+            "writer_rss_before_bytes": w.get("rss_before_bytes"),
+            "compute_peak_rss_bytes": max(others) if others else None,
+            "workers": per, "wall_s": wall, "soundings_loaded": res.totals["loaded"],
+            "peak_backlog_bytes": res.peak_backlog_bytes}
+
+
+def fixed_grid(cfg, survey_json: Path):
+    """``cfg`` with its MBR set to the whole survey's footprint (padded), so the grid is fixed."""
+    area = json.loads(Path(survey_json).read_text())["area"]
+    pad_lat = (area["north"] - area["south"]) * 0.01 + 1e-4
+    pad_lon = (area["east"] - area["west"]) * 0.01 + 1e-4
+    return replace(cfg, mbr=(area["south"] - pad_lat, area["west"] - pad_lon,
+                             area["north"] + pad_lat, area["east"] + pad_lon))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        _child(sys.argv[2])
+    else:
+        sys.exit("internal: python -m benchmarks.memory --child JOB (the runner calls it)")

@@ -1,0 +1,166 @@
+"""A scaling model: measured per-stage rates and the disk → predicted speedup for 4 to 64 workers.
+
+The load is a pipeline: N workers decode, filter and bin pieces (one piece per file); one
+writer packs them into the PFM in file order; then one process runs the serial final step.
+Per load and setup, from the measured runs:
+
+* ``c``: seconds per GSF byte of a piece's work on one core (decode + place/filter/bin + sort;
+  the ``--serial`` run), ``x``: seconds per byte a task spends handing its piece to the writer
+  (Dask runs), ``w``: the writer's busy seconds per byte (``--serial``);
+* ``P``: the pre-scan (one task per file), ``S``: the serial phase (area filter + recompute +
+  check), ``K``: starting the cluster, ``o``: Dask's extra pre-scan time (1-worker run);
+* the disk: raw read ``B_r`` and write ``B_w`` bandwidth; ``I`` GSF bytes in, ``O`` PFM bytes out.
+
+Then, for N workers and ``p`` pieces, with ``M`` cores on the machine (``None``: every worker
+and the writer have a core of their own, as on a cluster with a separate disk node)::
+
+    T(N) = K + o + P/N + T_load(N) + S
+    T_load(N) = max( ceil(p/N) (c+x) I/p,          # the workers, in whole pieces
+                     w I,                            # the one writer
+                     (c+x+w) I / min(N+1, M),        # all the CPU work on the cores there are
+                     I/B_r, O/B_w )                  # the disk
+                + (c+x) I/p                          # the first piece, before the writer starts
+
+and the predicted speedup is the measured ``--serial`` time over ``T(N)``. ``docs/performance.md``
+lists the assumptions. The measured runs read inputs from the page cache, so ``I/B_r`` is left
+out of the check against them and kept in the predictions (cold inputs, as the seed's were).
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["params_of", "predict", "fit_and_predict", "WORKERS", "plot"]
+
+WORKERS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def params_of(cell: dict, gsf_bytes: int, files: int, disk: dict) -> dict:
+    """The model's rates for one (load, setup) cell of the measured matrix."""
+    s = cell["modes"]["serial"]
+    d1 = cell["modes"].get("dask_1", s)
+    ph, ph1 = s["phases_s"], d1["phases_s"]
+    dask = [m for k, m in cell["modes"].items() if k != "serial"]
+    I = float(gsf_bytes)
+    pieces = max(files, 1)
+    return {
+        "I": I, "O": float(s["output_bytes"]["ndx"] + s["output_bytes"]["bin"]), "pieces": pieces,
+        "c": (ph["decode_cpu"] + ph["place_filter_bin_cpu"] + ph["sort_cpu"]) / I,
+        "x": ph1["transfer"] / I,
+        "w": ph["write"] / I,
+        "P": ph["prescan"],
+        "S": ph["area_filter"] + ph["recompute"] + ph["check"],
+        "K": _median([m["phases_s"]["cluster_start"] for m in dask]) if dask else 0.0,
+        "o": max(0.0, ph1["prescan"] - ph["prescan"]) if dask else 0.0,
+        "B_r": (disk.get("read_direct_mb_per_s") or disk.get("read_mb_per_s") or math.inf) * 1e6,
+        "B_w": (disk.get("write_mb_per_s") or math.inf) * 1e6,
+        "T_serial": s["wall_median_s"],
+    }
+
+
+def _median(v):
+    v = sorted(v)
+    n = len(v)
+    return 0.0 if n == 0 else (v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2]))
+
+
+def predict(p: dict, n: int, *, machine_cores: int | None = None, cached_inputs: bool = False) -> dict:
+    """Predicted time of a load on ``n`` workers, its parts, and the bound that decides it."""
+    I, O, k = p["I"], p["O"], p["pieces"]
+    per_piece = (p["c"] + p["x"]) * I / k
+    cores = n + 1 if machine_cores is None else min(n + 1, machine_cores)
+    bounds = {
+        "workers": math.ceil(k / n) * per_piece,
+        "writer": p["w"] * I,
+        "cpu": (p["c"] + p["x"] + p["w"]) * I / cores,
+        "disk_write": O / p["B_w"],
+    }
+    if not cached_inputs:
+        bounds["disk_read"] = I / p["B_r"]
+    limit = max(bounds, key=bounds.get)
+    t_load = bounds[limit] + per_piece
+    prescan = p["o"] + p["P"] / n
+    total = p["K"] + prescan + t_load + p["S"]
+    return {"workers": n, "total_s": total, "load_s": t_load, "prescan_s": prescan,
+            "serial_phase_s": p["S"], "cluster_start_s": p["K"], "bound": limit,
+            "bounds_s": bounds, "speedup": p["T_serial"] / total}
+
+
+def _scaled(p: dict, factor: float) -> dict:
+    """The same survey, ``factor`` times as many files of the same size (600-file extrapolation)."""
+    q = dict(p)
+    for key in ("I", "O", "P", "S", "T_serial"):
+        q[key] = p[key] * factor
+    q["pieces"] = max(1, round(p["pieces"] * factor))
+    return q
+
+
+def fit_and_predict(loads: dict, disk: dict, *, machine_cores: int, workers=WORKERS) -> dict:
+    """Per cell: the rates, the check against the measured 1 and 2 workers, and the predictions."""
+    cells = {}
+    for n_files, entry in loads.items():
+        for setup, cell in entry["setups"].items():
+            p = params_of(cell, entry["gsf_bytes"], entry["files"], disk)
+            check = {}
+            for key, nw in (("dask_1", 1), ("dask_2", 2)):
+                if key not in cell["modes"]:
+                    continue
+                pred = predict(p, nw, machine_cores=machine_cores, cached_inputs=True)
+                meas = cell["modes"][key]["wall_median_s"]
+                check[key] = {"measured_s": meas, "predicted_s": pred["total_s"],
+                              "error": pred["total_s"] / meas - 1.0,
+                              "measured_speedup": p["T_serial"] / meas,
+                              "predicted_speedup": pred["speedup"], "bound": pred["bound"]}
+            serial_model = p["P"] + (p["c"] + p["w"]) * p["I"] + p["S"]
+            preds = {str(nw): predict(p, nw) for nw in workers}
+            ceiling = predict(p, 10**6)
+            cells.setdefault(n_files, {})[setup] = {
+                "params": p, "check": check,
+                "serial_check": {"measured_s": p["T_serial"], "model_s": serial_model,
+                                 "error": serial_model / p["T_serial"] - 1.0},
+                "predict": {k: {"speedup": v["speedup"], "total_s": v["total_s"],
+                                "bound": v["bound"]} for k, v in preds.items()},
+                "ceiling_speedup": ceiling["speedup"], "ceiling_bound": ceiling["bound"],
+            }
+    out = {"workers": list(workers), "machine_cores_for_check": machine_cores, "cells": cells}
+    if cells:
+        top = max(cells, key=int)
+        factor = 600 / int(top)
+        out["extrapolation_600_files"] = {
+            "from_load": int(top),
+            "setups": {s: {str(nw): predict(_scaled(c["params"], factor), nw)["speedup"]
+                           for nw in workers} for s, c in cells[top].items()}}
+    return out
+
+
+def plot(ax, model_res: dict, seed_best: dict, seed_600: dict, titles: dict) -> None:
+    """Predicted speedup against workers for the largest load, the measured points, the seed."""
+    cells = model_res["cells"]
+    top = max(cells, key=int)
+    colours = {"none": "C0", "swath": "C1", "area": "C2", "both": "C3"}
+    for setup, c in cells[top].items():
+        col = colours.get(setup, "k")
+        ws = [int(k) for k in c["predict"]]
+        ax.plot(ws, [c["predict"][str(w)]["speedup"] for w in ws], "-", color=col,
+                label=f"model, {titles.get(setup, setup)}")
+        meas = [(1, c["check"].get("dask_1")), (2, c["check"].get("dask_2"))]
+        ax.plot([w for w, m in meas if m], [m["measured_speedup"] for w, m in meas if m], "o",
+                color=col)
+        if setup in seed_best:
+            ax.plot([16], [seed_best[setup]], "*", color=col, ms=12, mec="k", mew=0.5)
+    ext = model_res.get("extrapolation_600_files", {}).get("setups", {}).get("none")
+    if ext:
+        ws = [int(k) for k in ext]
+        ax.plot(ws, [ext[str(w)] for w in ws], ":", color=colours["none"],
+                label="model, no filter, 600 files")
+    ax.plot([seed_600["processors"]], [seed_600["speedup"]], "P", color="k", ms=10,
+            label=f"Pfm_loader, 600 files ({seed_600['speedup']}x)")
+    ax.plot([], [], "*", color="grey", ms=12, mec="k", mew=0.5, label="Pfm_loader best (<=16 procs)")
+    ax.plot([], [], "o", color="grey", label="pfm-dask measured")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(WORKERS), [str(w) for w in WORKERS])
+    ax.set_xlabel("workers (processors)")
+    ax.set_ylabel("speedup over serial")
+    ax.set_title(f"Scaling model, {top}-file load")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")

@@ -1,0 +1,446 @@
+"""``benchmarks/RESULTS.md`` and its plots from the runner's results document (``pfmloader.json``).
+
+Kept apart from the measuring code so that ``python -m benchmarks.run --report`` can redraw
+everything from the saved JSON without running a load.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["write"]
+
+MODE_LABEL = {"serial": "--serial", "dask_1": "Dask, 1 worker", "dask_2": "Dask, 2 workers"}
+COLOURS = {"none": "C0", "swath": "C1", "area": "C2", "both": "C3"}
+
+
+def _figure(path: Path, draw, nrows=1, ncols=1, size=(7, 4.5)) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(nrows, ncols, figsize=size, squeeze=False)
+    try:
+        draw(axes)
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+    finally:
+        plt.close(fig)
+    return path.name
+
+
+def _gb(b) -> str:
+    return f"{b / 1e9:.2f}"
+
+
+def _mib(b) -> str:
+    return f"{b / 2**20:,.0f}"
+
+
+def _pct(x) -> str:
+    return "–" if x is None else f"{100 * x:.1f} %"
+
+
+def _x(x) -> str:
+    return "–" if x is None else f"{x:.2f}x"
+
+
+def _rate(sec_per_byte) -> str:
+    """MB/s from seconds per byte (``inf`` when the stage took no measurable time)."""
+    return "inf" if not sec_per_byte else f"{1e-6 / sec_per_byte:,.1f}"
+
+
+def _table(head: list[str], rows: list[list]) -> str:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+# -------------------------------------------------------------------------------------- plots
+def _plots(res: dict, out: Path, name: str, titles: dict, seed: dict) -> dict:
+    from . import model as model_mod
+
+    pngs = {}
+    loads = res.get("loads", {})
+    keys = sorted(loads, key=int)
+    setups = [s for s in titles if any(s in loads[k]["setups"] for k in keys)]
+    top = keys[-1] if keys else None
+
+    if keys:
+        def speedup(axes):
+            for ax, setup in zip(axes.flat, list(titles)):
+                ks = [k for k in keys if setup in loads[k]["setups"]]
+                files = [int(k) for k in ks]
+                for key, style in (("dask_1", "s--"), ("dask_2", "o-")):
+                    ax.plot(files, [loads[k]["setups"][setup]["speedup"][key] for k in ks], style,
+                            color=COLOURS[setup], label=f"pfm-dask, {MODE_LABEL[key]}")
+                best = seed["best_speedup"].get(setup)
+                if best:
+                    ax.axhline(best, color="k", ls=":", lw=1,
+                               label=f"Pfm_loader best ({best}x, <=16 procs)")
+                ax.axhline(1.0, color="grey", lw=0.6)
+                ax.set_title(titles[setup])
+                ax.set_xlabel("GSF files in the load")
+                ax.set_ylabel("speedup over serial")
+                ax.set_xticks(files)
+                ax.set_ylim(0, max(11, (best or 0) + 1))
+                ax.grid(alpha=0.3)
+                ax.legend(fontsize=7)
+        pngs["speedup"] = _figure(out / f"{name}_speedup.png", speedup, 2, 2, (10, 7.5))
+
+        def phases(axes):
+            ax = axes[0, 0]
+            bars, labels = [], []
+            for setup in setups:
+                for key in ("serial", "dask_1", "dask_2"):
+                    m = loads[top]["setups"][setup]["modes"].get(key)
+                    if m:
+                        bars.append(m["phases_s"])
+                        labels.append(f"{setup}\n{key.replace('dask_', '')}{'w' if key != 'serial' else ''}")
+            parts = [("cluster_start", "cluster start"), ("prescan", "pre-scan"),
+                     ("load_wall", "load (decode, bin, write)"), ("area_filter", "area filter"),
+                     ("recompute", "recompute"), ("check", "check")]
+            bottom = [0.0] * len(bars)
+            for k, lab in parts:
+                vals = [b.get(k, 0.0) for b in bars]
+                ax.bar(range(len(bars)), vals, bottom=bottom, label=lab)
+                bottom = [x + v for x, v in zip(bottom, vals)]
+            ax.set_xticks(range(len(bars)), labels, fontsize=7)
+            ax.set_ylabel("seconds (median run)")
+            ax.set_title(f"Where the time goes, {top}-file load ({_gb(loads[top]['gsf_bytes'])} GB)")
+            ax.legend(fontsize=7)
+        pngs["phases"] = _figure(out / f"{name}_phases.png", phases, size=(9, 4.5))
+
+        def share(axes):
+            ax = axes[0, 0]
+            for setup in setups:
+                ks = [k for k in keys if setup in loads[k]["setups"]]
+                for key, style in (("serial", "s--"), ("dask_2", "o-")):
+                    ax.plot([int(k) for k in ks],
+                            [100 * loads[k]["setups"][setup]["serial_share"][key]
+                             ["area_filter_and_recompute"] for k in ks], style,
+                            color=COLOURS[setup], label=f"{titles[setup]}, {MODE_LABEL[key]}")
+            ax.set_xlabel("GSF files in the load")
+            ax.set_ylabel("% of wall time in area filter + recompute")
+            ax.set_title("The serial phase")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        pngs["serial_share"] = _figure(out / f"{name}_serial_share.png", share)
+
+    wd = res.get("writer_vs_disk", {})
+    disk = res.get("disk")
+    if disk and top and top in wd:
+        def diskplot(axes):
+            ax = axes[0, 0]
+            names = ["disk: raw write", "disk: raw read"]
+            vals = [disk["write_mb_per_s"],
+                    disk.get("read_direct_mb_per_s") or disk["read_mb_per_s"]]
+            cols = ["k", "grey"]
+            for setup in setups:
+                for key in ("serial", "dask_2"):
+                    r = wd[top].get(setup, {}).get(key)
+                    if r and r.get("busy_mb_per_s"):
+                        names.append(f"writer busy\n{setup} {key.replace('dask_', '')}"
+                                     f"{'w' if key != 'serial' else ''}")
+                        vals.append(r["busy_mb_per_s"])
+                        cols.append(COLOURS[setup])
+            ax.bar(range(len(vals)), vals, color=cols)
+            ax.set_xticks(range(len(vals)), names, fontsize=6)
+            ax.set_ylabel("MB/s")
+            ax.set_title(f"The writer against the disk, {top}-file load")
+        pngs["disk"] = _figure(out / f"{name}_disk.png", diskplot, size=(9, 4.5))
+
+    mem = res.get("memory")
+    if mem:
+        def memplot(axes):
+            ax = axes[0, 0]
+            x = [r["input_ratio"] for r in mem["sizes"]]
+            ax.plot(x, [r["serial"]["peak_rss_bytes"] / 2**20 for r in mem["sizes"]], "s-",
+                    label="--serial process")
+            ax.plot(x, [r["dask"]["writer_peak_rss_bytes"] / 2**20 for r in mem["sizes"]], "o-",
+                    label="Dask: the writer's worker")
+            ax.plot(x, [r["dask"]["compute_peak_rss_bytes"] / 2**20 for r in mem["sizes"]
+                        if r["dask"]["compute_peak_rss_bytes"]] or [None] * 0, "^-",
+                    label="Dask: the other worker")
+            ax.axhline(mem["max_backlog_bytes"] / 2**20, color="k", ls=":", lw=1,
+                       label=f"--max-backlog {_mib(mem['max_backlog_bytes'])} MiB")
+            ax.set_xlabel("input size (x the smallest)")
+            ax.set_ylabel("peak RSS, MiB")
+            ax.set_ylim(bottom=0)
+            ax.set_title("Peak memory against input size (same grid)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        pngs["memory"] = _figure(out / f"{name}_memory.png", memplot)
+
+    if res.get("model", {}).get("cells"):
+        pngs["model"] = _figure(out / f"{name}_model.png",
+                                lambda axes: model_mod.plot(axes[0, 0], res["model"],
+                                                            seed["best_speedup"],
+                                                            seed["run_600_files"], titles),
+                                size=(8, 5))
+    return pngs
+
+
+# ----------------------------------------------------------------------------------- markdown
+def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
+    """Draw the plots into ``results_dir`` and write the markdown report to ``md_path``."""
+    from .run import SETUP_TITLES
+
+    res, mach = doc["results"], doc["machine"]
+    results_dir.mkdir(parents=True, exist_ok=True)
+    seed = res["seed"]
+    pngs = _plots(res, results_dir, name, SETUP_TITLES, seed)
+    rel = os.path.relpath(results_dir, md_path.parent)
+
+    def img(key, alt):
+        return f"![{alt}]({rel}/{pngs[key]})" if key in pngs else ""
+
+    cfg = res.get("config", {})
+    loads = res.get("loads", {})
+    keys = sorted(loads, key=int)
+    setups = [s for s in SETUP_TITLES if any(s in loads[k]["setups"] for k in keys)]
+    top = keys[-1] if keys else None
+    L = []
+    L.append("# pfm-dask against NAVO's parallel Pfm_loader, and against the disk\n")
+    L.append("Generated by `" + cfg.get("command", "python -m benchmarks.run") + "` "
+             f"({mach.get('date_utc')}, {res.get('elapsed_s', 0) / 60:.0f} min); redraw with "
+             "`python -m benchmarks.run --report`. Method and model: `docs/performance.md`. "
+             "Raw figures: `" + f"{rel}/{name}.json" + "`.\n")
+
+    # machine
+    L.append("## Machine\n")
+    mem = mach.get("memory_bytes")
+    d = res.get("disk", {})
+    L.append(_table(["", ""], [
+        ["cores (usable / logical)", f"{mach.get('usable_cores')} / {mach.get('logical_cores')}"],
+        ["memory", f"{mem / 2**30:.1f} GiB" if mem else "?"],
+        ["disk (output and inputs)", d.get("device", "?")],
+        ["platform", mach.get("platform")],
+        ["Python, numpy, pyarrow", f"{mach.get('python')}, {mach.get('numpy_version')}, "
+                                   f"{mach.get('pyarrow_version')}"],
+        ["dask / distributed", f"{mach.get('dask_version')} / {mach.get('distributed_version')}"],
+        ["load average at the end (1 min)", f"{mach.get('load_average_1m', 0):.1f}"],
+    ]) + "\n")
+    L.append("The machine was shared with other jobs while this ran, so wall times carry noise; "
+             "each cell is the median of interleaved runs, and CPU seconds are in the JSON.\n")
+
+    # inputs
+    if keys:
+        L.append("## Inputs\n")
+        L.append(f"One synthetic EM302-like survey (`benchmarks/datasets.py`: `pfm-dask synth`, "
+                 f"432 beams, {cfg.get('pings')} pings per file, deep water 800-2,500 m); the "
+                 "N-file load is its first N lines. Bins of "
+                 f"{cfg.get('bin_size_m'):g} m (2 m bins over deep-water EM302 data would make a "
+                 "grid of tens of GB). Inputs are read from the page cache (the runs repeat).\n")
+        L.append(_table(["files", "GSF GB", "soundings loaded", "PFM out GB"],
+                        [[k, _gb(loads[k]["gsf_bytes"]),
+                          f"{next(iter(loads[k]['setups'].values()))['modes']['serial']['soundings_loaded']:,}",
+                          _gb(next(iter(loads[k]['setups'].values()))['modes']['serial']
+                              ['output_bytes']['total'])] for k in keys]) + "\n")
+
+    # speedup
+    if keys:
+        L.append("## Speedup over `--serial`, against the load\n")
+        L.append(f"Median of {cfg.get('repeat')} runs each. Pfm_loader's best figures (up to 16 "
+                 "processors) for comparison: " + ", ".join(
+                     f"{SETUP_TITLES[s]} {v}x" for s, v in seed["best_speedup"].items()) + ".\n")
+        head = ["files"] + [f"{s}: 1 w / 2 w" for s in setups]
+        rows = []
+        for k in keys:
+            row = [k]
+            for s in setups:
+                c = loads[k]["setups"].get(s)
+                row.append("–" if c is None else
+                           f"{_x(c['speedup']['dask_1'])} / {_x(c['speedup']['dask_2'])}")
+            rows.append(row)
+        L.append(_table(head, rows) + "\n")
+        L.append(img("speedup", "speedup against load") + "\n")
+        L.append("Median wall times, seconds (serial / 1 worker / 2 workers):\n")
+        rows = []
+        for k in keys:
+            row = [k]
+            for s in setups:
+                c = loads[k]["setups"].get(s)
+                row.append("–" if c is None else " / ".join(
+                    f"{c['modes'][m]['wall_median_s']:.1f}" for m in ("serial", "dask_1", "dask_2")))
+            rows.append(row)
+        L.append(_table(["files"] + setups, rows) + "\n")
+
+        # phases
+        L.append(f"## Phase breakdown, {top}-file load\n")
+        L.append("Wall seconds of the median run. `load` is decode, place/filter/bin, transfer and "
+                 "write overlapping; the CPU columns sum the per-piece times over all tasks.\n")
+        rows = []
+        for s in setups:
+            for m in ("serial", "dask_1", "dask_2"):
+                r = loads[top]["setups"][s]["modes"][m]
+                p = r["phases_s"]
+                rows.append([s, MODE_LABEL[m], f"{r['wall_s']:.1f}", f"{p['cluster_start']:.1f}",
+                             f"{p['prescan']:.1f}", f"{p['load_wall']:.1f}",
+                             f"{p['area_filter']:.1f}", f"{p['recompute']:.1f}", f"{p['check']:.1f}",
+                             f"{p['decode_cpu']:.1f}", f"{p['place_filter_bin_cpu']:.1f}",
+                             f"{p['sort_cpu']:.1f}", f"{p['transfer']:.1f}", f"{p['write']:.1f}",
+                             f"{r['cpu_s']:.0f}"])
+        L.append(_table(["setup", "mode", "wall", "cluster", "pre-scan", "load", "area filter",
+                         "recompute", "check", "decode", "place/filter/bin", "sort", "transfer",
+                         "writer busy", "CPU s (all processes)"], rows) + "\n")
+        L.append(img("phases", "phase breakdown") + "\n")
+
+        # serial share
+        L.append("## The serial phase\n")
+        L.append("Share of the wall time spent in the area filter and the recompute (one process, "
+                 "after all pieces are written); this is what capped Pfm_loader's speedup. The "
+                 "check (pfm-dask's full validation of the output, also serial) is shown apart.\n")
+        rows = []
+        for k in keys:
+            row = [k]
+            for s in setups:
+                c = loads[k]["setups"].get(s)
+                if c is None:
+                    row.append("–")
+                    continue
+                sh = c["serial_share"]
+                row.append(f"{_pct(sh['serial']['area_filter_and_recompute'])} / "
+                           f"{_pct(sh['dask_2']['area_filter_and_recompute'])} "
+                           f"(check {_pct(sh['dask_2']['check'])})")
+            rows.append(row)
+        L.append(_table(["files"] + [f"{s}: serial / 2 w" for s in setups], rows) + "\n")
+        L.append(img("serial_share", "serial phase share") + "\n")
+
+    # disk
+    wd = res.get("writer_vs_disk", {})
+    if d:
+        L.append("## The writer against the disk\n")
+        L.append(f"Raw sequential bandwidth of the output disk ({d.get('device')}), "
+                 f"{d['bytes'] / 2**20:,.0f} MiB, best of {d['runs']}: write (4 MiB writes + fsync) "
+                 f"**{d['write_mb_per_s']:,.0f} MB/s**, read after dropping the cache "
+                 f"**{d['read_mb_per_s']:,.0f} MB/s**"
+                 + (f", O_DIRECT read **{d['read_direct_mb_per_s']:,.0f} MB/s**"
+                    if "read_direct_mb_per_s" in d else "") + ".\n")
+        if top and top in wd:
+            L.append("Writer throughput = PFM bytes written (`.ndx` + `.bin`) per second; *busy* "
+                     "divides by the writer's own time in `add_sorted` (what it could sustain), "
+                     "*achieved* by the load phase's wall time (what it delivered). The GSF read "
+                     "rate is the input bytes over the load phase.\n")
+            rows = []
+            for s in setups:
+                for m in ("serial", "dask_1", "dask_2"):
+                    r = wd[top].get(s, {}).get(m)
+                    if not r:
+                        continue
+                    rows.append([s, MODE_LABEL[m], _gb(r["output_bytes"]),
+                                 f"{r['busy_mb_per_s']:.0f}" if r.get("busy_mb_per_s") else "–",
+                                 _pct(r.get("busy_fraction_of_disk")),
+                                 f"{r['achieved_mb_per_s']:.0f}" if r.get("achieved_mb_per_s") else "–",
+                                 _pct(r.get("achieved_fraction_of_disk")),
+                                 f"{r['gsf_read_mb_per_s']:.0f}" if r.get("gsf_read_mb_per_s") else "–",
+                                 _pct(r.get("gsf_read_fraction_of_disk"))])
+            L.append(_table(["setup", "mode", "PFM GB", "writer busy MB/s", "of disk write",
+                             "achieved MB/s", "of disk write", "GSF read MB/s", "of disk read"],
+                            rows) + "\n")
+        L.append(img("disk", "writer against the disk") + "\n")
+
+    # memory
+    m = res.get("memory")
+    if m:
+        L.append("## Memory against input size\n")
+        L.append(f"`--max-backlog {_mib(m['max_backlog_bytes'])}MiB`, setup `{m['setup']}`, the "
+                 "same grid for every size (the MBR of the whole survey), so only the amount of "
+                 "input grows. `--serial`: peak RSS of the whole process (child process, "
+                 "`ru_maxrss`). Dask: peak RSS of each worker of a fresh "
+                 f"{m['workers']}-worker cluster; the writer's worker also decodes pieces.\n")
+        rows = [[f"{r['input_ratio']:.1f}x", r["files"], _gb(r["gsf_bytes"]),
+                 _mib(r["serial"]["peak_rss_bytes"]), _mib(r["dask"]["writer_peak_rss_bytes"]),
+                 _mib(r["dask"]["compute_peak_rss_bytes"]) if r["dask"]["compute_peak_rss_bytes"] else "–",
+                 _mib(r["dask"]["peak_backlog_bytes"])] for r in m["sizes"]]
+        L.append(_table(["input", "files", "GSF GB", "serial peak MiB", "writer worker peak MiB",
+                         "other worker peak MiB", "peak backlog MiB"], rows) + "\n")
+        L.append(f"Growth from the smallest to the largest input: serial "
+                 f"{m['serial_growth']:.2f}x, writer's worker {m['writer_growth']:.2f}x, "
+                 f"for {m['sizes'][-1]['input_ratio']:.1f}x the input.\n")
+        L.append(img("memory", "memory against input size") + "\n")
+
+    # model
+    mod = res.get("model", {})
+    if mod.get("cells"):
+        L.append("## Scaling model\n")
+        L.append("Per-stage rates measured above, plus the disk, predict the time on N workers "
+                 "(`benchmarks/model.py`; assumptions in `docs/performance.md`). Check against "
+                 "the measured runs (this machine: "
+                 f"{mod['machine_cores_for_check']} cores, inputs cached):\n")
+        rows = []
+        for k in sorted(mod["cells"], key=int):
+            for s in setups:
+                c = mod["cells"][k].get(s)
+                if not c:
+                    continue
+                ch = c["check"]
+                rows.append([k, s, f"{c['serial_check']['error'] * 100:+.0f} %"] + [
+                    (f"{_x(ch[w]['measured_speedup'])} / {_x(ch[w]['predicted_speedup'])} "
+                     f"({ch[w]['error'] * 100:+.0f} %, {ch[w]['bound']})") if w in ch else "–"
+                    for w in ("dask_1", "dask_2")])
+        L.append(_table(["files", "setup", "serial time: model error",
+                         "1 worker: measured / model (time error, bound)",
+                         "2 workers: measured / model (time error, bound)"], rows) + "\n")
+        topm = max(mod["cells"], key=int)
+        L.append(f"Predicted speedup, {topm}-file load (each worker a core of its own, the writer "
+                 "on its own core, inputs read from the disk):\n")
+        ws = [str(w) for w in mod["workers"]]
+        rows = []
+        for s in setups:
+            c = mod["cells"][topm].get(s)
+            if c:
+                rows.append([s] + [f"{c['predict'][w]['speedup']:.1f}" for w in ws]
+                            + [f"{c['ceiling_speedup']:.1f} ({c['ceiling_bound']})"])
+        L.append(_table(["setup"] + [f"{w} w" for w in ws] + ["ceiling (bound)"], rows) + "\n")
+        rows = []
+        for s in setups:
+            c = mod["cells"][topm].get(s)
+            if c:
+                p = c["params"]
+                rows.append([s, _rate(p["c"]), _rate(p["x"]), _rate(p["w"]),
+                             f"{p['P']:.1f}", f"{p['S']:.1f}", f"{p['K']:.1f}"])
+        L.append("The rates behind it (GSF MB per second of one core / of transfer / of the "
+                 "writer; seconds of the pre-scan, the serial phase and the cluster start):\n")
+        L.append(_table(["setup", "decode+bin MB/s/core", "transfer MB/s", "writer MB/s",
+                         "pre-scan s", "serial phase s", "cluster start s"], rows) + "\n")
+        ext = mod.get("extrapolation_600_files")
+        if ext:
+            s600 = seed["run_600_files"]
+            L.append(f"Extrapolated to 600 files of the same size (from the {ext['from_load']}-file "
+                     f"load, everything but the cluster start scaled by files): on "
+                     f"{s600['processors']} workers " + ", ".join(
+                         f"{s} {v[str(s600['processors'])]:.1f}x" for s, v in ext["setups"].items()
+                         if str(s600["processors"]) in v)
+                     + f"; Pfm_loader: {s600['speedup']}x on {s600['processors']} processors "
+                     f"({s600['serial_h']:.0f} h to 2 h 39 min).\n")
+        L.append(img("model", "scaling model") + "\n")
+
+    L.append(_others(results_dir))
+    md_path.write_text("\n".join(x for x in L if x is not None))
+
+
+def _others(results_dir: Path) -> str:
+    """One line for each earlier benchmark whose results are present."""
+    import json
+
+    lines = []
+    for fname, fmt in (
+        ("bench_gsf.json", lambda r: f"GSF reader: {r['ours']['mb_per_s_median']:.0f} MB/s on one "
+                                     f"core, {r.get('speedup_median', 0):.1f}x gsfpy"),
+        ("bench_pfm_write.json", lambda r: f"PFM writer: {r['pfm']['mb_per_s']:.0f} MB/s, "
+                                           f"{100 * r['ratio_pfm_to_sequential']:.0f} % of plain "
+                                           "sequential writes"),
+        ("bench_load.json", lambda r: f"bench_load: {r['speedup_2_workers']:.2f}x with 2 workers "
+                                      f"on {r['gsf_bytes'] / 1e9:.2f} GB"),
+    ):
+        p = results_dir / fname
+        try:
+            lines.append(f"- `{fname}`: " + fmt(json.loads(p.read_text())["results"]))
+        except Exception:  # noqa: BLE001 - absent or older layout: just not listed
+            continue
+    if not lines:
+        return ""
+    return "## Other benchmarks (their own commands)\n\n" + "\n".join(lines) + "\n"

@@ -1,0 +1,49 @@
+"""The Pfm_loader benchmark runner's ``--quick`` path still runs and writes its results.
+
+No timing is asserted: the machine running the tests may be busy. The runner is started as a
+separate process, as a user would start it, with every output in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(args, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return subprocess.run([sys.executable, "-m", "benchmarks.run", *args,
+                           "--results-dir", str(tmp_path / "results"),
+                           "--data-dir", str(tmp_path / "data"), "--work", str(tmp_path / "work")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_quick_run_writes_results_and_report(tmp_path):
+    proc = _run(["--quick"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = tmp_path / "results"
+    doc = json.loads((res / "pfmloader_quick.json").read_text())
+    r = doc["results"]
+    for part in ("loads", "disk", "memory", "model", "writer_vs_disk", "seed"):
+        assert part in r, part
+    cell = r["loads"]["3"]["setups"]["both"]
+    assert set(cell["modes"]) == {"serial", "dask_1", "dask_2"}
+    assert cell["modes"]["serial"]["soundings_loaded"] > 0
+    md = (res / "RESULTS_quick.md").read_text()
+    pngs = sorted(p.name for p in res.glob("pfmloader_quick_*.png"))
+    assert {f"pfmloader_quick_{k}.png" for k in ("speedup", "phases", "serial_share", "disk",
+                                                  "memory", "model")} <= set(pngs)
+    for name in pngs:
+        assert f"]({name})" in md or f"/{name})" in md, name
+
+    # --report redraws from the JSON alone
+    (res / "RESULTS_quick.md").unlink()
+    proc = _run(["--quick", "--report"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert (res / "RESULTS_quick.md").read_text() == md
