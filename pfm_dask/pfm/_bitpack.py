@@ -42,6 +42,9 @@ __all__ = [
     "pack_soundings",
     "unpack_records",
     "load_kernels",
+    "bin_runs",
+    "bits_all_set",
+    "clear_bits",
     "pack_reference",
     "unpack_reference",
 ]
@@ -241,6 +244,42 @@ class BitLayout:
             out[key] = v
         return out
 
+    def pack_at(self, buf: np.ndarray, offsets: np.ndarray, values: Mapping[Hashable, np.ndarray]) -> None:
+        """Overwrite the given fields of the records that start at byte ``offsets`` of the flat
+        uint8 buffer ``buf``, in place (every other bit kept); values are taken modulo their widths.
+
+        Lets a caller update records inside the spans it read (no copy out and back).
+        """
+        offs, keys = self._at_args(buf, offsets, [k for k in values if self.fields[k].nbits])
+        if not keys or not offs.size:
+            return
+        if not buf.flags.writeable:
+            raise ValueError("buf is read-only")
+        vals = np.empty((len(keys), offs.size), dtype=_U64)
+        for j, k in enumerate(keys):
+            vals[j] = values[k]
+        fs = [self.fields[k] for k in keys]
+        _kernel("pack_at")(buf, offs, vals, np.array([f.offset for f in fs], np.int64),
+                           np.array([f.nbits for f in fs], np.int64))
+
+    def unpack_at(self, buf: np.ndarray, offsets: np.ndarray, keys: Sequence[Hashable] | None = None) -> dict:
+        """Field values (uint64) of the records that start at byte ``offsets`` of ``buf``."""
+        offs, keys = self._at_args(buf, offsets, list(self.fields if keys is None else keys))
+        out = np.empty((len(keys), offs.size), dtype=_U64)
+        if keys and offs.size:
+            fs = [self.fields[k] for k in keys]
+            _kernel("unpack_at")(buf, offs, np.array([f.offset for f in fs], np.int64),
+                                 np.array([f.nbits for f in fs], np.int64), out)
+        return {k: out[j] for j, k in enumerate(keys)}
+
+    def _at_args(self, buf, offsets, keys):
+        if not isinstance(buf, np.ndarray) or buf.dtype != np.uint8 or buf.ndim != 1 or not buf.flags.c_contiguous:
+            raise ValueError("buf must be a flat contiguous uint8 array")
+        offs = np.ascontiguousarray(offsets, dtype=np.int64)
+        if offs.size and (offs.min() < 0 or offs.max() + self.record_bytes > buf.size):
+            raise ValueError("records outside the buffer")
+        return offs, keys
+
     def unpack(self, records: np.ndarray, keys: Sequence[Hashable] | None = None) -> dict:
         """Field values (uint64 arrays) of every record in an (n, record_bytes) matrix."""
         return self.unpack_words(self._to_words(records), keys)
@@ -413,20 +452,22 @@ def _depth_code(z, off, scale):
 
 
 def _err_code(e, scale, cap, null):
-    """``NINT(float(e) * float(scale))`` clamped to ``null``; NaN and negative -> ``null``."""
-    if e >= np.float32(0.0):
-        p = e * scale                  # float * float
-        if not p <= cap:               # too large (or NaN from 0 * inf)
-            p = cap
-        c = np.uint64(np.float64(p) + 0.5)
-        if c > null:
-            c = null
-        return c
-    return null
+    """``NINT(float(e) * float(scale))`` clamped to ``null``; NaN and negative -> ``null``.
+
+    Written with selects, no branches, so that loops over it become vector code.
+    """
+    zero = np.float32(0.0)
+    ok = e >= zero                     # False for NaN
+    p = e * scale                      # float * float
+    p = p if p <= cap else cap         # too large, or NaN from 0 * inf
+    p = p if ok else zero
+    c = np.uint64(np.float64(p) + 0.5)
+    c = c if c < null else null
+    return c if ok else null
 
 
 _HELPERS = ("_mask", "_put", "_emit", "_load_be", "_get", "_depth_code", "_err_code", "_bw_put",
-            "_bw_skip", "_lane_add")
+            "_bw_skip")
 # unaligned big-endian 64-bit store/load of ``arr[i:i + 8]`` (uint8 array), numba intrinsics
 # made by _make_intrinsics() when the first kernel compiles
 _st_be64 = None
@@ -522,124 +563,147 @@ def _bw_skip(out, acc, fill, o, n):
     return acc, fill, o
 
 
-def _lane_add(l0, l1, l2, l3, p, nb, v):
-    """OR the ``nb``-bit value ``v`` in at bit ``p`` of the 256-bit item ``l0..l3`` (MSB first).
-
-    ``p`` and ``nb`` are the same for every item, so the branches here are
-    always predicted and the lanes stay in registers.
-    """
-    e = (p & 63) + nb
-    if e <= 64:
-        x = v << np.uint64(64 - e)
-        y = np.uint64(0)
-    else:
-        x = v >> np.uint64(e - 64)
-        y = v << np.uint64(128 - e)
-    li = p >> 6
-    if li == 0:
-        return l0 | x, l1 | y, l2, l3
-    if li == 1:
-        return l0, l1 | x, l2 | y, l3
-    if li == 2:
-        return l0, l1, l2 | x, l3 | y
-    return l0, l1, l2, l3 | x
-
-
-def _k_pack_soundings(file_, line, ping, beam, xo, yo, val, depth, herr, verr, attrs,
-                      pos, nbits, apos, anb, doff, dscale, hscale, hcap, hnull, vscale, vcap, vnull,
-                      first, cnt, rec0, g0, r0, r1, slots, slot_bits, item_end, cgap, cnb, pad,
-                      cbase, rbytes, out):
+def _k_pack_soundings(fill_lanes, file_, line, ping, beam, xo, yo, val, depth, herr, verr, attrs,
+                      nbits, doff, dscale, hscale, hcap, hnull, vscale, vcap, vnull,
+                      first, cnt, rec0, rend, g0, r0, r1, slots, slot_bits, item_end, cgap, cnb, pad,
+                      cbase, rbytes, n_items, lanes, out):
     """New physical records ``r0..r1-1``, coding and packing soundings in one pass.
 
-    Bin ``g`` owns records ``rec0[g] ..`` holding its soundings ``first[g] ..
-    first[g] + cnt[g] - 1`` in order, ``slots`` per record; every record but
-    a bin's last points to the next one (``cbase + (r + 1) * rbytes``), the
-    last holds 0. Field order in ``pos``/``nbits`` (bit offset within the
-    sounding, width; width 0 = absent): file, line, ping, beam, depth, x_off,
-    y_off, validity, horizontal error, vertical error; ``attrs[t]`` are coded
-    attributes at ``apos``/``anb``. Each sounding (``item_end`` <= 256 bits)
-    is assembled in four 64-bit registers, then the records are written as
-    one bit stream from byte ``r0 * rbytes``: the soundings' bits, zeros for
-    the rest of each slot and for empty slots, ``cgap`` zeros, the
-    ``cnb``-bit continuation pointer and ``pad`` zeros.
+    Bin ``g`` owns records ``rec0[g] .. rend[g] - 1`` holding its soundings
+    ``first[g] .. first[g] + cnt[g] - 1`` in order, ``slots`` per record;
+    every record but a bin's last points to the next one (``cbase + (r + 1)
+    * rbytes``), the last holds 0. Field order in ``pos``/``nbits`` (bit
+    offset within the sounding, width; width 0 = absent): file, line, ping,
+    beam, depth, x_off, y_off, validity, horizontal error, vertical error;
+    ``attrs[t]`` are coded attributes.
+
+    Soundings are handled a block at a time: ``fill_lanes`` (made for the
+    layout by :func:`_fill_function`) codes them and assembles each
+    sounding's bits into ``lanes`` (``ceil(item_end / 64)`` words per
+    sounding, one column per sounding of the block). Then the records are written as one
+    bit stream from byte ``r0 * rbytes``: the soundings' bits, zeros for the
+    rest of each slot and for empty slots, ``cgap`` zeros, the ``cnb``-bit
+    continuation pointer and ``pad`` zeros.
     """
-    na = anb.size
     cm = _mask(cnb)
-    nl = max(1, (item_end + 63) >> 6)           # lanes per sounding (<= 4)
-    wl = item_end - 64 * (nl - 1)                # bits of the last lane
-    tail = slot_bits - 64 * (nl - 1) - wl
+    nl = max(1, (item_end + 63) >> 6)           # words per sounding
+    wl = item_end - 64 * (nl - 1)                # bits of the last one
+    tail = slot_bits - item_end
+    blk = lanes.shape[1]
     z = np.uint64(0)
     acc = z
     fill = 0
     o = r0 * rbytes
+    lo = 0                                       # soundings lo .. hi-1 are in lanes
+    hi = 0
     nbins = first.size
     g = g0
-    r = r0
+    r = r0                                       # record being written
     while r < r1 and g < nbins:
-        c = cnt[g]
-        m = (c + slots - 1) // slots
         R = rec0[g]
-        for rr in range(max(R, r), min(R + m, r1)):
-            k0 = (rr - R) * slots
-            k = min(slots, c - k0)
-            i = first[g] + k0
-            for _ in range(k):
-                l0, l1, l2, l3 = z, z, z, z
-                if nbits[0]:
-                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[0], nbits[0], file_[i] & _mask(nbits[0]))
-                if nbits[1]:
-                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[1], nbits[1], line[i] & _mask(nbits[1]))
-                if nbits[2]:
-                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[2], nbits[2], ping[i] & _mask(nbits[2]))
-                if nbits[3]:
-                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[3], nbits[3], beam[i] & _mask(nbits[3]))
-                if nbits[4]:
-                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[4], nbits[4],
-                                               _depth_code(depth[i], doff, dscale) & _mask(nbits[4]))
-                if nbits[5]:
-                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[5], nbits[5], xo[i] & _mask(nbits[5]))
-                if nbits[6]:
-                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[6], nbits[6], yo[i] & _mask(nbits[6]))
-                if nbits[7]:
-                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[7], nbits[7], val[i] & _mask(nbits[7]))
-                if nbits[8]:
-                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[8], nbits[8],
-                                               _err_code(herr[i], hscale, hcap, hnull) & _mask(nbits[8]))
-                if nbits[9]:
-                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, pos[9], nbits[9],
-                                               _err_code(verr[i], vscale, vcap, vnull) & _mask(nbits[9]))
-                for t in range(na):
-                    l0, l1, l2, l3 = _lane_add(l0, l1, l2, l3, apos[t], anb[t], attrs[t, i] & _mask(anb[t]))
-                if nl == 1:
-                    acc, fill, o = _bw_put(out, acc, fill, o, l0 >> np.uint64(64 - wl), wl)
-                else:
-                    acc, fill, o = _bw_put(out, acc, fill, o, l0, 64)
-                    if nl == 2:
-                        acc, fill, o = _bw_put(out, acc, fill, o, l1 >> np.uint64(64 - wl), wl)
-                    else:
-                        acc, fill, o = _bw_put(out, acc, fill, o, l1, 64)
-                        if nl == 3:
-                            acc, fill, o = _bw_put(out, acc, fill, o, l2 >> np.uint64(64 - wl), wl)
-                        else:
-                            acc, fill, o = _bw_put(out, acc, fill, o, l2, 64)
-                            acc, fill, o = _bw_put(out, acc, fill, o, l3 >> np.uint64(64 - wl), wl)
-                if tail:
-                    acc, fill, o = _bw_skip(out, acc, fill, o, tail)
-                i += 1
-            if k < slots:
-                acc, fill, o = _bw_skip(out, acc, fill, o, (slots - k) * slot_bits)
-            if cgap:
+        last = rend[g] - 1                       # the bin's last record: continuation 0
+        i = first[g] + (r - R) * slots
+        i_end = first[g] + min(cnt[g], (r1 - R) * slots)
+        slot = 0
+        while i < i_end:
+            if i >= hi:                          # code and assemble the next block
+                lo = i
+                hi = min(i + blk, n_items)
+                m = hi - lo
+                fill_lanes(file_, line, ping, beam, xo, yo, val, depth, herr, verr, attrs, lo, m,
+                           doff, dscale, hscale, hcap, hnull, vscale, vcap, vnull, lanes)
+            j = i - lo
+            for k in range(nl - 1):
+                acc, fill, o = _bw_put(out, acc, fill, o, lanes[k, j], 64)
+            acc, fill, o = _bw_put(out, acc, fill, o, lanes[nl - 1, j] >> np.uint64(64 - wl), wl)
+            if tail:
+                acc, fill, o = _bw_skip(out, acc, fill, o, tail)
+            i += 1
+            slot += 1
+            if slot == slots:                    # record complete: pointer to the next one, padding
+                cont = np.uint64(cbase + (r + 1) * rbytes) & cm if r < last else z
                 acc, fill, o = _bw_skip(out, acc, fill, o, cgap)
-            cont = z
-            if rr < R + m - 1:
-                cont = np.uint64(cbase + (rr + 1) * rbytes) & cm
-            acc, fill, o = _bw_put(out, acc, fill, o, cont, cnb)
-            if pad:
+                acc, fill, o = _bw_put(out, acc, fill, o, cont, cnb)
                 acc, fill, o = _bw_skip(out, acc, fill, o, pad)
-        r = max(r, min(R + m, r1))
+                slot = 0
+                r += 1
+        if slot:                                 # the bin's last record, partly filled
+            acc, fill, o = _bw_skip(out, acc, fill, o, (slots - slot) * slot_bits + cgap)
+            acc, fill, o = _bw_put(out, acc, fill, o, z, cnb)
+            acc, fill, o = _bw_skip(out, acc, fill, o, pad)
+            r += 1
         g += 1
-    for k in range(fill >> 3):          # records end on whole bytes
+    for k in range(fill >> 3):                   # records end on whole bytes
         out[o + k] = np.uint8(acc >> np.uint64(56 - 8 * k))
+
+
+def _k_pack_at(buf, offsets, vals, foff, fnb):
+    """Overwrite fields (``foff``/``fnb``, widths >= 1) of the records starting at byte
+    ``offsets[j]`` of ``buf`` with ``vals[:, j]``, keeping every other bit."""
+    n = buf.size
+    for j in range(offsets.size):
+        base = offsets[j] * 8
+        for f in range(foff.size):
+            nb = fnb[f]
+            m = _mask(nb)
+            v = vals[f, j] & m
+            p = base + foff[f]
+            o = p >> 3
+            sh = p & 7
+            if sh + nb <= 64 and o + 8 <= n:
+                k = np.uint64(64 - sh - nb)
+                _st_be64(buf, o, (_ld_be64(buf, o) & ~(m << k)) | (v << k))
+            else:                              # field across 9 bytes or at the end: bit by bit
+                for q in range(nb):
+                    bit = p + q
+                    byte = bit >> 3
+                    sel = np.uint8(1 << (7 - (bit & 7)))
+                    if (v >> np.uint64(nb - 1 - q)) & np.uint64(1):
+                        buf[byte] |= sel
+                    else:
+                        buf[byte] &= ~sel
+
+
+def _k_unpack_at(buf, offsets, foff, fnb, out):
+    """Fields (widths may be 0) of the records starting at byte ``offsets[j]`` of ``buf``."""
+    n = buf.size
+    for j in range(offsets.size):
+        base = offsets[j] * 8
+        for f in range(foff.size):
+            nb = fnb[f]
+            out[f, j] = _get(buf, n, base + foff[f], nb) if nb else np.uint64(0)
+
+
+def _k_bits_all(bits, pos):
+    """True if bit ``pos[j]`` (MSB first within each byte) is set for every j."""
+    for j in range(pos.size):
+        p = pos[j]
+        if not (bits[p >> 3] >> (7 - (p & 7))) & 1:
+            return False
+    return True
+
+
+def _k_bits_clear(bits, pos):
+    """Clear bit ``pos[j]`` (MSB first within each byte) for every j."""
+    for j in range(pos.size):
+        p = pos[j]
+        bits[p >> 3] &= np.uint8(~(1 << (7 - (p & 7))) & 255)
+
+
+def _k_bin_runs(b, nbins, starts):
+    """Start of every run of equal values in ``b``; -1 if a value is outside
+    0..nbins-1 or smaller than the one before it."""
+    nr = 0
+    prev = np.int64(-1)
+    for i in range(b.size):
+        x = b[i]
+        if x != prev or i == 0:
+            if x < prev or x < 0 or x >= nbins:
+                return -1
+            starts[nr] = i
+            nr += 1
+            prev = x
+    return nr
 
 
 def _k_unpack_items(buf, rbytes, slots, slot_bits, select, foff, fnb, out):
@@ -712,6 +776,70 @@ def _k_from_words(words, out):
             out[i, b] = np.uint8(words[i, b >> 3] >> np.uint64(56 - 8 * (b & 7)))
 
 
+def _fill_signature(T):
+    """Signature of the per-layout lane fillers (see :func:`_fill_function`)."""
+    au = T.Array(T.uint64, 1, "C", readonly=True)
+    f32, f64 = T.float32, T.float64
+    return T.void(*(au,) * 7, T.Array(f64, 1, "C", readonly=True), T.Array(f32, 1, "C", readonly=True),
+                  T.Array(f32, 1, "C", readonly=True), T.Array(T.uint64, 2, "C", readonly=True), T.int64,
+                  T.int64, f64, f64, f32, f32, T.uint64, f32, f32, T.uint64, T.Array(T.uint64, 2, "C"))
+
+
+_FILLS: dict = {}
+
+
+def _fill_function(fields: tuple, attrs: tuple):
+    """A numba function that puts the bits of soundings ``lo .. lo+m-1`` into ``lanes[:, 0:m]``
+    for one sounding layout, with its shifts and masks as constants.
+
+    ``fields``: ``(bit_offset, nbits)`` of file, line, ping, beam, depth, x_off,
+    y_off, validity, horizontal error, vertical error (width 0 = absent);
+    ``attrs``: the same for the attributes. Written out as source and
+    compiled once per layout and process (about 0.3 s): with constant shifts
+    the loop is plain vector code, several times faster than shifting by
+    amounts read at run time. Called by the pack kernel once per block of
+    soundings (a first-class function argument, so the kernel itself is
+    compiled and cached once).
+    """
+    key = (fields, attrs)
+    fn = _FILLS.get(key)
+    if fn is not None:
+        return fn
+    import numba
+
+    srcs = ["file_", "line", "ping", "beam", "depth", "xo", "yo", "val", "herr", "verr"]
+    srcs = [f"{a}[lo:lo + m]" for a in srcs]
+    codes = {4: "_depth_code(s4[t], doff, dscale)", 8: "_err_code(s8[t], hscale, hcap, hnull)",
+             9: "_err_code(s9[t], vscale, vcap, vnull)"}
+    srcs += [f"attrs[{t}, lo:lo + m]" for t in range(len(attrs))]
+    end = max([o + b for o, b in fields + attrs if b] + [1])
+    lanes = [[] for _ in range((end + 63) // 64 + 1)]
+    head, body = [], []
+    for j, (off, nb) in enumerate(fields + attrs):
+        if not nb:
+            continue
+        head.append(f"    s{j} = {srcs[j]}")
+        body.append(f"        v{j} = {codes.get(j, f's{j}[t]')} & np.uint64({(1 << nb) - 1})")
+        e = (off & 63) + nb
+        li = off >> 6
+        if e <= 64:
+            lanes[li].append(f"(v{j} << np.uint64({64 - e}))")
+        else:
+            lanes[li].append(f"(v{j} >> np.uint64({e - 64}))")
+            lanes[li + 1].append(f"(v{j} << np.uint64({128 - e}))")
+    nl = max(1, (end + 63) // 64)
+    head += [f"    l{k} = lanes[{k}]" for k in range(nl)]
+    body += [f"        l{k}[t] = " + (" | ".join(lanes[k]) or "np.uint64(0)") for k in range(nl)]
+    src = ("def fill(file_, line, ping, beam, xo, yo, val, depth, herr, verr, attrs, lo, m,\n"
+           "         doff, dscale, hscale, hcap, hnull, vscale, vcap, vnull, lanes):\n"
+           + "\n".join(head) + "\n    for t in range(m):\n" + "\n".join(body) + "\n")
+    ns = {"np": np, "_depth_code": _depth_code, "_err_code": _err_code}
+    exec(compile(src, f"<pfm sounding layout {key}>", "exec"), ns)
+    fn = numba.njit(_fill_signature(numba.types), nogil=True)(ns["fill"])
+    _FILLS[key] = fn
+    return fn
+
+
 def _signature(name: str, T):
     """Explicit numba signature of kernel ``name`` (``T`` = ``numba.types``): one per kernel, so
     the first call compiles once and later calls with other dtypes fail instead of recompiling.
@@ -726,18 +854,26 @@ def _signature(name: str, T):
     sigs = {
         "pack_items": (arr(u64, 2), ai, ai, ai, i64, i64, i64, i64, arr(u64, 2), ai, ai, i64,
                        out_u8, scratch),
-        "pack_soundings": (au,) * 7 + (arr(f64), arr(f32), arr(f32), arr(u64, 2), ai, ai, ai, ai,
-                                       f64, f64, f32, f32, u64, f32, f32, u64, ai, ai, ai)
-                          + (i64,) * 11 + (out_u8,),
+        "pack_soundings": (T.FunctionType(_fill_signature(T)),) + (au,) * 7
+                          + (arr(f64), arr(f32), arr(f32), arr(u64, 2), ai,
+                             f64, f64, f32, f32, u64, f32, f32, u64, ai, ai, ai, ai)
+                          + (i64,) * 12 + (arr(u64, 2, ro=False), out_u8),
         "unpack_items": (arr(T.uint8), i64, i64, i64, ai, ai, ai, arr(u64, 2, ro=False)),
         "unpack_words": (arr(u64, 2, "A"), ai, ai, ai, arr(u64, 2, ro=False)),
         "to_words": (arr(T.uint8, 2, "A"), arr(u64, 2, ro=False)),
+        "bin_runs": (ai, i64, arr(i64, ro=False)),
+        "pack_at": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai),
+        "unpack_at": (arr(T.uint8), ai, ai, ai, arr(u64, 2, ro=False)),
+        "bits_all": (arr(T.uint8), ai),
+        "bits_clear": (arr(T.uint8, ro=False), ai),
         "from_words": (arr(u64, 2, "A"), arr(T.uint8, 2, "A", ro=False)),
     }
-    return T.void(*sigs[name])
+    ret = {"bin_runs": T.int64, "bits_all": T.boolean}.get(name, T.void)
+    return ret(*sigs[name])
 
 
-_KERNEL_NAMES = ("pack_items", "pack_soundings", "unpack_items", "unpack_words", "to_words", "from_words")
+_KERNEL_NAMES = ("pack_items", "pack_soundings", "unpack_items", "unpack_words", "to_words", "from_words",
+                 "bin_runs", "pack_at", "unpack_at", "bits_all", "bits_clear")
 _KERNEL_LOCK = threading.Lock()
 _KERNELS: dict = {}
 _HELPERS_READY: list = []
@@ -784,7 +920,7 @@ def _kernel(name: str):
             if not _HELPERS_READY:
                 g.update(_make_intrinsics(numba))
                 for h in _HELPERS:       # callees must be numba functions when a kernel compiles
-                    g[h] = numba.njit(inline="always")(g[h])
+                    g[h] = numba.njit(g[h])
                 _HELPERS_READY.append(True)
             k = _njit(numba, g["_k_" + name], _signature(name, numba.types))
             _KERNELS[name] = k
@@ -1005,8 +1141,8 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
                    coding: SoundingCoding, first: np.ndarray, count: np.ndarray, rec0: np.ndarray,
                    n_records: int, slots: int, slot_bits: int, cont_field: tuple[int, int],
                    cont_base: int, record_bytes: int, *, executor=None, out: np.ndarray | None = None,
-                   block: int = 1024) -> np.ndarray:
-    """Code and pack soundings into new chained physical records, in one pass per record block.
+                   block: int = 512) -> np.ndarray:
+    """Code and pack soundings into new chained physical records (numba, one pass).
 
     Bin ``g`` gets records ``rec0[g] .. rec0[g] + ceil(count[g] / slots) - 1``
     (consecutive, ``rec0`` increasing, covering ``0..n_records-1``) holding
@@ -1026,7 +1162,9 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
     be absent from ``values``. Returns the ``(n_records, record_bytes)``
     uint8 matrix (in ``out`` if given, a flat uint8 buffer). Records are
     shared between the ``executor``'s threads and this one (kernels release
-    the GIL).
+    the GIL); each codes and assembles ``block`` soundings at a time, field
+    by field (vector code, in cache), then writes its records as one bit
+    stream.
     """
     res_flat, res = _out_matrix(out, n_records, record_bytes)
     first = np.ascontiguousarray(first, dtype=np.int64)
@@ -1069,10 +1207,10 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
                 raise ValueError(f"bad sounding field {key!r}: bit {off}, {nb} bits")
             cursor = max(cursor, off + nb)
     cpos, cnb = int(cont_field[0]), int(cont_field[1])
-    if cursor > min(slot_bits, 256) or cpos < slots * slot_bits or not 1 <= cnb <= 64 \
+    if cursor > slot_bits or cpos < slots * slot_bits or not 1 <= cnb <= 64 \
             or cpos + cnb > record_bytes * 8:
-        raise ValueError("soundings (at most 256 bits) must fit their slots, followed by the "
-                         "continuation pointer in the record")
+        raise ValueError("soundings must fit their slots, followed by the continuation pointer "
+                         "in the record")
     pos = np.array([item_fields.get(k, (0, 0))[0] for k in _SOUNDING_ORDER], dtype=np.int64)
     nbits = np.array([item_fields.get(k, (0, 0))[1] for k in _SOUNDING_ORDER], dtype=np.int64)
     apos = np.array([item_fields[k][0] for k in akeys], dtype=np.int64)
@@ -1081,20 +1219,23 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
     hs, vs = np.float32(c.horizontal_error_scale), np.float32(c.vertical_error_scale)
     hcap, vcap = np.float32(c.horizontal_error_null + 1), np.float32(c.vertical_error_null + 1)
     kern = _kernel("pack_soundings")
+    with _KERNEL_LOCK:
+        fill = _fill_function(tuple(zip(pos.tolist(), nbits.tolist())), tuple(zip(apos.tolist(), anb.tolist())))
     rend = rec0 + m
 
     def job(r0: int, r1: int):
         def do() -> None:
             g0 = int(np.searchsorted(rend, r0, side="right"))
-            kern(*arrays[:4], arrays[5], arrays[6], arrays[7], arrays[4], arrays[8], arrays[9], attrs,
-                 pos, nbits, apos, anb, float(c.depth_offset), float(c.depth_scale),
+            kern(fill, *arrays[:4], arrays[5], arrays[6], arrays[7], arrays[4], arrays[8], arrays[9], attrs,
+                 nbits, float(c.depth_offset), float(c.depth_scale),
                  hs, hcap, _U64(c.horizontal_error_null), vs, vcap, _U64(c.vertical_error_null),
-                 first, count, rec0, g0, r0, r1, slots, slot_bits, cursor, cpos - slots * slot_bits, cnb,
-                 record_bytes * 8 - cpos - cnb, int(cont_base), record_bytes, res_flat)
+                 first, count, rec0, rend, g0, r0, r1, slots, slot_bits, cursor, cpos - slots * slot_bits, cnb,
+                 record_bytes * 8 - cpos - cnb, int(cont_base), record_bytes, n_items,
+                 np.empty((max(1, (cursor + 63) >> 6), block), dtype=_U64), res_flat)
         return do
 
     parts = 1 if executor is None else getattr(executor, "_max_workers", 2) + 1
-    parts = max(1, min(parts, n_records // max(block, 1)))
+    parts = max(1, min(parts, n_records * slots // (4 * block)))     # not for a few records
     _run([job(a, b) for a, b in _split(n_records, parts)], executor)
     return res
 
@@ -1201,3 +1342,35 @@ def _unpack_records_numpy(records: np.ndarray, slots: int, slot_bits: int,
         for k in item_fields:
             out[k][s0:s1] = res[k].reshape(-1)[flat_t]
     return out
+
+
+# ---------------------------------------------------------------------------
+# Writer support
+
+def bin_runs(bin_index: np.ndarray, n_bins: int) -> np.ndarray | None:
+    """Start index of each run of equal bin indices, in one pass; ``None`` if any index is
+    outside ``0..n_bins-1`` or the indices are not sorted (the caller then says which)."""
+    b = np.ascontiguousarray(bin_index, dtype=np.int64)
+    starts = np.empty(b.size, dtype=np.int64)       # only the pages written are touched
+    nr = _kernel("bin_runs")(b, int(n_bins), starts) if b.size else 0
+    return None if nr < 0 else starts[:nr]
+
+
+def bits_all_set(bits: np.ndarray, positions: np.ndarray) -> bool:
+    """True if every bit ``positions`` (bit ``p`` = byte ``p // 8``, MSB first) of ``bits`` is 1."""
+    pos = np.ascontiguousarray(positions, dtype=np.int64)
+    if pos.size and (pos.min() < 0 or pos.max() >= 8 * bits.size):
+        raise ValueError("bit positions outside the array")
+    return bool(_kernel("bits_all")(np.ascontiguousarray(bits, dtype=np.uint8), pos)) if pos.size else True
+
+
+def clear_bits(bits: np.ndarray, positions: np.ndarray) -> None:
+    """Set bits ``positions`` (bit ``p`` = byte ``p // 8``, MSB first) of ``bits`` to 0, in place."""
+    pos = np.ascontiguousarray(positions, dtype=np.int64)
+    if not pos.size:
+        return
+    if pos.min() < 0 or pos.max() >= 8 * bits.size:
+        raise ValueError("bit positions outside the array")
+    if bits.dtype != np.uint8 or bits.ndim != 1 or not bits.flags.c_contiguous or not bits.flags.writeable:
+        raise ValueError("bits must be a writeable flat contiguous uint8 array")
+    _kernel("bits_clear")(bits, pos)

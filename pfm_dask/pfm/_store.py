@@ -93,7 +93,8 @@ from .. import __version__ as _PKG_VERSION
 from .._numeric import nint, scaled_code_f32, scaled_code_f64
 from ..errors import ConfigError, PfmFormatError
 from . import validity as V
-from ._bitpack import BitLayout, SoundingCoding, pack_soundings, unpack_records
+from ._bitpack import (BitLayout, SoundingCoding, bin_runs, bits_all_set, clear_bits, pack_soundings,
+                       unpack_records)
 from ._coverage import (COV_HEADER_SIZE, create_coverage_file, read_coverage,
                         update_coverage)
 from ._header import (BIN_HEADER_SIZE, LIBRARY_VERSION, NUM_ATTR, WGS84_WKT, PfmHeader,
@@ -249,6 +250,19 @@ class _Spans:
         if not self.offsets.size:
             return (0, 0)
         return int(self.offsets[0]), int(self.offsets[-1]) + self.size
+
+    def unpack(self, layout: BitLayout, keys) -> dict:
+        """Fields (uint64) of every record, read in place from the span buffers."""
+        out = {k: np.empty(self.offsets.size, dtype=np.uint64) for k in keys}
+        for (a, b), buf, lo in zip(self.runs, self.buffers, self.span_lo):
+            for k, v in layout.unpack_at(buf, self.offsets[a:b] - lo, keys).items():
+                out[k][a:b] = v
+        return out
+
+    def pack(self, layout: BitLayout, values: dict) -> None:
+        """Overwrite fields of every record in place in the span buffers (other bits kept)."""
+        for (a, b), buf, lo in zip(self.runs, self.buffers, self.span_lo):
+            layout.pack_at(buf, self.offsets[a:b] - lo, {k: v[a:b] for k, v in values.items()})
 
 
 def _pwrite_all(fd: int, data, offset: int) -> None:
@@ -906,13 +920,13 @@ class PfmFile:
         z = self._zero_bins
         if z is None:
             return False
-        return bool(np.all((z[bins >> 3] >> (7 - (bins & 7)).astype(np.uint8)) & 1))
+        return bits_all_set(z, bins)
 
     def _touch(self, bins: np.ndarray) -> None:
         """Forget that these bin records are zero."""
         z = self._zero_bins
         if z is not None and bins.size:
-            np.bitwise_and.at(z, bins >> 3, ~(np.uint8(1) << (7 - (bins & 7)).astype(np.uint8)))
+            clear_bits(z, bins)
 
     def _take_buffer(self, nbytes: int) -> np.ndarray:
         """A flat uint8 buffer of at least ``nbytes``, recycled from finished writes when possible."""
@@ -1159,11 +1173,12 @@ class PfmFile:
         herr = _as_array("horizontal_error", horizontal_error, n)
         verr = _as_array("vertical_error", vertical_error, n)
         nbins = self.width * self.height
-        if b.min() < 0 or b.max() >= nbins:
+        starts = bin_runs(b, nbins)     # one pass: where each bin's soundings start; None if bad
+        if starts is None and (b.min() < 0 or b.max() >= nbins):
             bad = int(np.flatnonzero((b < 0) | (b >= nbins))[0])
             raise PfmFormatError(f"bin_index {b[bad]} (sounding {bad}) is outside the "
                                  f"{self.width} x {self.height} grid (0..{nbins - 1})", path=self.path)
-        if n > 1 and np.any(b[1:] < b[:-1]):
+        if starts is None:
             bad = int(np.flatnonzero(b[1:] < b[:-1])[0]) + 1
             raise PfmFormatError(f"soundings are not sorted by bin_index (sounding {bad})", path=self.path)
         limits = {"file": (self.max_file_number, "[FILE NUMBER BITS]"),
@@ -1210,7 +1225,6 @@ class PfmFile:
         self.timings["add_soundings"] += n
 
         # split into steps at bin boundaries; encode and write step by step
-        starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
         cuts = [0]
         if n > _ADD_CHUNK:
             want = np.arange(_ADD_CHUNK, n, _ADD_CHUNK)
@@ -1237,9 +1251,10 @@ class PfmFile:
             for key, v in attrs.items():
                 codes[key] = v[a:c] if v is not None else np.zeros(c - a, np.uint64)
             self.timings["add_encode"] += time.perf_counter() - t
-            self._add_step(b[a:c], codes)
+            j0, j1 = np.searchsorted(starts, [a, c])
+            self._add_step(b[a:c], codes, starts[j0:j1] - a)
 
-    def _add_step(self, b: np.ndarray, codes: dict) -> None:
+    def _add_step(self, b: np.ndarray, codes: dict, start: np.ndarray | None = None) -> None:
         h = self.header
         L = self.record_length
         rsize = self.ndx_record_size
@@ -1248,7 +1263,8 @@ class PfmFile:
         tm = self.timings
         t = time.perf_counter()
         n = b.size
-        start = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+        if start is None:       # first sounding of each bin
+            start = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
         counts = np.diff(np.r_[start, n])
         ub = b[start]
         nb = ub.size
@@ -1261,15 +1277,13 @@ class PfmFile:
             # no gap bytes: they belong to other bins whose bytes we have not read
             bspans = _Spans(self._fds["bin"], boff, bsize, max_gap=0, path=self.bin_path,
                             what="bin record", read=False)
-            bwords = np.zeros((nb, BL.n_words), dtype=np.uint64)
             z = np.zeros(nb, dtype=np.uint64)
             cur = {"num_soundings": z, "validity": z, "head": z, "tail": z}
         else:
             writer.wait_for(self._fds["bin"], int(boff[0]), int(boff[-1]) + bsize)
             bspans = _Spans(self._fds["bin"], boff, bsize, max_gap=_RMW_GAP, path=self.bin_path,
                             what="bin record")
-            bwords = BL._to_words(bspans.records())
-            cur = BL.unpack_words(bwords, ["num_soundings", "validity", "head", "tail"])
+            cur = bspans.unpack(BL, ["num_soundings", "validity", "head", "tail"])
         if self.undo is not None:
             self.undo.save_spans("bin", bspans.span_lo, bspans.buffers)
         self._touch(ub)
@@ -1367,10 +1381,8 @@ class PfmFile:
         new_val = (cur["validity"] | vor) & np.uint64(((1 << h.validity_bits) - 1) & ~V.CHECKED)
         new_head = np.where(c0 == 0, first_new, h0)
         new_tail = np.where(m > 0, last_new, t0)
-        BL.pack_words(bwords, {"num_soundings": total.astype(np.uint64), "validity": new_val,
-                               "head": new_head.astype(np.uint64), "tail": new_tail.astype(np.uint64)},
-                      clear=True)
-        bspans.store(BL._from_words(bwords))
+        bspans.pack(BL, {"num_soundings": total.astype(np.uint64), "validity": new_val,
+                         "head": new_head.astype(np.uint64), "tail": new_tail.astype(np.uint64)})
         if self.undo is not None:
             self.undo.commit()
         bspans.write(writer)

@@ -23,7 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pfm_dask.pfm import _bitpack as B
-from pfm_dask.pfm._bitpack import BitLayout, SoundingCoding, pack_records, pack_soundings, unpack_records
+from pfm_dask.pfm._bitpack import (BitLayout, SoundingCoding, bin_runs, bits_all_set, clear_bits, pack_records,
+                                   pack_soundings, unpack_records)
 
 MAXU64 = 2**64 - 1
 
@@ -126,6 +127,60 @@ def test_unpack_words_rejects_bad_input():
         lay.unpack_words(np.zeros((3, lay.n_words), np.uint64), rows=np.array([3]))
     with pytest.raises(ValueError):
         lay.unpack_words(np.zeros((3, lay.n_words - 1), np.uint64))
+
+
+@settings(max_examples=40, deadline=None)
+@given(widths, st.integers(0, 2**32 - 1), st.integers(0, 6))
+def test_pack_at_and_unpack_at_in_place(ws, seed, n):
+    """Records inside a dirty buffer (odd offsets, one at the very end): given fields replaced, all
+    other bits kept; compared bit by bit with the reference."""
+    rng = np.random.default_rng(seed)
+    fields, pos = [], 0
+    for i, w in enumerate(ws):
+        fields.append((i, pos, w))
+        pos += w + int(rng.integers(0, 3))
+    lay = BitLayout(fields)
+    size = lay.record_bytes
+    gaps = rng.integers(0, 5, n)
+    offs = np.cumsum(gaps + size) - size
+    buf = rng.integers(0, 256, int(offs[-1] + size) if n else 3, dtype=np.uint8)
+    before = buf.copy()
+    change = [k for k, _, w in fields if w and rng.random() < 0.7]
+    new = {k: random_u64(rng, n, fields[k][2]) for k in change}
+    lay.pack_at(buf, offs, new)
+    expect = list("".join(format(x, "08b") for x in before.tobytes()))
+    for j, o in enumerate(offs.tolist()):
+        for k in change:
+            _, off, w = fields[k]
+            expect[8 * o + off: 8 * o + off + w] = format(int(new[k][j]), f"0{w}b")
+    assert "".join(format(x, "08b") for x in buf.tobytes()) == "".join(expect)
+    got = lay.unpack_at(buf, offs)
+    for key, off, w in fields:
+        assert got[key].tolist() == [ref_field(buf[o:o + size].tobytes(), off, w) for o in offs.tolist()]
+    with pytest.raises(ValueError):
+        lay.unpack_at(buf, np.array([buf.size - size + 1]))
+
+
+def test_bits_helpers_and_bin_runs():
+    rng = np.random.default_rng(2)
+    bits = rng.integers(0, 256, 40, dtype=np.uint8)
+    ref = [int(c) for c in "".join(format(x, "08b") for x in bits.tobytes())]
+    pos = np.sort(rng.choice(320, 50, replace=False))
+    assert bits_all_set(bits, pos) == all(ref[p] for p in pos)
+    ones = np.flatnonzero(ref)
+    assert bits_all_set(bits, ones) and bits_all_set(bits, np.zeros(0, np.int64))
+    clear_bits(bits, pos)
+    for p in pos:
+        ref[p] = 0
+    assert "".join(format(x, "08b") for x in bits.tobytes()) == "".join(map(str, ref))
+    with pytest.raises(ValueError):
+        clear_bits(bits, np.array([320]))
+    b = np.repeat(np.array([0, 3, 4, 9]), [2, 1, 5, 3])
+    assert bin_runs(b, 10).tolist() == [0, 2, 3, 8]
+    assert bin_runs(b, 9) is None                    # 9 outside the grid
+    assert bin_runs(b[::-1], 10) is None             # not sorted
+    assert bin_runs(np.array([-1, -1, 0]), 10) is None
+    assert bin_runs(np.zeros(0, np.int64), 10).tolist() == []
 
 
 # ---------------------------------------------------------------------------
