@@ -30,6 +30,9 @@ standard deviation it had (the library does not reset it).
 
 from __future__ import annotations
 
+import os
+import threading
+
 import numpy as np
 
 from ..errors import PfmFormatError
@@ -39,7 +42,9 @@ __all__ = [
     "PRIOR_KEEP",
     "EXTREMA_START",
     "compute_bin_stats",
+    "grouped_bin_stats",
     "recompute",
+    "THREADS",
 ]
 
 # The library ANDs the bin's previous validity with 65535 ^ (SUSPECT | SELECTED |
@@ -68,33 +73,78 @@ def _per_bin(value, n_bins: int, name: str, dtype) -> np.ndarray:
     return arr.astype(dtype, copy=False)
 
 
-def _sequential_group_sums(values: np.ndarray, start: np.ndarray,
-                           counts: np.ndarray) -> np.ndarray:
-    """Sum ``values`` (N, k) over contiguous groups, left to right, in double.
+def _k_chain_sums(z, filt, used, start, counts, out):
+    """numba kernel: per group, left to right from 0.0, the sums of ``zf``, ``zf * zf`` and
+    ``zu`` (``zf`` = the depth where ``filt`` else 0.0, ``zu`` likewise with ``used``)."""
+    for g in range(start.size):
+        a = 0.0
+        b = 0.0
+        c = 0.0
+        i0 = start[g]
+        for i in range(i0, i0 + counts[g]):
+            zf = z[i] if filt[i] else 0.0
+            zu = z[i] if used[i] else 0.0
+            a += zf
+            b += zf * zf
+            c += zu
+        out[g, 0] = a
+        out[g, 1] = b
+        out[g, 2] = c
 
-    ``np.add.reduceat`` sums pairwise, which differs from the library's running
-    sum in the last bit often enough to change a packed standard deviation.
-    Here the loop runs over the position within a group (chain depth), adding
-    the j-th member of every group that has one: the order of additions inside
-    each group is exactly the chain order, and the work stays O(N).
+
+_KERNEL_LOCK = threading.Lock()
+_KERNELS: dict = {}
+
+
+def _kernel(name: str):
+    """The numba-compiled ``_k_<name>`` (compiled, or loaded from the on-disk cache, on first use).
+
+    Compiled without fastmath, so every addition and multiplication is the
+    plain IEEE double operation in the order written (no reassociation, no
+    fused multiply-add): the sums are the library's running sums exactly.
+    ``nogil``: the recompute's and the check's threads run in parallel.
     """
-    n_groups = len(start)
-    out = np.zeros((n_groups,) + values.shape[1:], dtype=np.float64)
-    if n_groups == 0:
-        return out
-    by_size = np.argsort(-counts, kind="stable")
-    sizes = counts[by_size]
-    starts = start[by_size]
-    acc = np.zeros_like(out)
-    # active[j] = number of groups with more than j members (a prefix of by_size).
-    neg = -sizes
-    for j in range(int(sizes[0])):
-        m = int(np.searchsorted(neg, -j, side="left"))  # groups with size > j
-        if m == 0:
-            break
-        acc[:m] += values[starts[:m] + j]
-    out[by_size] = acc
-    return out
+    k = _KERNELS.get(name)
+    if k is None:
+        with _KERNEL_LOCK:
+            k = _KERNELS.get(name)
+            if k is None:
+                import numba
+
+                T = numba.types
+                ro = dict(readonly=True)
+                sigs = {"chain_sums": T.void(T.Array(T.float64, 1, "C", **ro), T.Array(T.bool_, 1, "C", **ro),
+                                             T.Array(T.bool_, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro),
+                                             T.Array(T.int64, 1, "C", **ro), T.Array(T.float64, 2, "C"))}
+                fn = globals()["_k_" + name]
+                try:
+                    k = numba.njit(sigs[name], nogil=True, cache=True)(fn)
+                except RuntimeError as exc:  # no writable cache directory
+                    if "cannot cache" not in str(exc):
+                        raise
+                    k = numba.njit(sigs[name], nogil=True)(fn)
+                _KERNELS[name] = k
+    return k
+
+
+def _chain_sums(z: np.ndarray, filt: np.ndarray, used: np.ndarray, start: np.ndarray,
+                counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group: the sums of filtered depths, of their squares and of used depths.
+
+    The library keeps running double sums in chain order; ``np.add.reduceat``
+    sums pairwise and differs from that in the last bit often enough to change
+    a packed standard deviation. Each group (contiguous, ``counts`` > 0) is
+    summed left to right from 0.0, masked-out members adding 0.0, by a small
+    numba kernel (:func:`_k_chain_sums`).
+    """
+    out = np.empty((len(start), 3), dtype=np.float64)
+    if len(start):
+        _kernel("chain_sums")(np.ascontiguousarray(z, dtype=np.float64),
+                              np.ascontiguousarray(filt, dtype=bool),
+                              np.ascontiguousarray(used, dtype=bool),
+                              np.ascontiguousarray(start, dtype=np.int64),
+                              np.ascontiguousarray(counts, dtype=np.int64), out)
+    return out[:, 0], out[:, 1], out[:, 2]
 
 
 def compute_bin_stats(bin_index, depth, validity, *, null_depth, class_type=0,
@@ -130,23 +180,46 @@ def compute_bin_stats(bin_index, depth, validity, *, null_depth, class_type=0,
     class_type = int(class_type)
     if not 0 <= class_type <= 10:
         raise PfmFormatError(f"CLASS TYPE must be 0..10, got {class_type}")
-    keep_mask = int(keep_mask)
-    null32 = np.float32(null_depth)
-    null64 = float(null32)
-
-    order = np.argsort(bin_index, kind="stable")
-    b = bin_index[order]
-    z = depth[order]
-    v = vals[order]
-    if len(b):
-        first = np.ones(len(b), dtype=bool)
-        first[1:] = b[1:] != b[:-1]
+    if len(bin_index) > 1 and not np.all(bin_index[1:] >= bin_index[:-1]):
+        order = np.argsort(bin_index, kind="stable")
+        bin_index, depth, vals = bin_index[order], depth[order], vals[order]
+    if len(bin_index):
+        first = np.ones(len(bin_index), dtype=bool)
+        first[1:] = bin_index[1:] != bin_index[:-1]
         start = np.flatnonzero(first)
     else:
         start = np.zeros(0, dtype=np.int64)
-    uniq = b[start]
-    n_bins = len(start)
-    counts = np.diff(np.append(start, len(b)))
+    counts = np.diff(np.append(start, len(bin_index)))
+    return grouped_bin_stats(bin_index[start], counts, depth, vals, null_depth=null_depth,
+                             class_type=class_type, prior_validity=prior_validity,
+                             keep_mask=keep_mask, prior_std=prior_std)
+
+
+def grouped_bin_stats(bins, counts, depth, validity, *, null_depth, class_type=0,
+                      prior_validity=None, keep_mask=0, prior_std=None) -> dict:
+    """:func:`compute_bin_stats` for soundings already grouped by bin.
+
+    ``bins`` (increasing) and ``counts`` (all > 0) describe consecutive runs of
+    ``depth``/``validity``: the first ``counts[0]`` soundings belong to
+    ``bins[0]``, and so on, each run in chain order. This is how chains come
+    back from the store, so the recompute and the check skip the sort and
+    the search for bin boundaries. Same arguments and result otherwise.
+    """
+    uniq = np.asarray(bins)
+    counts = np.asarray(counts, dtype=np.int64)
+    z = np.asarray(depth, dtype=np.float64)
+    v = np.asarray(validity).astype(np.int64, copy=False)
+    class_type = int(class_type)
+    if not 0 <= class_type <= 10:
+        raise PfmFormatError(f"CLASS TYPE must be 0..10, got {class_type}")
+    if uniq.shape != counts.shape or int(counts.sum()) != len(z) or len(z) != len(v) or \
+            (counts.size and counts.min() <= 0):
+        raise ValueError("bins/counts do not describe the soundings")
+    keep_mask = int(keep_mask)
+    null32 = np.float32(null_depth)
+    null64 = float(null32)
+    n_bins = len(uniq)
+    start = np.cumsum(counts) - counts
 
     prior = _per_bin(prior_validity, n_bins, "prior_validity", np.int64)
     std_prior = _per_bin(prior_std, n_bins, "prior_std", np.float32)
@@ -166,13 +239,10 @@ def compute_bin_stats(bin_index, depth, validity, *, null_depth, class_type=0,
     if class_type:
         filt &= (v & _USER_FLAGS[class_type - 1]) != 0
 
-    n_valid = np.add.reduceat(filt.astype(np.int64), start)
-    n_used = np.add.reduceat(used.astype(np.int64), start)
+    n_valid = np.add.reduceat(filt, start, dtype=np.int64)
+    n_used = np.add.reduceat(used, start, dtype=np.int64)
 
-    zf = np.where(filt, z, 0.0)
-    zu = np.where(used, z, 0.0)
-    sums = _sequential_group_sums(np.stack([zf, zf * zf, zu], axis=1), start, counts)
-    sum_f, sum2_f, sum_u = sums[:, 0], sums[:, 1], sums[:, 2]
+    sum_f, sum2_f, sum_u = _chain_sums(z, filt, used, start, counts)
 
     with np.errstate(invalid="ignore", divide="ignore"):
         min_f = np.minimum.reduceat(np.where(filt, z, np.inf), start)
@@ -220,8 +290,10 @@ EXTREMA_START = {
     "min_standard_deviation": 9999999.0, "max_standard_deviation": -9999999.0,
 }
 
-#: Soundings held in memory at once by :func:`recompute` (about 150 bytes each).
+#: Soundings per band of :func:`recompute` (about 100 bytes each while a band is worked on).
 BAND_SOUNDINGS = 2_000_000
+#: Default thread count of :func:`recompute` and of the check's band pipeline.
+THREADS = min(4, os.cpu_count() or 1)
 #: Bin records read at once while planning bands.
 _PLAN_BINS = 1 << 20
 
@@ -334,7 +406,8 @@ def _plan_bands(pfm_file, want_rows: np.ndarray | None, rows_per_band: int | Non
 
 
 def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_mask: int = 0,
-              extrema: dict | None = None, band_soundings: int = BAND_SOUNDINGS) -> dict:
+              extrema: dict | None = None, band_soundings: int = BAND_SOUNDINGS,
+              threads: int | None = None) -> dict:
     """Recompute bins of an open (``"r+"``) :class:`PfmFile` and return the header extrema.
 
     ``bin_index``: the bins to recompute (``row * width + col``), or ``None``
@@ -345,6 +418,11 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
     update the ``.cvg``. ``keep_mask`` is the library's recompute mask (0 as in
     pfmLoader); ``clear_mask`` bits are cleared from the new validity (pfmLoader
     clears CHECKED | VERIFIED on an append; here the coverage map follows).
+
+    ``threads`` (default :data:`THREADS`) bands are read and computed at once
+    on a thread pool (numpy and ``os.pread`` release the GIL); the records are
+    written and the extrema folded in band order on the calling thread, so the
+    result does not depend on the thread count.
 
     Returns pfmLoader's header extrema over the recomputed bins, in raster
     order from ``extrema`` (default :data:`EXTREMA_START`), as a dict of
@@ -367,48 +445,87 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
         if wanted[0] < 0 or wanted[-1] >= W * pfm_file.height:
             raise PfmFormatError(f"bin_index outside 0..{W * pfm_file.height - 1}", path=pfm_file.path)
         want_rows = np.unique(wanted // W)
-    for r0, r1, c0, c1 in _plan_bands(pfm_file, want_rows, rows, int(band_soundings)):
-        if wanted is not None:
-            lo, hi = np.searchsorted(wanted, [r0 * W, r1 * W])
-            band_bins = wanted[lo:hi]
-            band_bins = band_bins[((band_bins % W) >= c0) & ((band_bins % W) < c1)]
-            if band_bins.size == 0:
-                continue
-            cols = band_bins % W
-            c0, c1 = int(cols.min()), int(cols.max()) + 1
+
+    def bands():
+        for r0, r1, c0, c1 in _plan_bands(pfm_file, want_rows, rows, int(band_soundings)):
+            band_bins = None
+            if wanted is not None:
+                lo, hi = np.searchsorted(wanted, [r0 * W, r1 * W])
+                band_bins = wanted[lo:hi]
+                band_bins = band_bins[((band_bins % W) >= c0) & ((band_bins % W) < c1)]
+                if band_bins.size == 0:
+                    continue
+                cols = band_bins % W
+                c0, c1 = int(cols.min()), int(cols.max()) + 1
+            yield r0, r1, c0, c1, band_bins
+
+    def compute(band):
+        r0, r1, c0, c1, band_bins = band
         recs = pfm_file.read_bin_records(r0, r1, c0, c1)
-        snd = pfm_file.read_soundings(r0, r1, c0, c1)
-        if snd["bin_index"].size == 0:
-            continue
-        if wanted is not None:
-            keep = np.isin(snd["bin_index"], band_bins)
-            snd = {k: v[keep] for k, v in snd.items()}
-            if snd["bin_index"].size == 0:
-                continue
-        ub = np.unique(snd["bin_index"])
-        pos = np.searchsorted(recs["bin_index"], ub)
-        stats = compute_bin_stats(snd["bin_index"], snd["depth"], snd["validity"],
+        cnt = recs["num_soundings"]
+        if band_bins is not None:
+            w = np.zeros(cnt.size, dtype=bool)
+            w[(band_bins // W - r0) * (c1 - c0) + band_bins % W - c0] = True
+            cnt = np.where(w, cnt, 0)
+        has = np.flatnonzero(cnt > 0)
+        if has.size == 0:
+            return None
+        ub, cnt = recs["bin_index"][has], cnt[has]
+        # soundings come back grouped by bin, in raster then chain order
+        snd = pfm_file._read_chains(ub, cnt, recs["head"][has], fields=("depth", "validity"))
+        stats = grouped_bin_stats(ub, cnt, snd["depth"], snd["validity"],
                                   null_depth=null32, class_type=h.class_type,
-                                  prior_validity=recs["validity"][pos],
-                                  prior_std=recs["std"][pos].astype(np.float32),
+                                  prior_validity=recs["validity"][has],
+                                  prior_std=recs["std"][has].astype(np.float32),
                                   keep_mask=keep_mask)
-        if np.any(stats["num_soundings"] != recs["num_soundings"][pos]):
-            j = int(np.flatnonzero(stats["num_soundings"] != recs["num_soundings"][pos])[0])
-            raise PfmFormatError(f"bin {int(ub[j])}: record says {int(recs['num_soundings'][pos][j])} "
-                                 f"soundings, chain holds {int(stats['num_soundings'][j])}",
-                                 path=pfm_file.path)
         if clear_mask:
             stats["validity"] = (stats["validity"].astype(np.int64) & ~int(clear_mask)).astype(np.uint32)
+        if not compute_average:
+            # the record keeps its averages (e.g. a CUBE surface): report those
+            stats["avg_filtered"] = recs["avg_filtered"][has].astype(np.float32)
+            stats["avg"] = recs["avg"][has].astype(np.float32)
+        return ub, stats
+
+    def store(result) -> None:
+        if result is None:
+            return
+        ub, stats = result
         fields = {k: stats[k] for k in ("num_valid", "std", "min_filtered", "max_filtered",
                                          "min", "max")}
         if compute_average:
             fields["avg_filtered"] = stats["avg_filtered"]
             fields["avg"] = stats["avg"]
-        else:
-            # the record keeps its averages (e.g. a CUBE surface): report those
-            stats["avg_filtered"] = recs["avg_filtered"][pos].astype(np.float32)
-            stats["avg"] = recs["avg"][pos].astype(np.float32)
         fields["validity"] = stats["validity"].astype(np.int64)
         pfm_file.write_bin_records(ub, **fields)
         ext.update(ub, stats, null32)
+
+    _ordered_map(compute, bands(), store, THREADS if threads is None else threads)
     return ext.result()
+
+
+def _ordered_map(fn, items, consume, threads: int) -> None:
+    """``consume(fn(item))`` for every item, in order; ``fn`` runs on up to ``threads`` threads.
+
+    At most ``threads + 1`` results are in flight (bounded memory); ``consume``
+    runs on the calling thread. The first error stops the work and is raised.
+    """
+    threads = max(1, int(threads))
+    if threads == 1:
+        for item in items:
+            consume(fn(item))
+        return
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    pending: deque = deque()
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pfm-band") as pool:
+        try:
+            for item in items:
+                pending.append(pool.submit(fn, item))
+                if len(pending) > threads:
+                    consume(pending.popleft().result())
+            while pending:
+                consume(pending.popleft().result())
+        finally:
+            for fut in pending:
+                fut.cancel()

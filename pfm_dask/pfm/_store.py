@@ -81,6 +81,7 @@ compares the unscaled value with the scaled null and never fires).
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import time
 from collections import defaultdict
@@ -140,7 +141,6 @@ _DEPTH_FIELDS = ("avg_filtered", "min_filtered", "max_filtered", "avg", "min", "
 
 _WRITE_CHUNK = 4 << 20           # bytes per os.pwrite of new records
 _ADD_CHUNK = 1 << 20             # soundings per internal add_sorted step
-_READ_GAP = 1 << 16              # merge reads whose gap is at most this
 _RMW_GAP = 4096                  # merge read-modify-write spans whose gap is at most this
 _MAX_SPAN = 32 << 20             # longest single read/write
 #: threads that pack records in parallel (numpy releases the GIL in its loops)
@@ -355,114 +355,59 @@ class _BackgroundWriter:
             self._thread.join()
 
 
-class _RecordCache:
-    """Physical records read through merged spans; lookups by byte address, vectorised."""
+class _NdxMap:
+    """The ``.ndx`` mapped read-only: byte ranges of records gathered by byte address.
+
+    Reads go through the page cache with no copy but the gather itself, and
+    any number of threads may read at once. Records at unaligned addresses
+    (damaged pointers) are served like the others.
+    """
 
     def __init__(self, fd: int, size: int, file_size: int, path=None):
-        self.fd, self.size, self.file_size, self.path = fd, int(size), int(file_size), path
-        self.starts = np.zeros(0, dtype=np.int64)
-        self.ends = np.zeros(0, dtype=np.int64)
-        self.blob_off = np.zeros(0, dtype=np.int64)
-        self.blobs: list[np.ndarray] = []
-        self.blob = np.zeros(0, dtype=np.uint8)
+        self.size, self.file_size, self.path = int(size), int(file_size), path
+        self._mm = mmap.mmap(fd, self.file_size, access=mmap.ACCESS_READ) if self.file_size else None
+        self.buf = (np.frombuffer(self._mm, dtype=np.uint8) if self._mm is not None
+                    else np.zeros(0, dtype=np.uint8))
 
-    def load_ranges(self, lo: np.ndarray, hi: np.ndarray) -> None:
-        """Read byte ranges [lo, hi) (merged when close), clipped to the file."""
-        lo = np.asarray(lo, dtype=np.int64)
-        hi = np.minimum(np.asarray(hi, dtype=np.int64), self.file_size)
-        keep = hi > lo
-        lo, hi = lo[keep], hi[keep]
-        if lo.size == 0:
-            return
-        order = np.argsort(lo, kind="stable")
-        lo, hi = lo[order], hi[order]
-        hi = np.maximum.accumulate(hi)
-        brk = np.flatnonzero(lo[1:] > hi[:-1] + _READ_GAP) + 1
-        s = np.r_[0, brk]
-        e = np.r_[brk, lo.size]
-        new_lo, new_hi = lo[s], hi[e - 1]
-        # keep the spans disjoint: read only what no span holds yet
-        parts = []
-        for a, b in zip(new_lo.tolist(), new_hi.tolist()):
-            cur = a
-            i = int(np.searchsorted(self.ends, a, side="right"))
-            while cur < b and i < self.starts.size and self.starts[i] < b:
-                if self.starts[i] > cur:
-                    parts.append((cur, int(self.starts[i])))
-                cur = max(cur, int(self.ends[i]))
-                i += 1
-            if cur < b:
-                parts.append((cur, b))
-        pieces = [self.blob] if self.blob.size else []
-        starts = [self.starts]
-        ends = [self.ends]
-        offs = [self.blob_off]
-        pos = self.blob.size
-        for a, b in parts:
-            while a < b:
-                c = min(b, a + _MAX_SPAN)
-                raw = os.pread(self.fd, c - a, a)
-                if len(raw) != c - a:
-                    raise PfmFormatError("depth record past the end of the .ndx file",
-                                         path=self.path, offset=a + len(raw))
-                pieces.append(np.frombuffer(raw, dtype=np.uint8))
-                starts.append(np.array([a], np.int64))
-                ends.append(np.array([c], np.int64))
-                offs.append(np.array([pos], np.int64))
-                pos += c - a
-                a = c
-        if len(pieces) > (1 if self.blob.size else 0):
-            self.blob = np.concatenate(pieces) if len(pieces) > 1 else pieces[0].copy()
-        st = np.concatenate(starts)
-        order = np.argsort(st, kind="stable")
-        self.starts = st[order]
-        self.ends = np.concatenate(ends)[order]
-        self.blob_off = np.concatenate(offs)[order]
-
-    def positions(self, addr: np.ndarray) -> np.ndarray:
-        """Blob position of each record address; -1 where not loaded."""
-        addr = np.asarray(addr, dtype=np.int64)
-        if self.starts.size == 0:
-            return np.full(addr.shape, -1, dtype=np.int64)
-        i = np.searchsorted(self.starts, addr, side="right") - 1
-        ok = i >= 0
-        ic = np.where(ok, i, 0)
-        ok &= addr + self.size <= self.ends[ic]
-        return np.where(ok, self.blob_off[ic] + addr - self.starts[ic], -1)
-
-    def get(self, addr: np.ndarray, lo: int = 0, hi: int | None = None) -> np.ndarray:
-        """(n, hi - lo) bytes ``lo:hi`` of the records at ``addr`` (loaded on demand)."""
-        addr = np.asarray(addr, dtype=np.int64)
+    def _check(self, addr: np.ndarray) -> None:
         bad = (addr < 0) | (addr + self.size > self.file_size)
         if np.any(bad):
             a = int(addr[np.flatnonzero(bad)[0]])
             raise PfmFormatError(f"chain pointer {a:,} is outside the .ndx file "
                                  f"({self.file_size:,} bytes)", path=self.path, offset=a)
-        pos = self.positions(addr)
-        miss = pos < 0
-        if np.any(miss):
-            m = addr[miss]
-            self.load_ranges(m, m + self.size)
-            pos = self.positions(addr)
+
+    def words(self, at: np.ndarray, addr: np.ndarray) -> np.ndarray:
+        """Big-endian 64-bit words at byte offsets ``at``, which lie within the records at ``addr``."""
+        self._check(np.asarray(addr, dtype=np.int64))
+        if at.size == 0:
+            return np.zeros(0, dtype=">u8")
+        view = np.ndarray((self.file_size - 7,), dtype=">u8", buffer=self.buf, strides=(1,))
+        return view[at]
+
+    def get(self, addr: np.ndarray, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """(n, hi - lo) bytes ``lo:hi`` of the records at ``addr``."""
+        addr = np.asarray(addr, dtype=np.int64)
+        self._check(addr)
         hi = self.size if hi is None else hi
-        width = hi - lo
-        miss = pos < 0
-        if not np.any(miss):
-            if addr.size > 1 and pos[-1] - pos[0] == (addr.size - 1) * self.size and np.all(np.diff(pos) == self.size):
-                # consecutive records: a plain slice, no gather
-                rows = self.blob[pos[0]: pos[0] + addr.size * self.size].reshape(addr.size, self.size)
-                return rows[:, lo:hi]
-            view = np.lib.stride_tricks.as_strided(self.blob[lo:], shape=(max(0, self.blob.size - lo - width + 1), width),
-                                                   strides=(1, 1), writeable=False)
-            return view[pos]
-        view = np.lib.stride_tricks.as_strided(self.blob, shape=(max(0, self.blob.size - self.size + 1), self.size),
+        if addr.size == 0:
+            return np.zeros((0, hi - lo), dtype=np.uint8)
+        if not np.any(addr % self.size):
+            recs = self.records()
+            i = addr // self.size
+            return recs[i] if (lo, hi) == (0, self.size) else recs[i, lo:hi]
+        view = np.lib.stride_tricks.as_strided(self.buf[lo:], shape=(self.file_size - hi + 1, hi - lo),
                                                strides=(1, 1), writeable=False)
-        # records straddling two spans (unaligned pointers): read them one by one
-        out = np.empty((addr.size, self.size), dtype=np.uint8)
-        out[~miss] = view[pos[~miss]]
-        for j in np.flatnonzero(miss).tolist():
-            out[j] = np.frombuffer(os.pread(self.fd, self.size, int(addr[j])), dtype=np.uint8)
-        return out[:, lo:hi]
+        return view[addr]
+
+    def records(self) -> np.ndarray:
+        """The whole physical records of the file as an (n, size) view."""
+        n = self.file_size // self.size
+        return self.buf[: n * self.size].reshape(n, self.size)
+
+    def close(self) -> None:
+        """Drop the map (it is unmapped once no array refers to it)."""
+        self.buf = np.zeros(0, dtype=np.uint8)
+        self._mm = None
 
 
 class _Coder:
@@ -1450,21 +1395,25 @@ class PfmFile:
         return out
 
     # ------------------------------------------------------------------ reading soundings
-    def read_soundings(self, row0: int, row1: int, col0: int = 0, col1: int | None = None) -> dict:
+    def read_soundings(self, row0: int, row1: int, col0: int = 0, col1: int | None = None,
+                       *, fields: Sequence[str] | None = None) -> dict:
         """Every sounding of every bin in the rectangle (see module doc), in chain order.
 
-        Bin rows come from one read; physical records from a few large merged
-        reads (each chain's records are first assumed contiguous, as this
-        writer lays them out; other layouts are fetched as the walk finds
-        them). Chains are walked vectorised over chain depth.
+        Bin rows come from one read; physical records are gathered from a
+        read-only map of the ``.ndx``, chains walked vectorised over chain
+        depth. ``fields`` limits the result to the keys named (e.g.
+        ``("depth", "validity")``): the others are not decoded.
+        Safe to call from several threads at once (no writes meanwhile).
         """
         self._sync()
         row0, row1, col0, col1 = self._rect(row0, row1, col0, col1)
         bidx, recs = self._read_bin_raw(row0, row1, col0, col1)
         u = self._bin_layout.unpack(recs, ["num_soundings", "head"])
-        return self._read_chains(bidx, u["num_soundings"].astype(np.int64), u["head"].astype(np.int64))
+        return self._read_chains(bidx, u["num_soundings"].astype(np.int64), u["head"].astype(np.int64),
+                                 fields=fields)
 
-    def _read_chains(self, bidx, cnt, head) -> dict:
+    def _read_chains(self, bidx, cnt, head, *, fields: Sequence[str] | None = None) -> dict:
+        """Soundings of bins ``bidx`` (count ``cnt``, first record ``head``); see read_soundings."""
         L = self.record_length
         rsize = self.ndx_record_size
         NL = self._ndx_layout
@@ -1473,48 +1422,62 @@ class PfmFile:
         nrec = (cnt + L - 1) // L
         R = int(nrec.sum())
         rstart = np.cumsum(nrec) - nrec
-        self.ndx_size = os.fstat(self._fd("ndx")).st_size
-        cache = _RecordCache(self._fds["ndx"], rsize, self.ndx_size, path=self.ndx_path)
-        if R:
-            cache.load_ranges(head, head + nrec * rsize)
-        recaddr = np.zeros(R, dtype=np.int64)
-        active = np.arange(bidx.size)
-        cur = head.copy()
-        step = 0
-        cpos = self._single_bits * L
-        while active.size:
-            recaddr[rstart[active] + step] = cur
-            go = nrec[active] > step + 1
-            active = active[go]
-            if not active.size:
-                break
-            prev = cur[go]
-            nxt = self._continuations(cache, prev)
-            bad = (nxt <= 0) | (nxt % rsize != 0) | (nxt + rsize > self.ndx_size)
-            if np.any(bad):
-                j = int(np.flatnonzero(bad)[0])
-                raise PfmFormatError(
-                    f"chain of bin {int(bidx[active[j]])} breaks after {step + 1} record(s): continuation "
-                    f"pointer {int(nxt[j])} but {int(cnt[active[j]])} soundings need "
-                    f"{int(nrec[active[j]])} records", path=self.ndx_path, offset=int(prev[j]))
-            cur = nxt
-            step += 1
-        del cpos
-        raw = cache.get(recaddr) if R else np.zeros((0, rsize), np.uint8)
-        # sounding positions: bin b's k-th sounding is item rstart[b] * L + k (records of a
-        # chain are consecutive in recaddr, slots filled in order)
-        n = int(cnt.sum())
-        cstart = np.cumsum(cnt) - cnt
-        select = np.repeat(rstart * L - cstart, cnt)
-        select += np.arange(n, dtype=np.int64)
+        ndx_size = os.fstat(self._fd("ndx")).st_size
+        self.ndx_size = ndx_size
+        ndx = _NdxMap(self._fds["ndx"], rsize, ndx_size, path=self.ndx_path)
+        try:
+            recaddr = np.zeros(R, dtype=np.int64)
+            active = np.arange(bidx.size)
+            cur = head.copy()
+            step = 0
+            while active.size:
+                recaddr[rstart[active] + step] = cur
+                go = nrec[active] > step + 1
+                active = active[go]
+                if not active.size:
+                    break
+                prev = cur[go]
+                nxt = self._continuations(ndx, prev)
+                bad = (nxt <= 0) | (nxt % rsize != 0) | (nxt + rsize > ndx_size)
+                if np.any(bad):
+                    j = int(np.flatnonzero(bad)[0])
+                    raise PfmFormatError(
+                        f"chain of bin {int(bidx[active[j]])} breaks after {step + 1} record(s): continuation "
+                        f"pointer {int(nxt[j])} but {int(cnt[active[j]])} soundings need "
+                        f"{int(nrec[active[j]])} records", path=self.ndx_path, offset=int(prev[j]))
+                cur = nxt
+                step += 1
+            # sounding positions: a chain's records are consecutive in recaddr, filled slot by
+            # slot; record r (step s of bin b) holds min(L, cnt[b] - s * L) soundings
+            n = int(cnt.sum())
+            rec_bin = np.repeat(np.arange(bidx.size, dtype=np.int64), nrec)
+            n_here = np.minimum(L, cnt[rec_bin] - (np.arange(R, dtype=np.int64) - rstart[rec_bin]) * L)
+            first = np.cumsum(n_here) - n_here
+            keys = list(SOUNDING_FIELDS) + [("attr", i) for i in range(self._n_ndx_attr)]
+            if fields is not None:
+                keys = [k for k in keys if (f"attr_{k[1]}" if isinstance(k, tuple) else k) in fields]
+            layout = {k: (NL.fields[(k, 0)].offset, NL.fields[(k, 0)].nbits) for k in keys}
+            u = {k: np.zeros(0, dtype=np.uint64) for k in keys}
+            if R and keys:
+                if not np.any(recaddr % rsize):
+                    # aligned records: unpack straight from the map (item positions in the file)
+                    raw, base = ndx.records(), recaddr // rsize
+                else:
+                    raw, base = ndx.get(recaddr), np.arange(R, dtype=np.int64)
+                pos = np.repeat(base * L - first, n_here)
+                pos += np.arange(n, dtype=np.int64)
+                u = unpack_records(raw, L, self._single_bits, layout, pos)
+                del raw, pos
+        finally:
+            ndx.close()
         h = self.header
-        keys = list(SOUNDING_FIELDS) + [("attr", i) for i in range(self._n_ndx_attr)]
-        fields = {k: (NL.fields[(k, 0)].offset, NL.fields[(k, 0)].nbits) for k in keys}
-        u = unpack_records(raw, L, self._single_bits, fields, select)
+        want = set(fields) if fields is not None else None
         out = {}
-        out["bin_index"] = np.repeat(bidx, cnt)
-        out["row"] = out["bin_index"] // self.width
-        out["col"] = out["bin_index"] - out["row"] * self.width
+        if want is None or want & {"bin_index", "row", "col"}:
+            out["bin_index"] = np.repeat(bidx, cnt)
+        if want is None or "row" in want or "col" in want:
+            out["row"] = out["bin_index"] // self.width
+            out["col"] = out["bin_index"] - out["row"] * self.width
         for key in keys:
             vals = u[key]
             if key == "depth":
@@ -1529,25 +1492,28 @@ class PfmFile:
                                     + np.float64(np.float32(h.min_ndx_attribute[i]))).astype(np.float32)
             else:
                 out[key] = vals.view(np.int64)          # < 2**32: same bits as int64
-        rec_of = select // L
-        out["record_offset"] = recaddr[rec_of]
-        out["slot"] = select - rec_of * L
-        out["address"] = (out["record_offset"] * L + out["slot"]).astype(np.uint64)
+        if want is None or want & {"record_offset", "slot", "address"}:
+            rec_of = np.repeat(np.arange(R, dtype=np.int64), n_here)
+            out["record_offset"] = recaddr[rec_of]
+            out["slot"] = np.arange(n, dtype=np.int64) - first[rec_of]
+            out["address"] = (out["record_offset"] * L + out["slot"]).astype(np.uint64)
         return out
 
-    def _continuations(self, cache: "_RecordCache", addr: np.ndarray) -> np.ndarray:
+    def _continuations(self, cache: "_NdxMap", addr: np.ndarray) -> np.ndarray:
         """Continuation pointers of the records at ``addr`` (reads only the pointer's bytes)."""
         f = self._ndx_layout.fields["continuation"]
         b0 = f.offset // 8
         b1 = (f.offset + f.nbits + 7) // 8
+        s = max(0, b1 - 8)        # an 8-byte window ending with the pointer's last byte
+        if s <= b0 and s + 8 <= self.ndx_record_size:
+            v = cache.words(addr + s, addr).astype(np.uint64)
+            v >>= np.uint64(64 - ((f.offset - 8 * s) + f.nbits))
+            v &= np.uint64((1 << f.nbits) - 1)
+            return v.astype(np.int64)
+        # short records, or a 64-bit pointer over 9 bytes
         part = cache.get(addr, b0, b1)
-        buf = np.zeros((addr.size, 8), dtype=np.uint8)
-        buf[:, : b1 - b0] = part
-        v = buf.view(">u8")[:, 0].astype(np.uint64)
-        shift = 64 - ((f.offset - 8 * b0) + f.nbits)
-        v >>= np.uint64(shift)
-        v &= np.uint64((1 << f.nbits) - 1)
-        return v.astype(np.int64)
+        one = BitLayout([("p", f.offset - 8 * b0, f.nbits)], record_bytes=b1 - b0)
+        return one.unpack(np.ascontiguousarray(part), ["p"])["p"].astype(np.int64)
 
     def read_bin(self, col: int, row: int) -> tuple[dict, dict]:
         """One bin: its record (scalars) and its soundings (arrays)."""

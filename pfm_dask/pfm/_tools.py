@@ -22,6 +22,8 @@ import json
 import math
 import os
 import re
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,9 +31,9 @@ import numpy as np
 from .._numeric import nint, scaled_code_f32
 from ..errors import PfmDaskError, PfmFormatError
 from . import validity as V
-from ._bitpack import BitLayout
+from ._bitpack import BitLayout, unpack_records
 from ._header import BIN_HEADER_SIZE, NUM_ATTR, PfmHeader, bits_for, version_number
-from ._recompute import compute_bin_stats
+from ._recompute import THREADS, grouped_bin_stats
 
 __all__ = [
     "Problem",
@@ -78,20 +80,38 @@ class Problem:
 
 
 class _Problems:
-    """Collects problems: at most ``_MAX_PER_KIND`` described per kind, the rest counted."""
+    """Collects problems: at most ``_MAX_PER_KIND`` described per kind, the rest counted.
+
+    Problems are listed in the order they were added, except that each is
+    filed under the current :attr:`slot` and the list is ordered by slot:
+    the check's pipeline walks band k + 1 (slot 2k + 2) before it has merged
+    the data checks of band k (slot 2k + 1), and still lists them in band
+    order.
+    """
 
     def __init__(self):
-        self.items: list[Problem] = []
+        self.slot = 0
+        self._items: list[tuple[int, str, Problem]] = []
+        self._first: dict[str, tuple[int, int]] = {}   # kind -> (slot, order) of its first mention
         self._total: dict[str, int] = {}
         self._described: dict[str, int] = {}
         self._part: dict[str, str] = {}
 
+    @property
+    def items(self) -> list[Problem]:
+        return [p for _, _, p in sorted(self._items, key=lambda t: t[0])]
+
+    def _touch(self, kind: str) -> None:
+        if kind not in self._first:
+            self._first[kind] = (self.slot, len(self._first))
+
     def add(self, kind: str, part: str, where: str, what: str) -> None:
+        self._touch(kind)
         self._total[kind] = self._total.get(kind, 0) + 1
         self._part.setdefault(kind, part)
         if self._described.get(kind, 0) < _MAX_PER_KIND:
             self._described[kind] = self._described.get(kind, 0) + 1
-            self.items.append(Problem(part, where, what))
+            self._items.append((self.slot, kind, Problem(part, where, what)))
 
     def each(self, kind: str, part: str, where) -> np.ndarray:
         """Indices (of a mask or index array) still worth describing; the rest are only counted.
@@ -107,13 +127,38 @@ class _Problems:
     def more(self, kind: str, part: str, n: int) -> None:
         """Count ``n`` further problems of ``kind`` without describing them."""
         if n > 0:
+            self._touch(kind)
             self._total[kind] = self._total.get(kind, 0) + int(n)
             self._part.setdefault(kind, part)
 
+    def merge(self, other: "_Problems", slot: int) -> None:
+        """Add what ``other`` collected (a band's, on its own) as if added here now, under ``slot``.
+
+        ``other`` described the first problems of each kind it met, up to the
+        cap, and counted the rest; re-adding them in order here describes the
+        same first ones this collector would have described itself.
+        """
+        keep, self.slot = self.slot, slot
+        try:
+            for _, kind, p in other._items:
+                self.add(kind, p.part, p.where, p.what)
+            for kind, n in other._total.items():
+                self.more(kind, other._part[kind], n - other._described.get(kind, 0))
+        finally:
+            self.slot = keep
+
+    def copy(self) -> "_Problems":
+        out = _Problems()
+        out.slot = self.slot
+        out._items = list(self._items)
+        out._first = dict(self._first)
+        out._total, out._described, out._part = dict(self._total), dict(self._described), dict(self._part)
+        return out
+
     def finish(self) -> list[Problem]:
-        out = list(self.items)
-        for kind, n in self._total.items():
-            rest = n - self._described.get(kind, 0)
+        out = self.items
+        for kind in sorted(self._total, key=lambda k: self._first[k]):
+            rest = self._total[kind] - self._described.get(kind, 0)
             if rest > 0:
                 out.append(Problem(self._part[kind], "",
                                    f"{rest:,} more problem(s) of this kind: {kind}"))
@@ -181,6 +226,13 @@ class _Layout:
         self.bin_bytes = self.bin.record_bytes
         self.phys = self.ndx.record_bytes
         self.sounding_keys = [k for k, _, _ in per]
+        self.item_fields = {k: (o, nb) for k, o, nb in per}
+        cont_off, cont_bits = self.L * pos, int(h.record_pointer_bits)
+        self.cont_field = (cont_off, cont_bits)
+        #: bytes of a physical record holding its continuation pointer, and their layout
+        self.cont_bytes = (cont_off // 8, (cont_off + cont_bits + 7) // 8)
+        self.cont = BitLayout([("cont", cont_off % 8, cont_bits)],
+                              record_bytes=self.cont_bytes[1] - self.cont_bytes[0])
 
 
 _LAYOUT_KEYS = [  # (attribute, key phrase, lo, hi): a header outside these has no usable layout
@@ -474,7 +526,15 @@ class _Bitmap:
 
 
 class _Walker:
-    """Walks chains of many bins at once over a memory-mapped ``.ndx``."""
+    """Walks chains of many bins at once over a memory-mapped ``.ndx``.
+
+    The walk reads only the continuation pointers, one step of chain depth at
+    a time for all bins of a band; the records it reached are then gathered
+    once and the sounding fields the check needs unpacked in one go.
+    """
+
+    #: sounding fields the check looks at
+    KEYS = ("file", "line", "depth", "validity")
 
     def __init__(self, ndx_path: str, ndx_size: int | None, lay: _Layout, width: int, pr: _Problems):
         self.lay = lay
@@ -483,20 +543,38 @@ class _Walker:
         self.size = int(ndx_size or 0)
         self.n_phys = self.size // lay.phys
         self.mm = None
+        self.recs = np.zeros((0, lay.phys), dtype=np.uint8)
+        self.words = None
+        # the pointer in one big-endian 64-bit word read at byte ``wstart`` of a record, if it fits
+        off, nb = lay.cont_field
+        self.wstart = max(0, lay.cont_bytes[1] - 8)
+        self.wshift = 64 - (off - 8 * self.wstart + nb)
         if self.n_phys:
             self.mm = np.memmap(ndx_path, dtype=np.uint8, mode="r",
                                 shape=(self.n_phys, lay.phys))
+            self.recs = self.mm.view(np.ndarray)
+            if self.wstart <= lay.cont_bytes[0] and self.wstart + 8 <= lay.phys:
+                self.words = np.ndarray((self.n_phys * lay.phys - 7,), dtype=">u8", buffer=self.recs,
+                                        strides=(1,))
         self.visited = _Bitmap(self.n_phys)
         self.classified = 0
 
     def close(self) -> None:
         mm, self.mm = self.mm, None
+        self.recs = np.zeros((0, self.lay.phys), dtype=np.uint8)
+        self.words = None
         if mm is not None:
             del mm
 
-    def _read(self, addr: np.ndarray, keys=None) -> dict:
-        recs = np.asarray(self.mm[addr // self.lay.phys])
-        return self.lay.ndx.unpack(recs, keys)
+    def _pointers(self, idx: np.ndarray) -> np.ndarray:
+        """Continuation pointers of physical records ``idx`` (only their bytes are read)."""
+        if self.words is not None:
+            v = self.words[idx * self.lay.phys + self.wstart].astype(np.uint64)
+            v >>= np.uint64(self.wshift)
+            v &= np.uint64((1 << self.lay.cont_field[1]) - 1)
+            return v.astype(np.int64)
+        b0, b1 = self.lay.cont_bytes
+        return self.lay.cont.unpack(self.recs[idx, b0:b1], ["cont"])["cont"].astype(np.int64)
 
     def _classify(self, b: int, head: int, target: int, steps: int) -> str:
         """Cycle or shared: walk bin ``b`` again (slowly) and see if it met ``target`` before."""
@@ -510,31 +588,28 @@ class _Walker:
                 return "reached twice by this bin's own chain (a cycle)"
             if cur % L.phys or cur < 0 or cur + L.phys > self.size:
                 break
-            cur = int(L.ndx.unpack(np.asarray(self.mm[cur // L.phys])[None, :], ["cont"])["cont"][0])
+            cur = int(self._pointers(np.array([cur // L.phys]))[0])
         return "already part of another bin's chain (a record shared by two bins)"
 
     def walk(self, bidx: np.ndarray, count: np.ndarray, head: np.ndarray, tail: np.ndarray, *,
              collect: bool = True, mark: bool = True):
-        """Walk the chains; returns (ok mask per bin, soundings dict in chain order).
+        """Walk the chains; returns (ok mask per bin, the records reached).
 
-        ``collect=False`` only validates (no sounding arrays: for bands whose counts are
-        too large to trust with memory); ``mark=False`` neither tests nor sets the
-        visited map (a second walk over chains already validated).
+        The second item (``None`` with ``collect=False``) goes to
+        :meth:`soundings`, which may run on another thread. ``collect=False``
+        only validates (for bands whose counts are too large to trust with
+        memory); ``mark=False`` neither tests nor sets the visited map (a second
+        walk over chains already validated).
         """
         L = self.lay
         n = bidx.size
         nrec = (count + L.L - 1) // L.L
         ok = np.ones(n, dtype=bool)
-        total = int(count.sum()) if collect else 0
-        pos0 = np.cumsum(count) - count  # where each bin's soundings go, in chain order
-        out = {k: np.zeros(total, dtype=np.uint64) for k in L.sounding_keys}
-        out["addr"] = np.zeros(total, dtype=np.int64)
-        out["slot"] = np.zeros(total, dtype=np.int64)
-        filled = np.zeros(total, dtype=bool)
         active = np.flatnonzero(count > 0)
         cur = head.astype(np.int64).copy()
         step = 0
         W = self.W
+        reached_bin, reached_step, reached_idx = [], [], []
         while active.size:
             a = cur[active]
             bad = (a < 0) | (a % L.phys != 0) | (a + L.phys > self.size)
@@ -545,10 +620,11 @@ class _Walker:
                 self.pr.add("chain pointer", ".bin" if step == 0 else ".ndx", _bin_where(bidx[bi], W),
                             f"{what} {int(a[j]):,} is not a physical record of the .ndx "
                             f"({self.size:,} bytes of {L.phys}-byte records)")
-            ok[active[bad]] = False
-            active, a = active[~bad], a[~bad]
-            if not active.size:
-                break
+            if bad.any():
+                ok[active[bad]] = False
+                active, a = active[~bad], a[~bad]
+                if not active.size:
+                    break
             idx = a // L.phys
             # records reached twice: already visited, or twice within this step
             if mark:
@@ -564,30 +640,19 @@ class _Walker:
                 kind = self._classify(int(bidx[bi]), int(head[bi]), int(a[j]), step)
                 self.pr.add("chain revisit", ".ndx", _bin_where(bidx[bi], W),
                             f"physical record at byte {int(a[j]):,} (step {step + 1} of the chain) {kind}")
-            ok[active[again]] = False
-            keep = ~again
-            active, a, idx = active[keep], a[keep], idx[keep]
-            if not active.size:
-                break
+            if again.any():
+                ok[active[again]] = False
+                keep = ~again
+                active, a, idx = active[keep], a[keep], idx[keep]
+                if not active.size:
+                    break
             if mark:
                 self.visited.set(idx)
-            u = self._read(a, None if collect else ["cont"])
-            cont = u["cont"].astype(np.int64)
-            n_here = np.minimum(L.L, count[active] - step * L.L)
-            rows, slot = np.nonzero(np.arange(L.L)[None, :] < n_here[:, None])
-            if not collect:
-                rows = slot = np.zeros(0, dtype=np.int64)
-            dest = pos0[active[rows]] + step * L.L + slot
-            for s_ in range(L.L):
-                sel = slot == s_
-                if not sel.any():
-                    continue
-                d, r = dest[sel], rows[sel]
-                for key in L.sounding_keys:
-                    out[key][d] = u[(key, s_)][r]
-            out["addr"][dest] = a[rows]
-            out["slot"][dest] = slot
-            filled[dest] = True
+            cont = self._pointers(idx)
+            if collect:
+                reached_bin.append(active)
+                reached_step.append(step)
+                reached_idx.append(idx)
             last = nrec[active] == step + 1
             for j in self.pr.each("chain long", ".ndx", last & (cont != 0)):
                 bi = active[j]
@@ -612,13 +677,43 @@ class _Walker:
             active = active[go]
             cur[active] = cont[go]
             step += 1
-        if filled.all():
-            snd = out
-            snd["b"] = np.repeat(np.arange(n, dtype=np.int64), count)
-        else:
-            snd = {k: v[filled] for k, v in out.items()}
-            snd["b"] = np.repeat(np.arange(n, dtype=np.int64), count)[filled]
-        return ok, snd
+        if not collect:
+            return ok, None
+        return ok, (count, nrec, reached_bin, reached_step, reached_idx)
+
+    def soundings(self, reached) -> dict:
+        """The soundings of the records a :meth:`walk` reached, by bin then chain order.
+
+        A dict of ``b`` (the bin's position in the walk's ``bidx``) and the
+        :attr:`KEYS` fields (uint64) of every sounding in those records.
+        """
+        count, nrec, reached_bin, reached_step, reached_idx = reached
+        L = self.lay
+        keys = {k: L.item_fields[k] for k in self.KEYS}
+        if not reached_bin:
+            out = {k: np.zeros(0, dtype=np.uint64) for k in keys}
+            out["b"] = np.zeros(0, dtype=np.int64)
+            return out
+        # order the records reached by (bin, step): slot rstart[bin] + step of the full chains
+        rstart = np.cumsum(nrec) - nrec
+        R = int(nrec.sum())
+        where = np.concatenate([rstart[b] + s for b, s in zip(reached_bin, reached_step)])
+        present = np.zeros(R, dtype=bool)
+        present[where] = True
+        rec_idx = np.zeros(R, dtype=np.int64)
+        rec_idx[where] = np.concatenate(reached_idx)
+        rec_bin = np.repeat(np.arange(nrec.size, dtype=np.int64), nrec)
+        rec_step = np.arange(R, dtype=np.int64) - np.repeat(rstart, nrec)
+        if not present.all():
+            rec_idx, rec_bin, rec_step = rec_idx[present], rec_bin[present], rec_step[present]
+        n_here = np.minimum(L.L, count[rec_bin] - rec_step * L.L)
+        first = np.cumsum(n_here) - n_here
+        # item positions in the whole .ndx: unpacked straight from the map
+        select = np.repeat(rec_idx * L.L - first, n_here)
+        select += np.arange(select.size, dtype=np.int64)
+        out = unpack_records(self.recs, L.L, L.sounding_bits, keys, select)
+        out["b"] = np.repeat(rec_bin, n_here)
+        return out
 
 
 def _split_by_soundings(cnt: np.ndarray, budget: int):
@@ -663,14 +758,17 @@ def _check_journal(parts: dict, pr: _Problems) -> None:
                + (f"; continue it with: {cmd}" if cmd else ""))
 
 
-def check(path, *, journal: bool = True) -> list[Problem]:
+def check(path, *, journal: bool = True, threads: int | None = None) -> list[Problem]:
     """Full validity check of the PFM whose handle is ``path``; returns the problems found.
 
     See the module docstring and docs/pfm-format.md ("What check verifies").
     With ``journal`` (default), a pfm-dask load journal that is not ``complete``
     is reported as the first problem (the load's own final check passes False).
     Raises :class:`PfmFormatError` only when there is no PFM at ``path`` or
-    its header yields no record layout.
+    its header yields no record layout. ``threads`` (default
+    :data:`pfm_dask.pfm._recompute.THREADS`) bands have their soundings
+    checked at once while the next chains are walked; the problems, and
+    their order, do not depend on it.
     """
     parts = _parts(path)
     if not os.path.exists(parts["handle"]) and not os.path.isdir(parts["data"]):
@@ -695,8 +793,19 @@ def check(path, *, journal: bool = True) -> list[Problem]:
     _check_header(h, sizes, lay, n_files, n_lines, pr)
     if sizes[".cvg"] is not None:
         _check_cvg_header(parts[".cvg"], pr)
+    threads = THREADS if threads is None else max(1, int(threads))
+    if threads > 1:
+        # Pipelined; on any error the sequential pass below decides what is reported
+        # (where it stops and what it found before), so the answer never depends on threads.
+        trial = pr.copy()
+        try:
+            _check_bins(parts, h, lay, sizes, n_files, n_lines, deleted, trial, threads)
+        except Exception:  # noqa: BLE001 - redone sequentially
+            pass
+        else:
+            return trial.finish()
     try:
-        _check_bins(parts, h, lay, sizes, n_files, n_lines, deleted, pr)
+        _check_bins(parts, h, lay, sizes, n_files, n_lines, deleted, pr, 1)
     except PfmDaskError:
         raise
     except (OSError, ValueError, IndexError, OverflowError, MemoryError) as exc:
@@ -704,24 +813,54 @@ def check(path, *, journal: bool = True) -> list[Problem]:
     return pr.finish()
 
 
+class _BandContext:
+    """What every band of the bin pass needs: layout, header values, open files, totals."""
+
+    def __init__(self, h: PfmHeader, lay: _Layout, walker: "_Walker", cvg_fd, n_files, n_lines,
+                 deleted):
+        self.h, self.lay, self.walker, self.cvg_fd = h, lay, walker, cvg_fd
+        self.W = int(h.bin_width)
+        self.n_files, self.n_lines, self.deleted = n_files, n_lines, deleted
+        self.scale32, self.off32 = np.float32(h.depth_scale), np.float32(h.depth_offset)
+        self.null32 = np.float32(h.null_depth)
+        self.std32 = np.float32(h.std_scale)
+        self.compute_average = h.average_filtered_name in _AVERAGE_NAMES
+        self.class_type = int(h.class_type) if 0 <= int(h.class_type) <= 10 else None
+
+
 def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, deleted,
-                pr: _Problems) -> None:
+                pr: _Problems, threads: int = 1) -> None:
+    """The bin pass: bands of bins in raster order, then orphans and header extrema.
+
+    Each band is walked (:func:`_walk_band`, in order: the visited map spans
+    bands) and its soundings checked (:func:`_check_band_data`). With
+    ``threads`` > 1 the latter runs on a thread pool, each band collecting its
+    problems on its own; they are merged, and the extrema folded, in band order.
+    """
     W, H = int(h.bin_width), int(h.bin_height)
     hs = int(h.bin_header_size)
     n_bins = W * H
     avail = max(0, (sizes[".bin"] - hs) // lay.bin_bytes)
     n_read = min(n_bins, avail)
-    scale32, off32 = np.float32(h.depth_scale), np.float32(h.depth_offset)
-    null32 = np.float32(h.null_depth)
-    std32 = np.float32(h.std_scale)
-    compute_average = h.average_filtered_name in _AVERAGE_NAMES
-    class_type = int(h.class_type) if 0 <= int(h.class_type) <= 10 else None
     walker = _Walker(parts[".ndx"], sizes[".ndx"], lay, W, pr)
     cvg_fd = None
-    if sizes[".cvg"] is not None:
-        cvg_fd = os.open(parts[".cvg"], os.O_RDONLY)
-    ext = _ExtremaCheck(W, null32)
+    pool = None
+    pending: deque = deque()
     try:
+        if sizes[".cvg"] is not None:
+            cvg_fd = os.open(parts[".cvg"], os.O_RDONLY)
+        ctx = _BandContext(h, lay, walker, cvg_fd, n_files, n_lines, deleted)
+        ext = _ExtremaCheck(W, ctx.null32)
+        if threads > 1:
+            pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pfm-check")
+
+        def merge_one() -> None:
+            slot, local, fut = pending.popleft()
+            args = fut.result()
+            pr.merge(local, slot)
+            ext.update(*args)
+
+        band = 0
         with open(parts[".bin"], "rb") as fb:
             for b0 in range(0, n_read, _BAND_BINS):
                 b1 = min(n_read, b0 + _BAND_BINS)
@@ -734,8 +873,21 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
                 cnt = lay.bin.unpack(recs, ["count"])["count"].astype(np.int64)
                 for a, b in _split_by_soundings(cnt, _BAND_SOUNDINGS):
                     bidx = np.arange(b0 + a, b0 + b, dtype=np.int64)
-                    _check_band(bidx, recs[a:b], lay, h, walker, cvg_fd, n_files, n_lines, deleted,
-                                pr, ext, scale32, off32, null32, std32, compute_average, class_type)
+                    pr.slot = 2 * band
+                    walked = _walk_band(bidx, recs[a:b], ctx, pr)
+                    if pool is None:
+                        pr.slot = 2 * band + 1
+                        ext.update(*_check_band_data(walked, ctx, pr))
+                    else:
+                        local = _Problems()
+                        pending.append((2 * band + 1, local,
+                                        pool.submit(_check_band_data, walked, ctx, local)))
+                        while len(pending) > threads:
+                            merge_one()
+                    band += 1
+        while pending:
+            merge_one()
+        pr.slot = 2 * band
         # orphans
         if walker.n_phys:
             n_orphans, firsts = walker.visited.unset()
@@ -745,6 +897,10 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
                        f"chain (first at byte(s) {first})")
         ext.compare(h, pr)
     finally:
+        if pool is not None:
+            for _, _, fut in pending:
+                fut.cancel()
+            pool.shutdown(wait=True)
         walker.close()
         if cvg_fd is not None:
             os.close(cvg_fd)
@@ -811,13 +967,11 @@ class _ExtremaCheck:
                        f"{name} is at {tuple(hc)} in the header but first reached at {_bin_where(b, W)}")
 
 
-def _check_band(bidx, recs, lay: _Layout, h: PfmHeader, walker: _Walker, cvg_fd, n_files, n_lines,
-                deleted, pr: _Problems, ext: _ExtremaCheck, scale32, off32, null32, std32,
-                compute_average, class_type) -> None:
-    W = int(h.bin_width)
+def _walk_band(bidx, recs, ctx: _BandContext, pr: _Problems) -> dict:
+    """A band's record checks and chain walk (in band order: the visited map spans bands)."""
+    W, lay, walker = ctx.W, ctx.lay, ctx.walker
     u = lay.bin.unpack(recs)
     cnt = u["count"].astype(np.int64)
-    validity = u["validity"].astype(np.int64)
     # empty bins must be all zero bytes (never written)
     empty = cnt == 0
     dirty = empty & recs.any(axis=1)
@@ -832,28 +986,45 @@ def _check_band(bidx, recs, lay: _Layout, h: PfmHeader, walker: _Walker, cvg_fd,
                f"count {int(cnt[j]):,} is more than the whole .ndx holds ({cap:,} soundings)")
     walk_cnt = np.where(huge, 0, cnt)
     head, tail = u["head"].astype(np.int64), u["tail"].astype(np.int64)
+    walker.pr = pr
     if int(walk_cnt.sum()) > 2 * _BAND_SOUNDINGS:
         # a band this heavy is one bin with a huge count: validate its chain before
         # allocating for its soundings
         ok, _ = walker.walk(bidx, walk_cnt, head, tail, collect=False)
-        real, walker.pr = walker.pr, _Problems()
+        walker.pr = _Problems()
         try:
-            _, snd = walker.walk(bidx, np.where(ok, walk_cnt, 0), head, tail, mark=False)
+            _, reached = walker.walk(bidx, np.where(ok, walk_cnt, 0), head, tail, mark=False)
         finally:
-            walker.pr = real
+            walker.pr = pr
     else:
-        ok, snd = walker.walk(bidx, walk_cnt, head, tail)
+        ok, reached = walker.walk(bidx, walk_cnt, head, tail)
     ok &= ~huge
+    return {"bidx": bidx, "u": u, "cnt": cnt, "ok": ok, "reached": reached}
+
+
+def _check_band_data(walked: dict, ctx: _BandContext, pr: _Problems) -> tuple:
+    """A band's sounding checks: file and line numbers, statistics, coverage.
+
+    Thread-safe given its own ``pr``. Returns the arguments of the band's
+    :meth:`_ExtremaCheck.update`, which the caller applies in band order.
+    """
+    W = ctx.W
+    bidx, u, cnt, ok = walked["bidx"], walked["u"], walked["cnt"], walked["ok"]
+    scale32, off32, std32, null32 = ctx.scale32, ctx.off32, ctx.std32, ctx.null32
+    class_type = ctx.class_type
+    validity = u["validity"].astype(np.int64)
+    snd = ctx.walker.soundings(walked["reached"])
     has = cnt > 0
     # file and line numbers
     if snd["b"].size:
-        for key, n, part in (("file", n_files, ".ctl"), ("line", n_lines, ".lin")):
+        for key, n, part in (("file", ctx.n_files, ".ctl"), ("line", ctx.n_lines, ".lin")):
             if n is None:
                 continue
             bad = snd[key].astype(np.int64) >= n
             for j in pr.each(f"{key} reference", ".ndx", bad):
                 pr.add(f"{key} reference", ".ndx", _bin_where(bidx[snd['b'][j]], W),
                        f"a sounding names {key} {int(snd[key][j])} but the {part} lists {n}")
+        deleted = ctx.deleted
         if deleted and any(deleted):
             dfl = np.asarray(deleted + [False], dtype=bool)
             fnum = np.minimum(snd["file"].astype(np.int64), len(deleted))
@@ -868,13 +1039,15 @@ def _check_band(bidx, recs, lay: _Layout, h: PfmHeader, walker: _Walker, cvg_fd,
     stored_code = {k: u[k].astype(np.int64) for k in ("std", "avg_filtered", "min_filtered",
                                                        "max_filtered", "avg", "min", "max")}
     if good.size:
-        sel = np.isin(snd["b"], good)
-        sb = snd["b"][sel]
+        # a cleanly walked bin has all its soundings, contiguous and in chain order
+        is_good = np.zeros(bidx.size, dtype=bool)
+        is_good[good] = True
+        sel = is_good[snd["b"]]
         z = (snd["depth"][sel].astype(np.float64) / np.float64(scale32) - np.float64(off32))
         prior_std = (u["std"][good].astype(np.float32) / std32).astype(np.float32)
-        st = compute_bin_stats(sb, z, snd["validity"][sel].astype(np.int64), null_depth=null32,
-                               class_type=class_type, prior_validity=validity[good],
-                               prior_std=prior_std)
+        st = grouped_bin_stats(good, cnt[good], z, snd["validity"][sel].astype(np.int64),
+                               null_depth=null32, class_type=class_type,
+                               prior_validity=validity[good], prior_std=prior_std)
         # st is ordered by b ascending == good ascending
         kind = "bin statistics"
         msgs = []
@@ -883,7 +1056,7 @@ def _check_band(bidx, recs, lay: _Layout, h: PfmHeader, walker: _Walker, cvg_fd,
             for j in pr.each(kind, ".bin", nv != st["num_valid"]):
                 msgs.append((j, f"num_valid is {int(nv[j])}, the soundings give {int(st['num_valid'][j])}"))
         fields = ["std", "min_filtered", "max_filtered", "min", "max"]
-        if compute_average:
+        if ctx.compute_average:
             fields += ["avg_filtered", "avg"]
         for f in fields:
             if f == "std":
@@ -904,8 +1077,8 @@ def _check_band(bidx, recs, lay: _Layout, h: PfmHeader, walker: _Walker, cvg_fd,
         for j, m in msgs:
             pr.add(kind, ".bin", _bin_where(bidx[good[j]], W), m)
     # coverage map
-    if cvg_fd is not None:
-        raw = os.pread(cvg_fd, bidx.size, _COV_HEADER_SIZE + int(bidx[0]))
+    if ctx.cvg_fd is not None:
+        raw = os.pread(ctx.cvg_fd, bidx.size, _COV_HEADER_SIZE + int(bidx[0]))
         if len(raw) == bidx.size:
             cov = np.frombuffer(raw, dtype=np.uint8).astype(np.int64)
             d = (validity & V.DATA) != 0
@@ -923,7 +1096,7 @@ def _check_band(bidx, recs, lay: _Layout, h: PfmHeader, walker: _Walker, cvg_fd,
     for f in ("min_filtered", "max_filtered", "min", "max"):
         vals[f] = (stored_code[f].astype(np.float32) / scale32 - off32).astype(np.float64)
     vals["std"] = (stored_code["std"].astype(np.float32) / std32).astype(np.float64)
-    ext.update(bidx, cnt, vals, validity, depth_q, std_q)
+    return bidx, cnt, vals, validity, depth_q, std_q
 
 
 # ---------------------------------------------------------------------------

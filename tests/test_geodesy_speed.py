@@ -1,0 +1,191 @@
+"""The compiled flat path of ``geodesy.direct`` gives the previous numpy results bit for bit.
+
+``direct`` on flat arrays of one length (how the loader places beams) runs a
+numba kernel that reuses the latitude and azimuth terms while they repeat;
+broadcast shapes run numpy. Both are compared here with the implementation
+they replaced (``_old_direct``, kept verbatim) on millions of random cases
+and the edge cases the NGS code has branches for, and ``beam_positions``
+with the old two-move computation. Equal means the same 64 bits, except that
+NaN (from NaN input) only has to stay NaN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pfm_dask import geodesy as G
+from pfm_dask.gsf import beam_positions
+
+
+def _old_direct(lat_deg, lon_deg, azimuth_deg, distance_m):
+    """The previous implementation of ``direct``, unchanged but for constant names."""
+    # No up-front broadcast: terms that depend only on the start latitude or only on the azimuth
+    # (per ping, when beams come as (pings, beams) against (pings, 1)) are computed once per ping.
+    lat = np.asarray(lat_deg, dtype=np.float64)
+    lon = np.asarray(lon_deg, dtype=np.float64)
+    az = np.asarray(azimuth_deg, dtype=np.float64)
+    s = np.asarray(distance_m, dtype=np.float64)
+    shape = np.broadcast_shapes(lat.shape, lon.shape, az.shape, s.shape)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # newgp: on the equator heading exactly east or west the series divides by
+        # tan(0); the C wrapper lifts the start latitude by 1e-37 degrees.
+        lat = np.where((lat == 0.0) & ((az == 90.0) | (az == 270.0)), lat + 1.0e-37, lat)
+        # azimuth from north -> from south, subtracting 360 once if above 360
+        az_s = az + 180.0
+        az_s = np.where(az_s > 360.0, az_s - 360.0, az_s)
+
+        phi = 3600.0 * lat  # arc seconds
+        alam = 3600.0 * lon
+        fazi = 3600.0 * az_s
+
+        fazj = fazi * G._ARC1
+        x = s * np.sin(fazj)
+        x = np.where(np.abs(x) < 1.0e-3, 0.001, x)
+        y = -s * np.cos(fazj)
+        y = np.where(np.abs(y) < 1.0e-3, 0.001, y)
+        t = y / 10000.0
+        b = t * t
+        phj = phi * G._ARC1
+        sina = np.sin(phj)
+        u = 1.0 - G._ESQ * sina * sina
+        ef = (u * u * 1.0e15) / (3.0 * G._AXIS * G._AXIS * (1.0 - G._ESQ))
+        xcor = b * ef / 2.0
+        xpri = x - xcor * x * 1.0e-7
+        t = xpri / 10000.0
+        a = t * t
+        ycor = ef * a
+        ypri = y + ycor * y * 1.0e-7
+        cosa = np.cos(phj)
+        cssq = cosa * cosa
+        y0 = G._Z1 * G._series_angle(phj, sina, cosa, -G._Z4, cssq, G._Z3, -G._Z2)
+        y1 = y0 + ypri
+        omega = G._W1 * y1
+        sin1 = np.sin(omega)
+        cos1 = np.cos(omega)
+        css1 = cos1 * cos1
+        phi1 = G._series_angle(omega, sin1, cos1, G._W4, css1, G._W3, G._W2)
+        sin1 = np.sin(phi1)
+        cos1 = np.cos(phi1)
+        faca = np.sqrt(1.0 - G._ESQ * sin1 * sin1) / (2.0 * G._AXIS)
+        v = sin1 / cos1 * faca * 1.0e8
+        va = v * a
+        y2 = y1 - va
+        facb = (1.0 + 3.0 * ((sin1 * sin1) / (cos1 * cos1))) / (3.0 * (sin1 / cos1))
+        facc = (3.0 * G._ESQ * sin1 * cos1) / (1.0 - G._ESQ)
+        cay = (faca * (facb - facc)) * 1.0e6
+        t = va / 1000.0
+        y3 = y2 + cay * (t * t)
+        omegb = G._W1 * y3
+        sin2 = np.sin(omegb)
+        cos2 = np.cos(omegb)
+        css2 = cos2 * cos2
+        phipri = G._series_angle(omegb, sin2, cos2, G._W4, css2, G._W3, G._W2)
+        sp = np.sin(phipri)
+        h = np.sqrt(1.0 - G._ESQ * (sp * sp)) / (G._AXIS * np.cos(phipri) * G._ARC1)
+        applam = h * xpri
+        asinco = (v * va) / 15.0
+        dellam = applam + applam * asinco * 1.0e-7
+        alampr = alam - dellam
+        phipri = phipri / G._ARC1
+        wrap = np.abs(alampr) > 648000.0
+        alampr = np.where(wrap & (alampr > 0.0), alampr - 1296000.0,
+                          np.where(wrap & (alampr < 0.0), alampr + 1296000.0, alampr))
+        lat2 = np.broadcast_to(phipri / 3600.0, shape)
+        lon2 = np.broadcast_to(alampr / 3600.0, shape)
+    return G._out(np.array(lat2), np.array(lon2))
+
+
+
+def _same(a, b) -> bool:
+    """Bit for bit, except that any NaN equals any NaN (the sign of a NaN means nothing)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    both_nan = np.isnan(a) & np.isnan(b)
+    return bool(np.all((a.view(np.int64) == b.view(np.int64)) | both_nan))
+
+
+def _cases(seed: int, n: int):
+    """Random moves with the special values of the NGS code sprinkled in."""
+    rng = np.random.default_rng(seed)
+    lat = rng.uniform(-89.9, 89.9, n)
+    lon = rng.uniform(-180.0, 180.0, n)
+    az = rng.uniform(-360.0, 720.0, n)
+    s = rng.normal(0.0, 2000.0, n) * rng.choice([1.0, 1e-3, 30.0], n)
+    lat[rng.random(n) < 0.02] = 0.0
+    lat[rng.random(n) < 0.01] = -0.0
+    az[rng.random(n) < 0.03] = 90.0
+    az[rng.random(n) < 0.03] = 270.0
+    az[rng.random(n) < 0.01] = 180.0
+    s[rng.random(n) < 0.02] = 0.0
+    s[rng.random(n) < 0.01] = 5e-4
+    lon[rng.random(n) < 0.02] = rng.choice([179.9999999, -179.9999999, 180.0, -180.0])
+    for a in (lat, lon, az, s):
+        a[rng.random(n) < 0.001] = np.nan
+    return lat, lon, az, s
+
+
+def _pings(seed: int, n_pings: int, beams: int):
+    """Flat per-beam arrays of pings (position and heading repeat within a ping)."""
+    rng = np.random.default_rng(seed)
+    lat = np.repeat(rng.uniform(-80.0, 80.0, n_pings), beams)
+    lon = np.repeat(rng.uniform(-180.0, 180.0, n_pings), beams)
+    hdg = np.repeat(rng.uniform(0.0, 360.0, n_pings), beams)
+    hdg[: beams * 3] = 90.0        # some pings on the equator heading east/west
+    lat[: beams * 2] = 0.0
+    across = np.tile(np.linspace(-4000.0, 4000.0, beams), n_pings) + rng.normal(0, 1, n_pings * beams)
+    along = rng.normal(0.0, 3.0, n_pings * beams)
+    along[rng.random(along.size) < 0.05] = 0.0
+    return lat, lon, hdg, across, along
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_flat_direct_equals_the_previous_implementation(seed):
+    lat, lon, az, s = _cases(seed, 1_000_000)
+    want = _old_direct(lat, lon, az, s)
+    got = G.direct(lat, lon, az, s)
+    assert _same(got[0], want[0]) and _same(got[1], want[1])
+    ref = G.direct_numpy(lat, lon, az, s)
+    assert _same(ref[0], want[0]) and _same(ref[1], want[1])
+
+
+def test_repeated_start_points_reuse_terms_without_changing_anything():
+    lat, lon, hdg, across, along = _pings(7, 3000, 200)
+    for az in (hdg + 90.0, hdg):
+        want = _old_direct(lat, lon, az, across)
+        got = G.direct(lat, lon, az, across)
+        assert _same(got[0], want[0]) and _same(got[1], want[1])
+    # the same moves as (pings, beams) against (pings, 1): the broadcast path
+    sh = (3000, 200)
+    got2 = G.direct(lat.reshape(sh)[:, :1], lon.reshape(sh)[:, :1], (hdg + 90.0).reshape(sh)[:, :1],
+                    across.reshape(sh))
+    want = _old_direct(lat, lon, hdg + 90.0, across)
+    assert _same(got2[0].ravel(), want[0]) and _same(got2[1].ravel(), want[1])
+
+
+def test_small_and_scalar_inputs():
+    for args in ((10.0, 20.0, 30.0, 1000.0), (0.0, 0.0, 90.0, 0.0), ([1.0], [2.0], [3.0], [4.0]),
+                 (np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0))):
+        got, want = G.direct(*args), _old_direct(*args)
+        assert _same(got[0], want[0]) and _same(got[1], want[1])
+
+
+def _old_beam_positions(lat, lon, hdg, across, along, present):
+    lat1, lon1 = _old_direct(lat, lon, hdg + 90.0, across)
+    along = np.where(present, along, 0.0)
+    lat2, lon2 = _old_direct(lat1, lon1, hdg, along)
+    return np.where(present, lat2, lat1), np.where(present, lon2, lon1)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_beam_positions_equal_the_previous_computation(seed):
+    lat, lon, hdg, across, along = _pings(seed, 2000, 432)
+    rng = np.random.default_rng(seed)
+    present = np.repeat(rng.random(2000) < 0.8, 432)   # whole pings without an along-track array
+    got = beam_positions(lat, lon, hdg, across, along, along_present=present)
+    want = _old_beam_positions(lat, lon, hdg, across, along, present)
+    assert _same(got[0], want[0]) and _same(got[1], want[1])
+    got = beam_positions(lat, lon, hdg, across, along)
+    want = _old_beam_positions(lat, lon, hdg, across, along, np.ones(lat.size, bool))
+    assert _same(got[0], want[0]) and _same(got[1], want[1])
