@@ -344,8 +344,6 @@ def load(
         10.0, "--checkpoint-seconds", help="seconds between the writer's checkpoints (0: after every piece)"),
 ):
     """Load GSF files into a PFM: Dask workers decode and bin, one pinned writer writes."""
-    from click.core import ParameterSource
-
     from .config import LoadConfig, SwathFilterConfig, parse_size
     from .inputs import read_polygon
 
@@ -363,7 +361,8 @@ def load(
             swath=SwathFilterConfig(swath_filter, swath_pings, swath_beams, swath_threshold),
             area_filter=area_filter, cellstd=cellstd, deep_only=deep_only,
             max_backlog_bytes=parse_size(max_backlog))
-        if resume and not any(ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE
+        # (by name: typer may vendor its own click, whose ParameterSource is another enum)
+        if resume and not any(getattr(ctx.get_parameter_source(k), "name", "") == "COMMANDLINE"
                               for k in _CONTENT_OPTIONS):
             cfg = None  # the journal's settings
         res = _run_load(inputs, output, cfg, serial=serial, workers=workers,

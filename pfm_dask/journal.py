@@ -195,6 +195,10 @@ _HEAD = struct.Struct("<4sQBQQ")     # magic, epoch, part, offset, length
 _CRC = struct.Struct("<I")
 _MAGIC = b"UNDO"
 _ZERO = 0x80                         # part flag: the pre-image is all zero (no body stored)
+_SPARSE = 0x40                       # part flag: body = run table + the non-zero runs only
+_RECORDS = 0xC0                      # part flag: body = runs of fixed-size records (zero/data)
+_BLOCK = 32                          # granularity of the non-zero runs, bytes
+_MERGE = 4                           # zero gaps of at most this many blocks stay in a run
 
 
 class UndoLog:
@@ -222,8 +226,9 @@ class UndoLog:
     def begin(self, epoch: int, limits: dict[str, int]) -> None:
         """Start a new checkpoint interval: forget every entry (truncate) and set the limits."""
         t0 = time.perf_counter()
-        os.ftruncate(self.fd, 0)
-        os.fsync(self.fd)
+        if self._end or os.fstat(self.fd).st_size:  # an empty log needs no truncation
+            os.ftruncate(self.fd, 0)
+            os.fsync(self.fd)
         self._end = 0
         self._dirty = False
         self.epoch = int(epoch)
@@ -237,15 +242,50 @@ class UndoLog:
             return
         t0 = time.perf_counter()
         arr = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
-        if not arr.any():  # never-written bytes (new bin records): keep only the length
-            head = _HEAD.pack(_MAGIC, self.epoch, _PARTS[part] | _ZERO, offset, arr.size)
-            body = b""
-        else:
-            head = _HEAD.pack(_MAGIC, self.epoch, _PARTS[part], offset, arr.size)
-            body = arr.tobytes()
+        flag, body = _encode(arr)
+        head = _HEAD.pack(_MAGIC, self.epoch, _PARTS[part] | flag, offset, arr.size)
         crc = zlib.crc32(body, zlib.crc32(head))
         _pwrite_all(self.fd, head + _CRC.pack(crc) + body, self._end)
         self._end += _HEAD.size + _CRC.size + len(body)
+        self.bytes_saved += len(body)
+        self._dirty = True
+        self.seconds += time.perf_counter() - t0
+
+    def save_records(self, part: str, offsets, size: int, records) -> None:
+        """Keep the pre-images of fixed-size records at sorted ``offsets`` (``records``: an
+        (n, size) uint8 array, or None when all are zero). One entry: runs of consecutive
+        all-zero records as (offset, count), runs of the others with their bytes."""
+        off = np.asarray(offsets, dtype=np.int64)
+        keep = off < self.limits.get(part, 0)
+        if not keep.any():
+            return
+        t0 = time.perf_counter()
+        off = off[keep]
+        size = int(size)
+        if records is None:
+            nz = np.zeros(off.size, dtype=bool)
+        else:
+            records = np.asarray(records, dtype=np.uint8).reshape(-1, size)[keep]
+            nz = records.any(axis=1)
+        parts = [struct.pack("<I", size)]
+        for sel in (~nz, nz):
+            o = off[sel]
+            brk = np.flatnonzero(np.diff(o) != size) + 1
+            starts = np.r_[0, brk] if o.size else np.zeros(0, np.int64)
+            counts = np.diff(np.r_[starts, o.size])
+            table = np.empty((starts.size, 2), dtype="<i8")
+            table[:, 0] = o[starts] if o.size else 0
+            table[:, 1] = counts
+            parts += [struct.pack("<I", starts.size), table.tobytes()]
+        if nz.any():
+            parts.append(np.ascontiguousarray(records[nz]).tobytes())
+        body = b"".join(parts)
+        n = int(off[-1]) + size - int(off[0])
+        head = _HEAD.pack(_MAGIC, self.epoch, _PARTS[part] | _RECORDS, int(off[0]), n)
+        crc = zlib.crc32(body, zlib.crc32(head))
+        _pwrite_all(self.fd, head + struct.pack("<I", len(body)) + _CRC.pack(crc) + body,
+                    self._end)
+        self._end += _HEAD.size + 4 + _CRC.size + len(body)
         self.bytes_saved += len(body)
         self._dirty = True
         self.seconds += time.perf_counter() - t0
@@ -263,9 +303,9 @@ class UndoLog:
             self._dirty = False
             self.seconds += time.perf_counter() - t0
 
-    def entries(self, epoch: int) -> list[tuple[int | None, str, int, int]]:
-        """Valid entries of ``epoch`` in write order: (position of the data or None for
-        zeros, part, offset, length)."""
+    def entries(self, epoch: int) -> list[tuple[int, int, int, str, int, int]]:
+        """Valid entries of ``epoch`` in write order: (kind flag, position of the body, body
+        length, part, offset, length of the pre-image)."""
         out = []
         size = os.fstat(self.fd).st_size
         pos = 0
@@ -274,16 +314,43 @@ class UndoLog:
             raw = os.pread(self.fd, hs, pos)
             magic, ep, part, off, n = _HEAD.unpack_from(raw)
             (crc,) = _CRC.unpack_from(raw, _HEAD.size)
-            zero = bool(part & _ZERO)
-            part &= ~_ZERO
-            stored = 0 if zero else n
-            if magic != _MAGIC or part not in _PART_NAMES or pos + hs + stored > size:
+            flag = part & (_ZERO | _SPARSE)
+            part &= ~(_ZERO | _SPARSE)
+            if magic != _MAGIC or part not in _PART_NAMES:
                 break  # a torn or foreign tail: its overwrite was never issued
+            stored = 0
+            if flag == _RECORDS:  # its body length follows the header, then the CRC
+                raw = os.pread(self.fd, hs + 4, pos)
+                if len(raw) < hs + 4:
+                    break
+                (stored,) = struct.unpack_from("<I", raw, _HEAD.size)
+                (crc,) = _CRC.unpack_from(raw, _HEAD.size + 4)
+                if pos + hs + 4 + stored > size:
+                    break
+                body = os.pread(self.fd, stored, pos + hs + 4)
+                if zlib.crc32(body, zlib.crc32(raw[:_HEAD.size])) != crc:
+                    break
+                if ep == epoch:
+                    out.append((flag, pos + hs + 4, stored, _PART_NAMES[part], off, n))
+                pos += hs + 4 + stored
+                continue
+            if flag == _SPARSE:
+                if pos + hs + 4 > size:
+                    break
+                (k,) = struct.unpack("<I", os.pread(self.fd, 4, pos + hs))
+                table = np.frombuffer(os.pread(self.fd, 8 * k, pos + hs + 4), dtype="<u4")
+                if table.size != 2 * k:
+                    break
+                stored = 4 + 8 * k + int(table[1::2].astype(np.int64).sum())
+            elif flag != _ZERO:
+                stored = n
+            if pos + hs + stored > size:
+                break
             body = os.pread(self.fd, stored, pos + hs)
             if zlib.crc32(body, zlib.crc32(raw[:_HEAD.size])) != crc:
                 break
             if ep == epoch:
-                out.append((None if zero else pos + hs, _PART_NAMES[part], off, n))
+                out.append((flag, pos + hs, stored, _PART_NAMES[part], off, n))
             pos += hs + stored
         return out
 
@@ -293,11 +360,14 @@ class UndoLog:
         fds: dict[str, int] = {}
         total = 0
         try:
-            for pos, part, off, n in reversed(ents):
+            for flag, pos, stored, part, off, n in reversed(ents):
                 if part not in fds:
                     fds[part] = os.open(paths[part], os.O_WRONLY)
-                body = bytes(n) if pos is None else os.pread(self.fd, n, pos)
-                _pwrite_all(fds[part], body, off)
+                body = os.pread(self.fd, stored, pos)
+                if flag == _RECORDS:
+                    total += _restore_records(fds[part], body)
+                    continue
+                _pwrite_all(fds[part], _decode(flag, body, n), off)
                 total += n
             for fd in fds.values():
                 os.fsync(fd)
@@ -310,6 +380,78 @@ class UndoLog:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def _encode(arr: np.ndarray) -> tuple[int, bytes]:
+    """A pre-image as stored: all zero (length only), sparse (non-zero runs), or plain.
+
+    Most bytes a load rewrites were zero at the checkpoint (bin records of bins that get
+    their first soundings): only the runs that held data are kept, in ``_BLOCK``-byte
+    granules, with short zero gaps folded into the runs.
+    """
+    n = arr.size
+    full = n // _BLOCK * _BLOCK
+    mask = arr[:full].reshape(-1, _BLOCK).any(axis=1)
+    if full < n:
+        mask = np.r_[mask, arr[full:].any()]
+    if not mask.any():
+        return _ZERO, b""
+    d = np.diff(np.r_[False, mask, False].astype(np.int8))
+    starts, ends = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+    keep = np.r_[True, starts[1:] - ends[:-1] > _MERGE]
+    starts = starts[keep]
+    ends = ends[np.r_[keep[1:], True]]
+    lo = starts * _BLOCK
+    hi = np.minimum(ends * _BLOCK, n)
+    kept = int((hi - lo).sum())
+    if kept * 10 >= n * 9:
+        return 0, arr.tobytes()
+    sel = np.zeros(n + 1, dtype=np.int8)
+    np.add.at(sel, lo, 1)
+    np.add.at(sel, hi, -1)
+    table = np.empty(2 * lo.size, dtype="<u4")
+    table[0::2] = lo
+    table[1::2] = hi - lo
+    return _SPARSE, (struct.pack("<I", lo.size) + table.tobytes()
+                     + arr[np.cumsum(sel[:n]) > 0].tobytes())
+
+
+def _restore_records(fd: int, body: bytes) -> int:
+    """Write back the records of a ``_RECORDS`` entry; returns the bytes written."""
+    (size,) = struct.unpack_from("<I", body)
+    pos = 4
+    tables = []
+    for _ in range(2):
+        (k,) = struct.unpack_from("<I", body, pos)
+        pos += 4
+        tables.append(np.frombuffer(body, dtype="<i8", count=2 * k, offset=pos).reshape(k, 2))
+        pos += 16 * k
+    total = 0
+    for start, count in tables[0].tolist():          # records that were all zero
+        _pwrite_all(fd, bytes(count * size), start)
+        total += count * size
+    for start, count in tables[1].tolist():          # records that held data
+        _pwrite_all(fd, body[pos: pos + count * size], start)
+        pos += count * size
+        total += count * size
+    return total
+
+
+def _decode(flag: int, body: bytes, n: int) -> bytes:
+    """The pre-image bytes of an entry (see :func:`_encode`)."""
+    if flag == _ZERO:
+        return bytes(n)
+    if flag != _SPARSE:
+        return body
+    (k,) = struct.unpack_from("<I", body)
+    table = np.frombuffer(body, dtype="<u4", count=2 * k, offset=4).astype(np.int64)
+    data = np.frombuffer(body, dtype=np.uint8, offset=4 + 8 * k)
+    out = np.zeros(n, dtype=np.uint8)
+    pos = 0
+    for lo, ln in zip(table[0::2].tolist(), table[1::2].tolist()):
+        out[lo: lo + ln] = data[pos: pos + ln]
+        pos += ln
+    return out.tobytes()
 
 
 # ---------------------------------------------------------------- touched bins

@@ -313,16 +313,19 @@ class _Job:
     strict: bool = False
     checkpoint_seconds: float = 10.0
     input_problems: list = field(default_factory=list)
+    journal: bool = True                # False: no crash safety (to measure what it costs)
 
     def pieces(self) -> list[Piece]:
         return [Piece(**d) for d in self.static["pieces"]]
 
 
 def _static(job: _Job, files: list[str], cfg: LoadConfig, pieces: list[Piece],
-            append: bool) -> dict:
+            append: bool) -> dict | None:
     """The facts of a new load that ``load.json`` keeps for a resume."""
     from dataclasses import asdict
 
+    if not job.journal:
+        return None
     return {"command": job.command, "resume_command": job.resume_cmd,
             "inputs": [J.input_record(f) for f in files], "cfg": J.config_to_dict(cfg),
             "append": append, "pieces": [asdict(p) for p in pieces],
@@ -804,7 +807,7 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
              cluster_profile=None,
              on_message: Callable[[str], None] | None = None,
              resume: bool = False, strict: bool = False, command: list[str] | None = None,
-             checkpoint_seconds: float = 10.0) -> LoadResult:
+             checkpoint_seconds: float = 10.0, journal: bool = True) -> LoadResult:
     """Run a whole load; ``mode`` is ``serial``, ``local`` (embedded cluster), ``scheduler``
     or ``cluster`` (Slurm, PBS or local jobs from a :class:`~pfm_dask.cluster.ClusterProfile`).
 
@@ -815,12 +818,13 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
     ``strict``: refuse to start when the pre-scan finds damaged input.
     ``command``: the command line (``sys.argv``), for the resume command in messages.
     ``checkpoint_seconds``: the writer's checkpoint interval (docs/reliability.md).
+    ``journal=False`` turns crash safety off (no resume possible): only to measure its cost.
     """
     files = [str(f) for f in inputs or []]
     output = Path(output)
     skipped: list[str] = []
     job = _Job(command=command, resume_cmd=J.resume_command(command, output), strict=strict,
-               checkpoint_seconds=checkpoint_seconds, resume=resume)
+               checkpoint_seconds=checkpoint_seconds, resume=resume, journal=journal)
     data_dir = Path(str(output) + ".data")
     if resume and files and not append and (
             not (output.exists() or data_dir.exists()) or _nothing_loaded(output)):

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -142,6 +143,32 @@ def test_undo_log_puts_back_the_pre_images_and_ignores_a_torn_tail(tmp_path):
     got = part.read_bytes()
     # the checkpoint size was 10000: bytes from there on are cut by the resume's truncation
     assert got[:10000] == original[:10000]
+    undo.close()
+
+
+def test_undo_log_records_put_back_zero_and_data_records(tmp_path):
+    size = 13
+    part = tmp_path / "bins"
+    rng = np.random.default_rng(0)
+    recs = rng.integers(0, 256, (40, size), dtype="uint8")
+    recs[[0, 1, 2, 7, 20, 21]] = 0                       # never-written records
+    original = bytes(100) + recs.tobytes()
+    part.write_bytes(original)
+    undo = J.UndoLog(tmp_path / "undo.log")
+    undo.begin(3, {"bin": 100 + 35 * size})              # records 35.. are past the checkpoint
+    fd = os.open(part, os.O_RDWR)
+    for touched in ([0, 1, 2, 3, 7, 8, 30, 36], [2, 3, 4, 20, 21, 22, 39]):
+        off = [100 + i * size for i in touched]
+        pre = np.frombuffer(b"".join(os.pread(fd, size, o) for o in off),
+                            dtype="uint8").reshape(-1, size)
+        undo.save_records("bin", off, size, pre)
+        undo.commit()
+        for o in off:
+            os.pwrite(fd, b"\xee" * size, o)
+    os.close(fd)
+    assert os.path.getsize(tmp_path / "undo.log") < 14 * size + 200  # zero records: no bytes
+    undo.rollback(3, {"bin": str(part)})
+    assert part.read_bytes()[:100 + 35 * size] == original[:100 + 35 * size]
     undo.close()
 
 

@@ -532,8 +532,8 @@ class PfmFile:
         self._spare: list[np.ndarray] = []      # output buffers handed back by the writer
         # bit per bin: 1 = record known to be all zero (set for a file created by this object)
         self._zero_bins: np.ndarray | None = None
-        #: crash safety (pfm_dask.journal.UndoLog) or None: add_sorted hands it the bytes its
-        #: in-place writes replace (save_spans) and calls commit() before issuing them
+        #: crash safety (pfm_dask.journal.UndoLog) or None: add_sorted hands it the records its
+        #: in-place writes replace (save_records) and calls commit() before issuing them
         self.undo = None
         #: seconds spent per phase of add_sorted (for benchmarks and profiling)
         self.timings: dict[str, float] = defaultdict(float)
@@ -1230,7 +1230,7 @@ class PfmFile:
                             what="bin record")
             cur = bspans.unpack(BL, ["num_soundings", "validity", "head", "tail"])
         if self.undo is not None:
-            self.undo.save_spans("bin", bspans.span_lo, bspans.buffers)
+            self.undo.save_records("bin", boff, bsize, bspans.records())
         self._touch(ub)
         c0 = cur["num_soundings"].astype(np.int64)
         t0 = cur["tail"].astype(np.int64)
@@ -1292,7 +1292,7 @@ class PfmFile:
             tspans = _Spans(self._fds["ndx"], t0[tb], rsize, max_gap=_RMW_GAP,
                             path=self.ndx_path, what="tail record")
             if self.undo is not None:
-                self.undo.save_spans("ndx", tspans.span_lo, tspans.buffers)
+                self.undo.save_records("ndx", t0[tb], rsize, tspans.records())
             twords = NL._to_words(tspans.records())
             cont_old = NL.unpack_words(twords, ["continuation"])["continuation"]
             if np.any(cont_old != 0):
