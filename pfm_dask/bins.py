@@ -30,6 +30,7 @@ with longitudes east of the dateline written as ``lon + 360`` (so ``max_x >
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,6 +92,97 @@ def point_in_polygon(poly_lat, poly_lon, lat, lon) -> np.ndarray:
         yflag0 = yflag1
         j = i
     return inside
+
+
+def _k_assign(lat, lon, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin, width, height, scale,
+              poly_lat, poly_lon, col, row, inside, bin_index, x_code, y_code):  # pragma: no cover
+    """numba kernel of :meth:`BinGrid.assign` for flat arrays: per point, the operations of
+    :meth:`BinGrid._assign_numpy`, :func:`point_in_polygon` and ``nint`` in the same order."""
+    n_poly = poly_lat.size
+    for k in range(lat.size):
+        y = lat[k]
+        x = lon[k]
+        if dateline and x < 0.0:
+            x = x + 360.0
+        fx = (x - min_x) / x_bin
+        fy = (y - min_y) / y_bin
+        finite = np.isfinite(fx) and np.isfinite(fy)
+        vx = fx if finite else -1.0
+        vy = fy if finite else -1.0
+        vx = min(max(vx, -2.0**31), 2.0**31 - 1)
+        vy = min(max(vy, -2.0**31), 2.0**31 - 1)
+        c = np.int32(math.trunc(vx))
+        r = np.int32(math.trunc(vy))
+        col[k] = c
+        row[k] = r
+        ok = (finite and x >= min_x and x <= max_x and y >= min_y and y <= max_y
+              and c >= 0 and c < width and r >= 0 and r < height)
+        if ok:
+            if n_poly < 3:
+                ok = False
+            else:
+                ins = False
+                j = n_poly - 1
+                yflag0 = poly_lat[j] >= y
+                for i in range(n_poly):
+                    yflag1 = poly_lat[i] >= y
+                    if yflag0 != yflag1:
+                        t = ((poly_lat[i] - y) * (poly_lon[j] - poly_lon[i])
+                             >= (poly_lon[i] - x) * (poly_lat[j] - poly_lat[i]))
+                        if t == yflag1:
+                            ins = not ins
+                    yflag0 = yflag1
+                    j = i
+                ok = ins
+        inside[k] = ok
+        if ok:
+            bin_index[k] = np.int64(r) * width + c
+            cf = np.float64(c)
+            rf = np.float64(r)
+            xo = np.float64(np.float32(x - (min_x + cf * x_bin)))
+            yo = np.float64(np.float32(y - (min_y + rf * y_bin)))
+            for v, out in (((xo / x_bin) * scale, x_code), ((yo / y_bin) * scale, y_code)):
+                # pfm_dask._numeric.nint
+                shifted = v - 0.5 if v < 0.0 else v + 0.5
+                if np.isfinite(shifted) and abs(shifted) < 9.2e18:
+                    out[k] = np.int64(math.trunc(shifted))
+                else:
+                    out[k] = 0
+        else:
+            bin_index[k] = -1
+            x_code[k] = 0
+            y_code[k] = 0
+
+
+_KERNEL: list = []
+_KERNEL_LOCK = threading.Lock()
+
+
+def _assign_kernel():
+    """The compiled :func:`_k_assign` (compiled, or loaded from numba's on-disk cache, on first use).
+
+    No fastmath: each operation is the IEEE double (or float) operation of
+    the numpy path, so the codes are the same (the tests compare the two).
+    """
+    if not _KERNEL:
+        with _KERNEL_LOCK:
+            if not _KERNEL:
+                import numba
+
+                T = numba.types
+                f8 = T.Array(T.float64, 1, "C", readonly=True)
+                sig = T.void(f8, f8, T.boolean, *(T.float64,) * 6, T.int64, T.int64, T.float64, f8, f8,
+                             T.Array(T.int32, 1, "C"), T.Array(T.int32, 1, "C"), T.Array(T.boolean, 1, "C"),
+                             *(T.Array(T.int64, 1, "C"),) * 3)
+                opts = dict(nogil=True, error_model="numpy")
+                try:
+                    k = numba.njit(sig, cache=True, **opts)(_k_assign)
+                except RuntimeError as exc:  # no writable cache directory
+                    if "cannot cache" not in str(exc):
+                        raise
+                    k = numba.njit(sig, **opts)(_k_assign)
+                _KERNEL.append(k)
+    return _KERNEL[0]
 
 
 @dataclass(frozen=True, eq=False)
@@ -362,6 +454,30 @@ class BinGrid:
         the library; they are reported as not inside.
         """
         y, x = np.broadcast_arrays(np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64))
+        if y.ndim == 1 and y.size > 1:
+            return self._assign_flat(y, x)
+        return self._assign_numpy(y, x)
+
+    def _assign_flat(self, y: np.ndarray, x: np.ndarray) -> BinAssignment:
+        """:meth:`assign` over flat arrays, by the compiled kernel (same operations per point)."""
+        n = y.size
+        col = np.empty(n, dtype=np.int32)
+        row = np.empty(n, dtype=np.int32)
+        inside = np.empty(n, dtype=bool)
+        bin_index = np.empty(n, dtype=np.int64)
+        x_code = np.empty(n, dtype=np.int64)
+        y_code = np.empty(n, dtype=np.int64)
+        poly = np.ascontiguousarray(self.polygon, dtype=np.float64)
+        _assign_kernel()(np.ascontiguousarray(y), np.ascontiguousarray(x), bool(self.dateline),
+                         float(self.min_x), float(self.min_y), float(self.max_x), float(self.max_y),
+                         float(self.x_bin), float(self.y_bin), int(self.width), int(self.height),
+                         float(np.float32(self.offset_scale)), np.ascontiguousarray(poly[:, 0]),
+                         np.ascontiguousarray(poly[:, 1]), col, row, inside, bin_index, x_code, y_code)
+        return BinAssignment(col=col, row=row, inside=inside, bin_index=bin_index,
+                             x_off=x_code.astype(self._offset_dtype), y_off=y_code.astype(self._offset_dtype))
+
+    def _assign_numpy(self, y: np.ndarray, x: np.ndarray) -> BinAssignment:
+        """:meth:`assign` in numpy (any shape; the reference for the compiled flat path)."""
         y = np.array(y, dtype=np.float64)
         x = np.array(x, dtype=np.float64)
         if self.dateline:

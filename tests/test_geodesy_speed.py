@@ -189,3 +189,47 @@ def test_beam_positions_equal_the_previous_computation(seed):
     got = beam_positions(lat, lon, hdg, across, along)
     want = _old_beam_positions(lat, lon, hdg, across, along, np.ones(lat.size, bool))
     assert _same(got[0], want[0]) and _same(got[1], want[1])
+
+
+# --- binning: the compiled flat path of BinGrid.assign equals its numpy path ---------------------
+
+from pfm_dask.bins import BinGrid  # noqa: E402
+
+
+def _grids():
+    yield BinGrid.from_mbr(30.0, -80.0, 30.3, -79.6, bin_size_m=50.0)
+    yield BinGrid.from_mbr(-16.6, 179.95, -16.5, -179.95, bin_size_m=50.0)      # dateline
+    yield BinGrid.from_polygon([(10.0, 20.0), (10.2, 20.05), (10.1, 20.1), (10.25, 20.25),
+                                (10.0, 20.3), (10.05, 20.15)], bin_size_m=30.0)   # concave
+    yield BinGrid.from_mbr(0.0, 0.0, 0.01, 0.01, x_bin_deg=2.0**-10, y_bin_deg=2.0**-10,
+                           bin_size_m=None)                                        # binary sizes
+    yield BinGrid.from_mbr(45.0, 5.0, 45.05, 5.07, bin_size_m=20.0, offset_bits=20)
+
+
+@pytest.mark.parametrize("k", range(5))
+def test_flat_assign_equals_the_numpy_path(k):
+    g = list(_grids())[k]
+    rng = np.random.default_rng(k)
+    n = 400_000
+    pad_x, pad_y = 3 * g.x_bin, 3 * g.y_bin
+    lat = rng.uniform(g.min_y - pad_y, g.max_y + pad_y, n)
+    lon = rng.uniform(g.min_x - pad_x, g.max_x + pad_x, n)
+    lon = np.where(lon > 180.0, lon - 360.0, lon)
+    # exact bin edges, the MBR edges, polygon vertices, NaN
+    cols = rng.integers(-1, g.width + 2, 3000)
+    rows = rng.integers(-1, g.height + 2, 3000)
+    lat[:3000] = g.min_y + rows * g.y_bin
+    lon[:3000] = g.min_x + cols * g.x_bin
+    lat[3000:3004] = [g.min_y, g.max_y, g.min_y, g.max_y]
+    lon[3000:3004] = [g.min_x, g.max_x, g.max_x, g.min_x]
+    pts = np.asarray(g.polygon)
+    lat[3004:3004 + len(pts)] = pts[:, 0]
+    lon[3004:3004 + len(pts)] = pts[:, 1]
+    lat[rng.random(n) < 0.001] = np.nan
+    lon[rng.random(n) < 0.001] = np.inf
+    got = g.assign(lat, lon)
+    want = g._assign_numpy(lat, lon)
+    for f in ("col", "row", "inside", "bin_index", "x_off", "y_off"):
+        a, b = getattr(got, f), getattr(want, f)
+        assert a.dtype == b.dtype and np.array_equal(a, b), f
+    assert got.inside.any() and not got.inside.all()
