@@ -7,6 +7,7 @@ everything from the saved JSON without running a load.
 from __future__ import annotations
 
 import os
+import statistics
 from pathlib import Path
 
 __all__ = ["write"]
@@ -342,6 +343,27 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
                             rows) + "\n")
         L.append(img("disk", "writer against the disk") + "\n")
 
+    # allocator
+    ma = res.get("malloc")
+    if ma and str(ma["files"]) in loads and ma["setup"] in loads[str(ma["files"])]["setups"]:
+        base = loads[str(ma["files"])]["setups"][ma["setup"]]["modes"]
+        t_serial = base["serial"]["wall_median_s"]
+        L.append("## Dask's allocator setting\n")
+        L.append(f"The Dask runs of the {ma['files']}-file load with {SETUP_TITLES[ma['setup']]} "
+                 "again, with the workers started without Dask's `MALLOC_TRIM_THRESHOLD_=65536` "
+                 "(which turns off glibc's adaptive mmap threshold: every large array is a fresh, "
+                 "zeroed mapping; see `docs/performance.md`). Medians; CPU seconds of all "
+                 "processes:\n")
+        rows = []
+        for key in ("dask_1", "dask_2"):
+            a_, b_ = base[key], ma["modes"][key]
+            rows.append([MODE_LABEL[key], f"{a_['wall_median_s']:.1f} s", f"{b_['wall_median_s']:.1f} s",
+                         f"{statistics.median(a_['cpu_all_s']):.0f} s",
+                         f"{statistics.median(b_['cpu_all_s']):.0f} s",
+                         _x(t_serial / a_["wall_median_s"]), _x(t_serial / b_["wall_median_s"])])
+        L.append(_table(["mode", "wall, as shipped", "wall, no trim", "CPU, as shipped",
+                         "CPU, no trim", "speedup, as shipped", "speedup, no trim"], rows) + "\n")
+
     # memory
     m = res.get("memory")
     if m:
@@ -367,54 +389,64 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
     if mod.get("cells"):
         L.append("## Scaling model\n")
         L.append("Per-stage rates measured above, plus the disk, predict the time on N workers "
-                 "(`benchmarks/model.py`; assumptions in `docs/performance.md`). Check against "
-                 "the measured runs (this machine: "
-                 f"{mod['machine_cores_for_check']} cores, inputs cached):\n")
+                 "(`benchmarks/model.py`; assumptions in `docs/performance.md`). The model takes "
+                 "the rates inside Dask workers from the 1-worker run; the *ideal* model takes "
+                 "them from `--serial` (Dask's per-process costs removed). Check against the "
+                 f"measured runs (this machine: {mod['machine_cores_for_check']} cores, inputs "
+                 "cached), speedup measured / predicted (error of the predicted time, bound):\n")
         rows = []
+        ideal = mod.get("ideal", {})
         for k in sorted(mod["cells"], key=int):
             for s in setups:
                 c = mod["cells"][k].get(s)
                 if not c:
                     continue
-                ch = c["check"]
-                rows.append([k, s, f"{c['serial_check']['error'] * 100:+.0f} %"] + [
-                    (f"{_x(ch[w]['measured_speedup'])} / {_x(ch[w]['predicted_speedup'])} "
-                     f"({ch[w]['error'] * 100:+.0f} %, {ch[w]['bound']})") if w in ch else "–"
-                    for w in ("dask_1", "dask_2")])
-        L.append(_table(["files", "setup", "serial time: model error",
-                         "1 worker: measured / model (time error, bound)",
-                         "2 workers: measured / model (time error, bound)"], rows) + "\n")
+                ic = ideal.get(k, {}).get(s, {"check": {}})
+                row = [k, s]
+                for model_cell in (c, ic):
+                    for w in ("dask_1", "dask_2"):
+                        ch = model_cell["check"].get(w)
+                        row.append("–" if not ch else
+                                   f"{_x(ch['measured_speedup'])} / {_x(ch['predicted_speedup'])} "
+                                   f"({ch['error'] * 100:+.0f} %, {ch['bound']})")
+                rows.append(row)
+        L.append(_table(["files", "setup", "model, 1 w", "model, 2 w", "ideal, 1 w", "ideal, 2 w"],
+                        rows) + "\n")
         topm = max(mod["cells"], key=int)
         L.append(f"Predicted speedup, {topm}-file load (each worker a core of its own, the writer "
-                 "on its own core, inputs read from the disk):\n")
+                 "on its own core, inputs read from the disk); model, then ideal:\n")
         ws = [str(w) for w in mod["workers"]]
         rows = []
-        for s in setups:
-            c = mod["cells"][topm].get(s)
-            if c:
-                rows.append([s] + [f"{c['predict'][w]['speedup']:.1f}" for w in ws]
-                            + [f"{c['ceiling_speedup']:.1f} ({c['ceiling_bound']})"])
+        for label, table in (("model", mod["cells"]), ("ideal", ideal)):
+            for s in setups:
+                c = table.get(topm, {}).get(s)
+                if c:
+                    rows.append([f"{s} ({label})"] + [f"{c['predict'][w]['speedup']:.1f}" for w in ws]
+                                + [f"{c['ceiling_speedup']:.1f} ({c['ceiling_bound']})"])
         L.append(_table(["setup"] + [f"{w} w" for w in ws] + ["ceiling (bound)"], rows) + "\n")
         rows = []
-        for s in setups:
-            c = mod["cells"][topm].get(s)
-            if c:
-                p = c["params"]
-                rows.append([s, _rate(p["c"]), _rate(p["x"]), _rate(p["w"]),
-                             f"{p['P']:.1f}", f"{p['S']:.1f}", f"{p['K']:.1f}"])
-        L.append("The rates behind it (GSF MB per second of one core / of transfer / of the "
-                 "writer; seconds of the pre-scan, the serial phase and the cluster start):\n")
+        for label, table in (("model", mod["cells"]), ("ideal", ideal)):
+            for s in setups:
+                c = table.get(topm, {}).get(s)
+                if c:
+                    p = c["params"]
+                    rows.append([f"{s} ({label})", _rate(p["c"]), _rate(p["x"]), _rate(p["w"]),
+                                 f"{p['P']:.1f}", f"{p['S']:.1f}", f"{p['K']:.1f}"])
+        L.append("The rates behind it, in GSF MB per second (one core's piece work, the hand-over "
+                 "to the writer, the writer), and seconds (pre-scan on one worker, serial phase, "
+                 "cluster start):\n")
         L.append(_table(["setup", "decode+bin MB/s/core", "transfer MB/s", "writer MB/s",
                          "pre-scan s", "serial phase s", "cluster start s"], rows) + "\n")
         ext = mod.get("extrapolation_600_files")
         if ext:
             s600 = seed["run_600_files"]
+            n16 = str(s600["processors"])
             L.append(f"Extrapolated to 600 files of the same size (from the {ext['from_load']}-file "
-                     f"load, everything but the cluster start scaled by files): on "
-                     f"{s600['processors']} workers " + ", ".join(
-                         f"{s} {v[str(s600['processors'])]:.1f}x" for s, v in ext["setups"].items()
-                         if str(s600["processors"]) in v)
-                     + f"; Pfm_loader: {s600['speedup']}x on {s600['processors']} processors "
+                     f"load, everything but the cluster start scaled by files), on {n16} workers: "
+                     + ", ".join(f"{s} {v[n16]:.1f}x" for s, v in ext["setups"].items() if n16 in v)
+                     + " (ideal: " + ", ".join(f"{s} {v[n16]:.1f}x" for s, v in
+                                              ext.get("ideal", {}).items() if n16 in v)
+                     + f"); Pfm_loader: {s600['speedup']}x on {n16} processors "
                      f"({s600['serial_h']:.0f} h to 2 h 39 min).\n")
         L.append(img("model", "scaling model") + "\n")
 

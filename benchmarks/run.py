@@ -26,6 +26,7 @@ import os
 import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -48,7 +49,7 @@ SEED_600 = {"files": 600, "processors": 16, "speedup": 12.6, "serial_h": 33.0,
             "parallel_h": 2 + 39 / 60}
 #: default size of the 74-file load for the runner (the dataset builder's default is 2 GB);
 #: chosen so that the whole matrix finishes in about an hour on the 2-core test machine
-RUN_GB = 0.5
+RUN_GB = 0.08
 PHASES = ("cluster_start", "prescan", "load_wall", "area_filter", "recompute", "check")
 
 
@@ -173,6 +174,29 @@ def writer_vs_disk(loads: dict, disk_res: dict) -> dict:
     return out
 
 
+def measure_malloc(folder: Path, n: int, setup: str, repeat: int, bin_size: float,
+                   work: Path) -> dict:
+    """The Dask runs of one cell again, with workers started without Dask's
+    ``MALLOC_TRIM_THRESHOLD_`` (docs/performance.md, *Dask's allocator setting*)."""
+    import dask
+    import distributed  # noqa: F401 - loads the distributed config defaults
+
+    paths = datasets.load_files(folder, n)
+    cfg = _cfg(setup, bin_size)
+    env = dict(dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {})
+    env.pop("MALLOC_TRIM_THRESHOLD_", None)
+    runs = {"dask_1": [], "dask_2": []}
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": env}):
+        for r in range(repeat):
+            for key in runs:
+                one = one_run(paths, key, cfg, work)
+                runs[key].append(one)
+                print(f"{n:3d} files {setup:5s} run {r + 1}/{repeat} {key:6s} without "
+                      f"MALLOC_TRIM_THRESHOLD_: {one['wall_s']:7.1f} s  cpu {one['cpu_s']:7.1f} s",
+                      flush=True)
+    return {"files": n, "setup": setup, "modes": {k: _median_run(v) for k, v in runs.items()}}
+
+
 # ---------------------------------------------------------------------------------- memory
 def measure_memory(folder: Path, sizes, bin_size: float, backlog: int, work: Path,
                    workers: int = 2) -> dict:
@@ -213,14 +237,17 @@ def _parse(argv):
     ap.add_argument("--bin-size", type=float, default=50.0,
                     help="bin size in metres (default 50: 2 m bins over deep-water EM302 data "
                          "make a grid of tens of GB)")
-    ap.add_argument("--max-backlog", default="256MiB", help="fixed backlog for the memory runs")
+    ap.add_argument("--max-backlog", default="64MiB", help="fixed backlog for the memory runs")
     ap.add_argument("--memory-files", default="7,28,70",
                     help="file counts of the 1x, 4x and 10x memory inputs")
+    ap.add_argument("--memory-pings", type=int, default=600,
+                    help="pings per file of the memory runs' survey (default 600, ~5 MB files: "
+                         "pieces large enough for the backlog limit to bind)")
     ap.add_argument("--disk-mb", type=float, default=2048.0, help="size of the raw disk test")
     ap.add_argument("--no-malloc-trim", action="store_true",
                     help="start Dask workers without Dask's MALLOC_TRIM_THRESHOLD_=65536 "
                          "(an experiment: pfm-dask as shipped keeps Dask's default)")
-    ap.add_argument("--skip", default="", help="parts to leave out: matrix,memory,disk")
+    ap.add_argument("--skip", default="", help="parts to leave out: matrix,memory,disk,malloc")
     ap.add_argument("--resume", action="store_true", help="keep the cells of an interrupted run")
     ap.add_argument("--report", action="store_true",
                     help="measure nothing: RESULTS.md and plots from the saved JSON")
@@ -234,7 +261,8 @@ def _parse(argv):
     a = ap.parse_args(argv)
     if a.quick:
         a.pings, a.loads, a.setups, a.repeat = 12, "3", "both", 1
-        a.memory_files, a.disk_mb, a.max_backlog = "1,2", 16.0, "4MiB"
+        a.skip = ",".join(filter(None, [a.skip, "malloc"]))
+        a.memory_files, a.disk_mb, a.max_backlog, a.memory_pings = "2", 16.0, "4MiB", 12
     return a
 
 
@@ -260,12 +288,12 @@ def main(argv=None) -> dict:
     skip = {s for s in a.skip.split(",") if s}
     mem_files = [int(x) for x in a.memory_files.split(",") if x]
     backlog = parse_size(a.max_backlog)
-    files_needed = max(loads + mem_files)
+    files_needed = max(loads)
     pings = a.pings or datasets.pings_for(a.gb)
     a.work.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    folder = datasets.survey(pings, files=max(files_needed, datasets.LOADS[-1]) if not a.quick
-                             else files_needed, data_dir=a.data_dir)
+    folder = datasets.survey(pings, files=files_needed if a.quick
+                             else max(files_needed, datasets.LOADS[-1]), data_dir=a.data_dir)
     partial_path = a.work / f"{name}_partial.json"
     partial = {}
     if a.resume and partial_path.exists():
@@ -277,7 +305,7 @@ def main(argv=None) -> dict:
                          "setups": setups, "repeat": a.repeat, "bin_size_m": a.bin_size,
                          "max_backlog_bytes_memory": backlog, "memory_files": mem_files,
                          "survey": str(folder), "command": command.strip(),
-                         "inputs_in_page_cache": True}
+                         "inputs_in_page_cache": True, "code": _code_version()}
 
     partial["config"]["worker_malloc_trim_threshold"] = _malloc_setting(a.no_malloc_trim)
 
@@ -295,8 +323,16 @@ def main(argv=None) -> dict:
         _warm_up(folder, a.bin_size, a.work)
     if "matrix" not in skip:
         measure_matrix(folder, loads, setups, a.repeat, a.bin_size, a.work, partial, save)
+    if ("malloc" not in skip and "malloc" not in partial and not a.no_malloc_trim
+            and "both" in setups):
+        partial["malloc"] = measure_malloc(folder, max(loads), "both", a.repeat, a.bin_size, a.work)
+        save()
     if "memory" not in skip and "memory" not in partial:
-        partial["memory"] = measure_memory(folder, mem_files, a.bin_size, backlog, a.work)
+        survey_files = files_needed if a.quick else datasets.LOADS[-1]
+        mem_folder = datasets.survey(a.memory_pings, files=max(max(mem_files), survey_files),
+                                     data_dir=a.data_dir)
+        partial["memory"] = measure_memory(mem_folder, mem_files, a.bin_size, backlog, a.work)
+        partial["memory"]["pings_per_file"] = a.memory_pings
         save()
 
     results = dict(partial)
@@ -313,6 +349,20 @@ def main(argv=None) -> dict:
     _print_headline(results, md_path)
     partial_path.unlink(missing_ok=True)
     return doc["results"]
+
+
+def _code_version() -> dict:
+    """The commit the package was measured at, and which of its files differed from it."""
+    root = BENCH_DIR.parent
+
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                                  timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    changed = [ln[3:] for ln in git("status", "--porcelain", "--", "pfm_dask").splitlines()]
+    return {"commit": git("rev-parse", "HEAD").strip() or None, "pfm_dask_changed": changed}
 
 
 def _malloc_setting(drop: bool):
