@@ -7,17 +7,26 @@ significant bit first, the record padded with zero bits to a whole byte
 describes one such record as a list of ``(key, bit_offset, nbits)`` fields and
 packs or unpacks many records at once.
 
-How: the hot paths (:func:`pack_records`, :func:`pack_soundings`,
-:func:`unpack_records`, :meth:`BitLayout.unpack_words`, the byte/word
-conversions) are small numba kernels compiled on first use (``cache=True``,
-so later processes load them from ``__pycache__``; ``nogil=True``, so the
-store's pack threads run in parallel). A block of records is assembled in a
-cache-resident scratch of 64-bit words, where a field of at most 64 bits
-touches one word or two neighbouring ones, and the words are stored
-big-endian into the output. The numpy implementations they replaced
-(``_pack_records_numpy``, ``_unpack_records_numpy``,
-``BitLayout._unpack_words_numpy``: one or two ``shift``/``or`` passes per
-field over columns of words) stay as a second reference for the tests.
+How: the hot paths are small numba kernels, compiled on first use with
+``cache=True`` (later processes load them from ``__pycache__``; with no
+writable cache directory they are compiled per process) and ``nogil=True``
+(the store's pack threads run in parallel):
+
+* :func:`pack_soundings`, the ``.ndx`` writer's loop: codes depths and
+  errors (the library's rules, :class:`SoundingCoding`) and assembles a
+  block of soundings at a time with a filler made for the record layout
+  (constant shifts, compiled per layout and process in about 0.3 s), then
+  writes the records as one big-endian bit stream, keeping the pending
+  64-bit word in a register.
+* :func:`pack_records` / :func:`unpack_records` (items in slots of fixed
+  records), :meth:`BitLayout.unpack_words`, :meth:`BitLayout.pack_at` /
+  :meth:`BitLayout.unpack_at` (records inside a read buffer, in place), the
+  byte/word conversions, :func:`bin_runs` and the bit-array helpers.
+
+The numpy implementations they replaced (``_pack_records_numpy``,
+``_unpack_records_numpy``, ``BitLayout._unpack_words_numpy``: one or two
+``shift``/``or`` passes per field over columns of words) stay as a second
+reference for the tests.
 
 Field values are taken modulo ``2**nbits`` (as the C packer does); range
 checks belong to the caller, which knows what a field means.
@@ -25,10 +34,9 @@ checks belong to the caller, which knows what a field means.
 
 from __future__ import annotations
 
-import math
 import threading
 from dataclasses import dataclass
-from typing import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -50,6 +58,8 @@ __all__ = [
 ]
 
 _U64 = np.uint64
+
+
 @dataclass(frozen=True)
 class BitField:
     """One field of a record: where it starts (bit 0 = MSB of byte 0) and how wide it is."""
@@ -778,39 +788,41 @@ def _k_from_words(words, out):
 
 def _fill_signature(T):
     """Signature of the per-layout lane fillers (see :func:`_fill_function`)."""
-    au = T.Array(T.uint64, 1, "C", readonly=True)
+    raw = T.Array(T.uint8, 1, "C", readonly=True)
     f32, f64 = T.float32, T.float64
-    return T.void(*(au,) * 7, T.Array(f64, 1, "C", readonly=True), T.Array(f32, 1, "C", readonly=True),
-                  T.Array(f32, 1, "C", readonly=True), T.Array(T.uint64, 2, "C", readonly=True), T.int64,
-                  T.int64, f64, f64, f32, f32, T.uint64, f32, f32, T.uint64, T.Array(T.uint64, 2, "C"))
+    return T.void(*(raw,) * 10, T.Array(T.uint64, 2, "C", readonly=True), T.int64, T.int64,
+                  f64, f64, f32, f32, T.uint64, f32, f32, T.uint64, T.Array(T.uint64, 2, "C"))
 
 
 _FILLS: dict = {}
 
 
-def _fill_function(fields: tuple, attrs: tuple):
+def _fill_function(fields: tuple, attrs: tuple, dtypes: tuple):
     """A numba function that puts the bits of soundings ``lo .. lo+m-1`` into ``lanes[:, 0:m]``
     for one sounding layout, with its shifts and masks as constants.
 
     ``fields``: ``(bit_offset, nbits)`` of file, line, ping, beam, depth, x_off,
     y_off, validity, horizontal error, vertical error (width 0 = absent);
-    ``attrs``: the same for the attributes. Written out as source and
+    ``attrs``: the same for the attributes; ``dtypes``: numpy dtype names of
+    the ten value arrays, which arrive as raw bytes (so any integer type is
+    read as it is, with no converted copy). Written out as source and
     compiled once per layout and process (about 0.3 s): with constant shifts
     the loop is plain vector code, several times faster than shifting by
     amounts read at run time. Called by the pack kernel once per block of
     soundings (a first-class function argument, so the kernel itself is
     compiled and cached once).
     """
-    key = (fields, attrs)
+    key = (fields, attrs, dtypes)
     fn = _FILLS.get(key)
     if fn is not None:
         return fn
     import numba
 
     srcs = ["file_", "line", "ping", "beam", "depth", "xo", "yo", "val", "herr", "verr"]
-    srcs = [f"{a}[lo:lo + m]" for a in srcs]
-    codes = {4: "_depth_code(s4[t], doff, dscale)", 8: "_err_code(s8[t], hscale, hcap, hnull)",
-             9: "_err_code(s9[t], vscale, vcap, vnull)"}
+    srcs = [f"{a}.view(np.{dt})[lo:lo + m]" for a, dt in zip(srcs, dtypes)]
+    codes = {4: "_depth_code(np.float64(s4[t]), doff, dscale)",
+             8: "_err_code(np.float32(s8[t]), hscale, hcap, hnull)",
+             9: "_err_code(np.float32(s9[t]), vscale, vcap, vnull)"}
     srcs += [f"attrs[{t}, lo:lo + m]" for t in range(len(attrs))]
     end = max([o + b for o, b in fields + attrs if b] + [1])
     lanes = [[] for _ in range((end + 63) // 64 + 1)]
@@ -819,7 +831,7 @@ def _fill_function(fields: tuple, attrs: tuple):
         if not nb:
             continue
         head.append(f"    s{j} = {srcs[j]}")
-        body.append(f"        v{j} = {codes.get(j, f's{j}[t]')} & np.uint64({(1 << nb) - 1})")
+        body.append(f"        v{j} = {codes.get(j, f'np.uint64(s{j}[t])')} & np.uint64({(1 << nb) - 1})")
         e = (off & 63) + nb
         li = off >> 6
         if e <= 64:
@@ -854,8 +866,8 @@ def _signature(name: str, T):
     sigs = {
         "pack_items": (arr(u64, 2), ai, ai, ai, i64, i64, i64, i64, arr(u64, 2), ai, ai, i64,
                        out_u8, scratch),
-        "pack_soundings": (T.FunctionType(_fill_signature(T)),) + (au,) * 7
-                          + (arr(f64), arr(f32), arr(f32), arr(u64, 2), ai,
+        "pack_soundings": (T.FunctionType(_fill_signature(T)),) + (arr(T.uint8),) * 10
+                          + (arr(u64, 2), ai,
                              f64, f64, f32, f32, u64, f32, f32, u64, ai, ai, ai, ai)
                           + (i64,) * 12 + (arr(u64, 2, ro=False), out_u8),
         "unpack_items": (arr(T.uint8), i64, i64, i64, ai, ai, ai, arr(u64, 2, ro=False)),
@@ -940,14 +952,27 @@ def _split(n: int, parts: int) -> list[tuple[int, int]]:
 
 
 def _run(jobs: list, executor) -> None:
-    """Run the callables, all but the last on ``executor`` (the last on this thread)."""
+    """Run the callables on ``executor``'s threads and this one, each taking the next job when
+    done with its last (so a thread slowed by other work on the machine takes fewer)."""
     if executor is None or len(jobs) < 2:
         for j in jobs:
             j()
         return
-    futs = [executor.submit(j) for j in jobs[:-1]]
+    it = iter(jobs)
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                j = next(it, None)
+            if j is None:
+                return
+            j()
+
+    helpers = min(len(jobs) - 1, getattr(executor, "_max_workers", 2) - 1) or 1
+    futs = [executor.submit(worker) for _ in range(helpers)]
     try:
-        jobs[-1]()
+        worker()
     finally:
         for fu in futs:
             fu.result()
@@ -1137,6 +1162,26 @@ def _as_u64(v, n: int) -> np.ndarray:
     return a.astype(_U64)
 
 
+def _sounding_values(key, v, nbits: int) -> np.ndarray:
+    """A sounding field's values as an aligned contiguous array of a type the fillers read as it
+    is: any integer type for integer fields; float32/float64 for depth and errors (other types are
+    converted as the coding rule reads them: depth to double, errors to float)."""
+    if not nbits:
+        return np.zeros(0, dtype=np.uint64)
+    a = np.asarray(v)
+    if a.ndim != 1:
+        raise ValueError(f"{key} must be 1-d, got shape {a.shape}")
+    if key == "depth" or key.endswith("_error"):
+        if a.dtype not in (np.float32, np.float64):
+            with np.errstate(over="ignore"):          # too large for float32: inf, coded as null
+                a = a.astype(np.float64 if key == "depth" else np.float32)
+    elif a.dtype.kind not in "iu":
+        a = a.astype(_U64)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    return np.require(a, requirements=["C", "A"])
+
+
 def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapping[Hashable, np.ndarray],
                    coding: SoundingCoding, first: np.ndarray, count: np.ndarray, rec0: np.ndarray,
                    n_records: int, slots: int, slot_bits: int, cont_field: tuple[int, int],
@@ -1154,17 +1199,19 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
 
     ``item_fields`` maps each sounding field name (``file, line, ping, beam,
     depth, x_off, y_off, validity, horizontal_error, vertical_error``) and any
-    other key (attributes) to ``(bit_offset, nbits)``. ``values``: integer
-    codes for the integer fields and other keys (checked by the caller to fit
-    their widths), and the float ``depth`` (float64, already checked to code
-    within range), ``horizontal_error`` and ``vertical_error`` (converted to
-    float32, then coded; see :class:`SoundingCoding`). Zero-width fields may
-    be absent from ``values``. Returns the ``(n_records, record_bytes)``
-    uint8 matrix (in ``out`` if given, a flat uint8 buffer). Records are
-    shared between the ``executor``'s threads and this one (kernels release
-    the GIL); each codes and assembles ``block`` soundings at a time, field
-    by field (vector code, in cache), then writes its records as one bit
-    stream.
+    other key (attributes) to ``(bit_offset, nbits)``; the fields of a
+    sounding must lie within ``slot_bits``. ``values``: the integer fields as
+    arrays of any integer type (read as they are, no converted copy; values
+    checked by the caller to be >= 0 and to fit, else taken modulo the
+    width), other keys as integer codes, and the float ``depth`` (widened to
+    double; already checked to code within range), ``horizontal_error`` and
+    ``vertical_error`` (rounded to float; see :class:`SoundingCoding`).
+    Zero-width fields may be absent from ``values``. Returns the
+    ``(n_records, record_bytes)`` uint8 matrix (in ``out`` if given, a flat
+    uint8 buffer). Runs of records are shared out among the ``executor``'s
+    threads and this one (the kernel releases the GIL); each codes and
+    assembles ``block`` soundings at a time, then writes its records as one
+    bit stream.
     """
     res_flat, res = _out_matrix(out, n_records, record_bytes)
     first = np.ascontiguousarray(first, dtype=np.int64)
@@ -1176,22 +1223,12 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
     if first.size != count.size or rec0.size != count.size or int(m.sum()) != n_records or \
             (rec0.size and (rec0[0] != 0 or np.any(rec0[1:] != rec0[:-1] + m[:-1]))):
         raise ValueError("bins must own consecutive records covering 0..n_records-1")
-    arrays = []
-    for key in _SOUNDING_ORDER:
-        nb = item_fields.get(key, (0, 0))[1]
-        if not nb:
-            arrays.append(np.zeros(0, np.float64 if key == "depth" else
-                                   np.float32 if key.endswith("_error") else _U64))
-        elif key == "depth":
-            arrays.append(np.ascontiguousarray(values[key], dtype=np.float64))
-        elif key.endswith("_error"):
-            with np.errstate(over="ignore"):          # too large for float32: inf, coded as null
-                arrays.append(np.ascontiguousarray(values[key], dtype=np.float32))
-        else:
-            arrays.append(_as_u64(values[key], np.asarray(values[key]).shape[0]))
+    arrays = [_sounding_values(key, values.get(key), item_fields.get(key, (0, 0))[1])
+              for key in _SOUNDING_ORDER]
     akeys = sorted((k for k in item_fields if k not in _SOUNDING_ORDER and item_fields[k][1]),
                    key=lambda k: item_fields[k][0])
     ns = {a.shape[0] for a in arrays if a.size} | {np.asarray(values[k]).shape[0] for k in akeys}
+    ns |= {a.shape[0] for a, k in zip(arrays, _SOUNDING_ORDER) if item_fields.get(k, (0, 0))[1]}
     if len(ns) > 1:
         raise ValueError(f"sounding value arrays differ in length: {sorted(ns)}")
     n_items = ns.pop() if ns else 0
@@ -1220,13 +1257,15 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
     hcap, vcap = np.float32(c.horizontal_error_null + 1), np.float32(c.vertical_error_null + 1)
     kern = _kernel("pack_soundings")
     with _KERNEL_LOCK:
-        fill = _fill_function(tuple(zip(pos.tolist(), nbits.tolist())), tuple(zip(apos.tolist(), anb.tolist())))
+        fill = _fill_function(tuple(zip(pos.tolist(), nbits.tolist())), tuple(zip(apos.tolist(), anb.tolist())),
+                              tuple(a.dtype.name for a in arrays))
+    raw = [a.view(np.uint8) for a in arrays]
     rend = rec0 + m
 
     def job(r0: int, r1: int):
         def do() -> None:
             g0 = int(np.searchsorted(rend, r0, side="right"))
-            kern(fill, *arrays[:4], arrays[5], arrays[6], arrays[7], arrays[4], arrays[8], arrays[9], attrs,
+            kern(fill, *raw[:4], raw[5], raw[6], raw[7], raw[4], raw[8], raw[9], attrs,
                  nbits, float(c.depth_offset), float(c.depth_scale),
                  hs, hcap, _U64(c.horizontal_error_null), vs, vcap, _U64(c.vertical_error_null),
                  first, count, rec0, rend, g0, r0, r1, slots, slot_bits, cursor, cpos - slots * slot_bits, cnb,
@@ -1234,7 +1273,7 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
                  np.empty((max(1, (cursor + 63) >> 6), block), dtype=_U64), res_flat)
         return do
 
-    parts = 1 if executor is None else getattr(executor, "_max_workers", 2) + 1
+    parts = 1 if executor is None else 4 * getattr(executor, "_max_workers", 2)
     parts = max(1, min(parts, n_records * slots // (4 * block)))     # not for a few records
     _run([job(a, b) for a, b in _split(n_records, parts)], executor)
     return res

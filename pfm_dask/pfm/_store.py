@@ -1076,6 +1076,8 @@ class PfmFile:
             # negative values become huge unsigned ones: a single max() finds both kinds
             hi = int(np.max(arr.view(arr.dtype.str.replace("i", "u"))))
             ok = hi <= limit
+        elif np.issubdtype(arr.dtype, np.unsignedinteger):
+            ok = int(arr.max()) <= limit
         else:
             ok = arr.min() >= 0 and arr.max() <= limit
         if not ok:
@@ -1182,11 +1184,11 @@ class PfmFile:
             t = time.perf_counter()
             codes = {}
             for k, arr in cols.items():
+                # integer fields as they come (checked >= 0; the packer reads any integer type)
                 v = arr[a:c]
-                if v.dtype == np.int64 or v.dtype == np.uint64:
-                    codes[k] = np.ascontiguousarray(v).view(np.uint64)   # checked >= 0: no copy
-                else:
-                    codes[k] = v.astype(np.uint64)
+                if k == "validity":         # OR-ed into the bin records' uint64 validity
+                    v = v.view(np.uint64) if v.dtype == np.int64 else v.astype(np.uint64, copy=False)
+                codes[k] = v
             # float fields are coded lazily, block by block inside the packer (cache resident)
             codes["depth"] = _Coder(depth[a:c], "depth", h)
             codes["horizontal_error"] = (_Coder(herr[a:c], "herr", h) if h.horizontal_error_bits

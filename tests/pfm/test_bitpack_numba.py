@@ -327,9 +327,16 @@ def test_pack_soundings_matches_reference(counts, slots, n_attr, seed, f32_error
     z = np.clip(z, -f32(offset), zmax)
     values = {k: random_u64(rng, n, w) for k, (_, w) in fields.items()
               if k not in ("depth", "horizontal_error", "vertical_error")}
-    values["file"] = values["file"].astype(np.int64)      # 64-bit signed: viewed, not copied
-    values["beam"] = values["beam"].astype(np.uint32) if fields["beam"][1] <= 32 else values["beam"]
-    values["depth"] = z
+    for k, v in values.items():                     # integer fields come in any integer type
+        w = fields[k][1]
+        choice = [np.uint64, np.int64] + ([np.uint32, np.int32, ">u4"] if w <= 31 else []) \
+            + ([np.uint16, np.int16] if w <= 15 else [])
+        values[k] = v.astype(choice[int(rng.integers(0, len(choice)))])
+    if rng.random() < 0.3:                          # float32 depths are widened to double
+        z = np.clip(z, -f32(offset) + 1.0, zmax - 1.0).astype(np.float32).astype(np.float64)
+        values["depth"] = z.astype(np.float32)
+    else:
+        values["depth"] = z
     values["horizontal_error"] = _errors(rng, n, hb, hs)
     values["vertical_error"] = _errors(rng, n, vb, vs)
     if f32_errors:
