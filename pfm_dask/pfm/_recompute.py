@@ -73,23 +73,83 @@ def _per_bin(value, n_bins: int, name: str, dtype) -> np.ndarray:
     return arr.astype(dtype, copy=False)
 
 
-def _k_chain_sums(z, filt, used, start, counts, out):
-    """numba kernel: per group, left to right from 0.0, the sums of ``zf``, ``zf * zf`` and
-    ``zu`` (``zf`` = the depth where ``filt`` else 0.0, ``zu`` likewise with ``used``)."""
+_DELETED_OR_REFERENCE = V.DELETED | V.REFERENCE
+_INVAL = V.INVAL
+_REFERENCE = V.REFERENCE
+
+
+def _k_group_pass(z, v, start, counts, null64, user_flag, or_mask, out_f, out_i):
+    """numba kernel: one pass over every group (bin) of soundings, in chain order.
+
+    Per group: the running sums (from 0.0, left to right, a masked-out member
+    adding 0.0) of filtered depths, of their squares and of used depths; the
+    filtered and used minima and maxima; the numbers of filtered and used
+    soundings; the OR of ``v & or_mask`` over used soundings; and flags: 1 =
+    a REFERENCE sounding, 2 / 4 = both +0.0 and -0.0 among the filtered / used
+    depths (numpy's minimum/maximum then pick a zero by lane order, which the
+    caller reproduces with numpy for those groups).
+    """
     for g in range(start.size):
-        a = 0.0
-        b = 0.0
-        c = 0.0
+        s_f = 0.0
+        s_f2 = 0.0
+        s_u = 0.0
+        min_f = np.inf
+        max_f = -np.inf
+        min_u = np.inf
+        max_u = -np.inf
+        n_f = 0
+        n_u = 0
+        bits = 0
+        flags = 0
+        zeros_f = 0
+        zeros_u = 0
         i0 = start[g]
         for i in range(i0, i0 + counts[g]):
-            zf = z[i] if filt[i] else 0.0
-            zu = z[i] if used[i] else 0.0
-            a += zf
-            b += zf * zf
-            c += zu
-        out[g, 0] = a
-        out[g, 1] = b
-        out[g, 2] = c
+            x = z[i]
+            w = v[i]
+            if w & _REFERENCE:
+                flags |= 1
+            used = (w & _DELETED_OR_REFERENCE) == 0 and x < null64
+            filt = used and (w & _INVAL) == 0
+            if filt and user_flag:
+                filt = (w & user_flag) != 0
+            zf = x if filt else 0.0
+            zu = x if used else 0.0
+            s_f += zf
+            s_f2 += zf * zf
+            s_u += zu
+            if used:
+                n_u += 1
+                bits |= w & or_mask
+                if x < min_u:
+                    min_u = x
+                if x > max_u:
+                    max_u = x
+                if x == 0.0:
+                    zeros_u |= 2 if np.signbit(x) else 1
+                if filt:
+                    n_f += 1
+                    if x < min_f:
+                        min_f = x
+                    if x > max_f:
+                        max_f = x
+                    if x == 0.0:
+                        zeros_f |= 2 if np.signbit(x) else 1
+        if zeros_f == 3:
+            flags |= 2
+        if zeros_u == 3:
+            flags |= 4
+        out_f[g, 0] = s_f
+        out_f[g, 1] = s_f2
+        out_f[g, 2] = s_u
+        out_f[g, 3] = min_f
+        out_f[g, 4] = max_f
+        out_f[g, 5] = min_u
+        out_f[g, 6] = max_u
+        out_i[g, 0] = n_f
+        out_i[g, 1] = n_u
+        out_i[g, 2] = bits
+        out_i[g, 3] = flags
 
 
 _KERNEL_LOCK = threading.Lock()
@@ -113,38 +173,54 @@ def _kernel(name: str):
 
                 T = numba.types
                 ro = dict(readonly=True)
-                sigs = {"chain_sums": T.void(T.Array(T.float64, 1, "C", **ro), T.Array(T.bool_, 1, "C", **ro),
-                                             T.Array(T.bool_, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro),
-                                             T.Array(T.int64, 1, "C", **ro), T.Array(T.float64, 2, "C"))}
+                f8, i8 = T.Array(T.float64, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro)
+                sigs = {"group_pass": T.void(f8, i8, i8, i8, T.float64, T.int64, T.int64,
+                                             T.Array(T.float64, 2, "C"), T.Array(T.int64, 2, "C"))}
                 fn = globals()["_k_" + name]
                 try:
-                    k = numba.njit(sigs[name], nogil=True, cache=True)(fn)
+                    k = numba.njit(sigs[name], nogil=True, cache=True, error_model="numpy")(fn)
                 except RuntimeError as exc:  # no writable cache directory
                     if "cannot cache" not in str(exc):
                         raise
-                    k = numba.njit(sigs[name], nogil=True)(fn)
+                    k = numba.njit(sigs[name], nogil=True, error_model="numpy")(fn)
                 _KERNELS[name] = k
     return k
 
 
-def _chain_sums(z: np.ndarray, filt: np.ndarray, used: np.ndarray, start: np.ndarray,
-                counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per group: the sums of filtered depths, of their squares and of used depths.
+def _group_pass(z: np.ndarray, v: np.ndarray, start: np.ndarray, counts: np.ndarray, null64: float,
+                class_type: int, keep_mask: int) -> dict:
+    """Per-bin sums, extrema, counts and flag bits of grouped soundings (see :func:`_k_group_pass`).
 
-    The library keeps running double sums in chain order; ``np.add.reduceat``
-    sums pairwise and differs from that in the last bit often enough to change
-    a packed standard deviation. Each group (contiguous, ``counts`` > 0) is
-    summed left to right from 0.0, masked-out members adding 0.0, by a small
-    numba kernel (:func:`_k_chain_sums`).
+    Groups are contiguous (``start``, ``counts`` > 0). The sums are the
+    library's running double sums in chain order (``np.add.reduceat`` would
+    sum pairwise and differ in the last bit). The extrema are numpy's
+    ``minimum``/``maximum`` reductions of the masked depths; where a group has
+    zeros of both signs, those are taken from numpy itself.
     """
-    out = np.empty((len(start), 3), dtype=np.float64)
-    if len(start):
-        _kernel("chain_sums")(np.ascontiguousarray(z, dtype=np.float64),
-                              np.ascontiguousarray(filt, dtype=bool),
-                              np.ascontiguousarray(used, dtype=bool),
+    G = len(start)
+    out_f = np.empty((G, 7), dtype=np.float64)
+    out_i = np.empty((G, 4), dtype=np.int64)
+    user_flag = _USER_FLAGS[class_type - 1] if class_type else 0
+    if G:
+        _kernel("group_pass")(np.ascontiguousarray(z, dtype=np.float64),
+                              np.ascontiguousarray(v, dtype=np.int64),
                               np.ascontiguousarray(start, dtype=np.int64),
-                              np.ascontiguousarray(counts, dtype=np.int64), out)
-    return out[:, 0], out[:, 1], out[:, 2]
+                              np.ascontiguousarray(counts, dtype=np.int64), float(null64),
+                              int(user_flag), int(V.VAL_MASK ^ keep_mask), out_f, out_i)
+    res = {"sum_f": out_f[:, 0], "sum2_f": out_f[:, 1], "sum_u": out_f[:, 2],
+           "min_f": out_f[:, 3], "max_f": out_f[:, 4], "min_u": out_f[:, 5], "max_u": out_f[:, 6],
+           "n_valid": out_i[:, 0], "n_used": out_i[:, 1], "bits": out_i[:, 2],
+           "any_ref": (out_i[:, 3] & 1) != 0}
+    mixed = (out_i[:, 3] & 6) != 0
+    if mixed.any():
+        used = ((v & (V.DELETED | V.REFERENCE)) == 0) & (z < null64)
+        filt = used & ((v & V.INVAL) == 0)
+        if class_type:
+            filt &= (v & user_flag) != 0
+        for key, mask, fill, red in (("min_f", filt, np.inf, np.minimum), ("max_f", filt, -np.inf, np.maximum),
+                                     ("min_u", used, np.inf, np.minimum), ("max_u", used, -np.inf, np.maximum)):
+            res[key][mixed] = red.reduceat(np.where(mask, z, fill), start)[mixed]
+    return res
 
 
 def compute_bin_stats(bin_index, depth, validity, *, null_depth, class_type=0,
@@ -233,22 +309,12 @@ def grouped_bin_stats(bins, counts, depth, validity, *, null_depth, class_type=0
         out["validity"] = np.zeros(0, np.uint32)
         return out
 
-    is_ref = (v & V.REFERENCE) != 0
-    used = ((v & (V.DELETED | V.REFERENCE)) == 0) & (z < null64)
-    filt = used & ((v & V.INVAL) == 0)
-    if class_type:
-        filt &= (v & _USER_FLAGS[class_type - 1]) != 0
-
-    n_valid = np.add.reduceat(filt, start, dtype=np.int64)
-    n_used = np.add.reduceat(used, start, dtype=np.int64)
-
-    sum_f, sum2_f, sum_u = _chain_sums(z, filt, used, start, counts)
+    r = _group_pass(z, v, start, counts, null64, class_type, keep_mask)
+    n_valid, n_used = r["n_valid"], r["n_used"]
+    sum_f, sum2_f, sum_u = r["sum_f"], r["sum2_f"], r["sum_u"]
+    min_f, max_f, min_u, max_u = r["min_f"], r["max_f"], r["min_u"], r["max_u"]
 
     with np.errstate(invalid="ignore", divide="ignore"):
-        min_f = np.minimum.reduceat(np.where(filt, z, np.inf), start)
-        max_f = np.maximum.reduceat(np.where(filt, z, -np.inf), start)
-        min_u = np.minimum.reduceat(np.where(used, z, np.inf), start)
-        max_u = np.maximum.reduceat(np.where(used, z, -np.inf), start)
         mean_f = sum_f / n_valid
         mean_u = sum_u / n_used
         nf = n_valid.astype(np.float64)
@@ -266,10 +332,8 @@ def grouped_bin_stats(bins, counts, depth, validity, *, null_depth, class_type=0
     out["min"] = np.where(has_used, min_u.astype(np.float32), null32)
     out["max"] = np.where(has_used, max_u.astype(np.float32), null32)
 
-    from_soundings = np.bitwise_or.reduceat(np.where(used, v & (V.VAL_MASK ^ keep_mask), 0), start)
-    any_ref = np.logical_or.reduceat(is_ref, start)
-    word = (prior & PRIOR_KEEP) | (prior & keep_mask) | from_soundings
-    word |= np.where(any_ref, V.REFERENCE, 0)
+    word = (prior & PRIOR_KEEP) | (prior & keep_mask) | r["bits"]
+    word |= np.where(r["any_ref"], V.REFERENCE, 0)
     word = np.where(has_valid, word | V.DATA, word & ~V.DATA)
     out["validity"] = (word & V.VAL_MASK).astype(np.uint32)
     return out
@@ -373,7 +437,7 @@ def _plan_bands(pfm_file, want_rows: np.ndarray | None, rows_per_band: int | Non
         if want_rows is not None:
             if not np.any((want_rows >= r0) & (want_rows < r1)):
                 continue
-        cnt = pfm_file.read_bin_records(r0, r1)["num_soundings"].reshape(r1 - r0, W)
+        cnt = pfm_file.read_bin_records(r0, r1, fields=("num_soundings",))["num_soundings"].reshape(r1 - r0, W)
         per_row = cnt.sum(axis=1)
         row = r0
         while row < r1:
@@ -459,9 +523,13 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
                 c0, c1 = int(cols.min()), int(cols.max()) + 1
             yield r0, r1, c0, c1, band_bins
 
+    rec_fields = ("num_soundings", "validity", "std", "head")
+    if not compute_average:
+        rec_fields += ("avg_filtered", "avg")
+
     def compute(band):
         r0, r1, c0, c1, band_bins = band
-        recs = pfm_file.read_bin_records(r0, r1, c0, c1)
+        recs = pfm_file.read_bin_records(r0, r1, c0, c1, fields=rec_fields)
         cnt = recs["num_soundings"]
         if band_bins is not None:
             w = np.zeros(cnt.size, dtype=bool)

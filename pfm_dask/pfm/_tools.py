@@ -1020,7 +1020,7 @@ def _check_band_data(walked: dict, ctx: _BandContext, pr: _Problems) -> tuple:
         for key, n, part in (("file", ctx.n_files, ".ctl"), ("line", ctx.n_lines, ".lin")):
             if n is None:
                 continue
-            bad = snd[key].astype(np.int64) >= n
+            bad = snd[key] >= np.uint64(n)
             for j in pr.each(f"{key} reference", ".ndx", bad):
                 pr.add(f"{key} reference", ".ndx", _bin_where(bidx[snd['b'][j]], W),
                        f"a sounding names {key} {int(snd[key][j])} but the {part} lists {n}")
@@ -1043,10 +1043,12 @@ def _check_band_data(walked: dict, ctx: _BandContext, pr: _Problems) -> tuple:
         is_good = np.zeros(bidx.size, dtype=bool)
         is_good[good] = True
         sel = is_good[snd["b"]]
-        z = (snd["depth"][sel].astype(np.float64) / np.float64(scale32) - np.float64(off32))
+        code, val = snd["depth"], snd["validity"].view(np.int64)   # validity < 2**32
+        if not sel.all():
+            code, val = code[sel], val[sel]
+        z = code.astype(np.float64) / np.float64(scale32) - np.float64(off32)
         prior_std = (u["std"][good].astype(np.float32) / std32).astype(np.float32)
-        st = grouped_bin_stats(good, cnt[good], z, snd["validity"][sel].astype(np.int64),
-                               null_depth=null32, class_type=class_type,
+        st = grouped_bin_stats(good, cnt[good], z, val, null_depth=null32, class_type=class_type,
                                prior_validity=validity[good], prior_std=prior_std)
         # st is ordered by b ascending == good ascending
         kind = "bin statistics"

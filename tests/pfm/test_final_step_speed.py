@@ -23,7 +23,7 @@ from pfm_dask import pfm as P
 from pfm_dask.errors import PfmDaskError
 from pfm_dask.pfm import _recompute, _tools
 from pfm_dask.pfm import validity as V
-from pfm_dask.pfm._recompute import (PRIOR_KEEP, _chain_sums, compute_bin_stats,
+from pfm_dask.pfm._recompute import (PRIOR_KEEP, _group_pass, compute_bin_stats,
                                      grouped_bin_stats)
 
 from .test_check import (BinFile, get_continuation, header, ndx_record, part,
@@ -157,6 +157,16 @@ def _random_groups(rng, n_groups, heavy_tail=False):
 
 # --- sums and statistics ----------------------------------------------------------------------
 
+def _masks_as_flags(filt, used):
+    """Validity words giving these masks: used and filtered 0, used only INVAL, else DELETED."""
+    return np.where(filt, 0, np.where(used, V.FILTER_INVAL, V.DELETED)).astype(np.int64)
+
+
+def _chain_sums(z, filt, used, start, counts):
+    r = _group_pass(z, _masks_as_flags(filt, used), start, counts, np.inf, 0, 0)
+    return r["sum_f"], r["sum2_f"], r["sum_u"]
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_chain_sums_equal_a_plain_loop(seed):
     rng = np.random.default_rng(seed)
@@ -174,6 +184,28 @@ def test_chain_sums_equal_the_previous_implementation(seed, heavy):
     want = _old_sequential_group_sums(np.stack([zf, zf * zf, np.where(used, z, 0.0)], axis=1),
                                       start, counts)
     assert _same_bits(got, want)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_group_extrema_counts_and_flags_equal_numpy(seed):
+    """Extrema as numpy's minimum/maximum reductions, zeros of both signs included."""
+    rng = np.random.default_rng(50 + seed)
+    z, filt, used, start, counts = _random_groups(rng, 20_000)
+    z[rng.random(z.size) < 0.05] = rng.choice([0.0, -0.0, -np.inf])
+    v = _masks_as_flags(filt, used) | np.where(rng.random(z.size) < 0.02, V.REFERENCE, 0)
+    v |= rng.choice(FLAGS, z.size) & ~(V.DELETED | V.REFERENCE | V.INVAL)
+    used = ((v & (V.DELETED | V.REFERENCE)) == 0)
+    filt = used & ((v & V.INVAL) == 0)
+    r = _group_pass(z, v, start, counts, np.inf, 0, V.CHECKED)
+    with np.errstate(invalid="ignore"):
+        for key, mask, fill, red in (("min_f", filt, np.inf, np.minimum), ("max_f", filt, -np.inf, np.maximum),
+                                     ("min_u", used, np.inf, np.minimum), ("max_u", used, -np.inf, np.maximum)):
+            assert _same_bits(r[key], red.reduceat(np.where(mask, z, fill), start)), key
+    assert np.array_equal(r["n_valid"], np.add.reduceat(filt.astype(np.int64), start))
+    assert np.array_equal(r["n_used"], np.add.reduceat(used.astype(np.int64), start))
+    assert np.array_equal(r["bits"], np.bitwise_or.reduceat(np.where(used, v & (V.VAL_MASK ^ V.CHECKED), 0),
+                                                            start))
+    assert np.array_equal(r["any_ref"], np.logical_or.reduceat((v & V.REFERENCE) != 0, start))
 
 
 def test_chain_sums_empty():
@@ -196,6 +228,8 @@ def test_stats_equal_the_previous_implementation(seed):
     z = codes / np.float64(np.float32(100.0)) - np.float64(np.float32(10000.0))
     z[rng.random(n) < 0.03] = NULL
     z[rng.random(n) < 0.01] = NULL + 1.5
+    if seed % 2:
+        z[rng.random(n) < 0.05] = rng.choice([0.0, -0.0])   # both zeros: numpy picks by lane
     v = rng.choice(FLAGS, n) | rng.choice(FLAGS, n)
     n_bins = np.unique(bins).size
     kw = dict(null_depth=NULL, class_type=int(rng.choice([0, 0, 1, 3])),
@@ -242,6 +276,20 @@ def test_read_soundings_fields_are_a_subset(three_batches):
         cut = f.read_soundings(1, 3, 2, 5, fields=("depth",))
         want = f.read_soundings(1, 3, 2, 5)
         assert _same_bits(cut["depth"], want["depth"])
+
+
+def test_read_bin_records_fields_are_a_subset(three_batches):
+    with P.open_pfm(three_batches) as f:
+        full = f.read_bin_records(0, f.height, codes=True)
+        for fields in (("num_soundings",), ("std", "validity", "head"), ("avg", "tail", "num_valid")):
+            got = f.read_bin_records(0, f.height, fields=fields)
+            assert set(got) == {"bin_index", "row", "col", *fields}
+            for k, v in got.items():
+                assert _same_bits(v, full[k]), k
+        got = f.read_bin_records(2, 5, 1, 4, codes=True, fields=("min",))
+        want = f.read_bin_records(2, 5, 1, 4, codes=True)
+        for k in ("min", "min_code", "std_code"):
+            assert _same_bits(got[k], want[k]), k
 
 
 def test_read_soundings_agree_with_the_checks_own_reader(three_batches):
