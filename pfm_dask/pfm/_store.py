@@ -145,6 +145,7 @@ _RMW_GAP = 4096                  # merge read-modify-write spans whose gap is at
 _MAX_SPAN = 32 << 20             # longest single read/write
 #: threads that pack records in parallel (numpy releases the GIL in its loops)
 PACK_THREADS = min(2, os.cpu_count() or 1)
+_PARALLEL_CHECKS = 1 << 18        # soundings from which add_sorted checks its inputs on the pack threads
 
 
 @dataclass(frozen=True)
@@ -505,6 +506,27 @@ def _ndx_layout(h: PfmHeader) -> tuple[BitLayout, int]:
             pos += nb
     f.append(("continuation", single * h.record_length, h.record_pointer_bits))
     return BitLayout(f), single
+
+
+class _Now:
+    """A call made at once, with its result or error kept for ``result()`` (a future without a pool)."""
+
+    def __init__(self, fn, *args):
+        try:
+            self._value, self._error = fn(*args), None
+        except Exception as exc:  # noqa: BLE001 - re-raised by result()
+            self._value, self._error = None, exc
+
+    def result(self):
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _depth_extremes(depth) -> tuple[np.ndarray, float, float]:
+    """Depths as float64 (as the library holds them) with their minimum and maximum."""
+    d = np.asarray(depth, dtype=np.float64)
+    return d, d.min(), d.max()
 
 
 def _as_array(name: str, a, n: int | None = None) -> np.ndarray:
@@ -1120,14 +1142,17 @@ class PfmFile:
         herr = _as_array("horizontal_error", horizontal_error, n)
         verr = _as_array("vertical_error", vertical_error, n)
         nbins = self.width * self.height
-        starts = bin_runs(b, nbins)     # one pass: where each bin's soundings start; None if bad
-        if starts is None and (b.min() < 0 or b.max() >= nbins):
-            bad = int(np.flatnonzero((b < 0) | (b >= nbins))[0])
-            raise PfmFormatError(f"bin_index {b[bad]} (sounding {bad}) is outside the "
-                                 f"{self.width} x {self.height} grid (0..{nbins - 1})", path=self.path)
-        if starts is None:
-            bad = int(np.flatnonzero(b[1:] < b[:-1])[0]) + 1
-            raise PfmFormatError(f"soundings are not sorted by bin_index (sounding {bad})", path=self.path)
+        # validate everything before writing anything. The passes over the arrays run at once on
+        # the pack threads for large inputs (numpy reductions and the kernels release the GIL);
+        # their results are taken, and errors raised, in the same order as one after the other.
+        pool = self._pool if n >= _PARALLEL_CHECKS else None
+
+        def later(fn, *args):
+            return pool.submit(fn, *args) if pool is not None else _Now(fn, *args)
+
+        runs = later(bin_runs, b, nbins)   # where each bin's soundings start; None if bad
+        zext = later(_depth_extremes, depth)
+        checks, not_int = [], None
         limits = {"file": (self.max_file_number, "[FILE NUMBER BITS]"),
                   "line": (self.max_line_number, "[LINE NUMBER BITS]"),
                   "ping": (self.max_ping_number, "[PING NUMBER BITS]"),
@@ -1135,19 +1160,30 @@ class PfmFile:
                   "x_off": ((1 << h.offset_bits) - 1, "[OFFSET BITS]"),
                   "y_off": ((1 << h.offset_bits) - 1, "[OFFSET BITS]"),
                   "validity": ((1 << h.validity_bits) - 1, "[VALIDITY BITS]")}
-        # validate everything before writing anything (one or two passes per field)
         for k, arr in list(cols.items()):
             if not np.issubdtype(arr.dtype, np.integer):
                 if np.issubdtype(arr.dtype, np.floating) and np.all(np.mod(arr, 1) == 0):
                     arr = cols[k] = arr.astype(np.int64)
                 else:
-                    raise PfmFormatError(f"{k} must be integers (got {arr.dtype})", path=self.path)
+                    not_int = PfmFormatError(f"{k} must be integers (got {arr.dtype})", path=self.path)
+                    break
             lim, key = limits[k]
-            self._check_range(k, arr, lim, key)
-        depth = np.asarray(depth, dtype=np.float64)
+            checks.append(later(self._check_range, k, arr, lim, key))
+        starts = runs.result()
+        if starts is None and (b.min() < 0 or b.max() >= nbins):
+            bad = int(np.flatnonzero((b < 0) | (b >= nbins))[0])
+            raise PfmFormatError(f"bin_index {b[bad]} (sounding {bad}) is outside the "
+                                 f"{self.width} x {self.height} grid (0..{nbins - 1})", path=self.path)
+        if starts is None:
+            bad = int(np.flatnonzero(b[1:] < b[:-1])[0]) + 1
+            raise PfmFormatError(f"soundings are not sorted by bin_index (sounding {bad})", path=self.path)
+        for f in checks:                     # the first field out of range, in field order
+            f.result()
+        if not_int is not None:
+            raise not_int
+        depth, zlo, zhi = zext.result()      # the code is monotonic in z: check the extremes
         null_code = int(scaled_code_f64(self.null_depth, h.depth_offset, h.depth_scale))
         dmax = min(null_code, (1 << h.depth_bits) - 1)
-        zlo, zhi = depth.min(), depth.max()      # the code is monotonic in z: check the extremes
         if not (np.isfinite(zlo) and np.isfinite(zhi)
                 and int(scaled_code_f64(zlo, h.depth_offset, h.depth_scale)) >= 0
                 and int(scaled_code_f64(zhi, h.depth_offset, h.depth_scale)) <= dmax):
@@ -1367,48 +1403,30 @@ class PfmFile:
         return bidx, allrec[bidx - first]
 
     def read_bin_records(self, row0: int, row1: int, col0: int = 0, col1: int | None = None,
-                         *, codes: bool = False, fields: Sequence[str] | None = None) -> dict:
-        """Bin records of rows ``row0..row1-1``, columns ``col0..col1-1`` (one read); see module doc.
-
-        ``fields`` limits the result to ``bin_index``, ``row``, ``col`` and the
-        fields named: the others are not decoded.
-        """
+                         *, codes: bool = False) -> dict:
+        """Bin records of rows ``row0..row1-1``, columns ``col0..col1-1`` (one read); see module doc."""
         self._sync()
         row0, row1, col0, col1 = self._rect(row0, row1, col0, col1)
         bidx, recs = self._read_bin_raw(row0, row1, col0, col1)
-        return self._decode_bins(bidx, recs, codes=codes, fields=fields)
+        return self._decode_bins(bidx, recs, codes=codes)
 
-    def _decode_bins(self, bidx, recs, *, codes=False, fields=None) -> dict:
+    def _decode_bins(self, bidx, recs, *, codes=False) -> dict:
         h = self.header
-        want = None if fields is None else set(fields)
-        if codes and want is not None:
-            want |= {"std", *_DEPTH_FIELDS}
-
-        def wanted(k) -> bool:
-            return want is None or k in want
-
-        layout = self._bin_layout.fields
-        keys = [k for k in layout if wanted(f"attr_{k[1]}" if isinstance(k, tuple) else k)]
-        u = self._bin_layout.unpack(recs, keys)
-        out = {"bin_index": bidx, "row": bidx // self.width, "col": bidx % self.width}
-        if wanted("num_soundings"):
-            out["num_soundings"] = u["num_soundings"].astype(np.int64)
-        if wanted("num_valid"):
-            out["num_valid"] = (u["num_valid"].astype(np.int64) if "num_valid" in u
-                                else np.zeros(bidx.size, np.int64))
-        if wanted("std"):
-            out["std"] = (u["std"].astype(np.float32) / np.float32(h.std_scale)).astype(np.float64)
+        u = self._bin_layout.unpack(recs)
+        out = {"bin_index": bidx, "row": bidx // self.width, "col": bidx % self.width,
+               "num_soundings": u["num_soundings"].astype(np.int64),
+               "num_valid": (u["num_valid"].astype(np.int64) if "num_valid" in u
+                             else np.zeros(bidx.size, np.int64)),
+               "std": (u["std"].astype(np.float32) / np.float32(h.std_scale)).astype(np.float64)}
         for k in _DEPTH_FIELDS:
-            if wanted(k):
-                out[k] = self._bin_depth_decode(u[k])
+            out[k] = self._bin_depth_decode(u[k])
         for i in range(self._n_bin_attr):
-            if wanted(f"attr_{i}"):
-                c = u[("attr", i)]
-                out[f"attr_{i}"] = (c.astype(np.float64) / np.float64(np.float32(h.bin_attribute_scale[i]))
-                                    - np.float64(np.float32(h.bin_attribute_offsets[i]))).astype(np.float32)
-        for k in ("validity", "head", "tail"):
-            if wanted(k):
-                out[k] = u[k].astype(np.int64)
+            c = u[("attr", i)]
+            out[f"attr_{i}"] = (c.astype(np.float64) / np.float64(np.float32(h.bin_attribute_scale[i]))
+                                - np.float64(np.float32(h.bin_attribute_offsets[i]))).astype(np.float32)
+        out["validity"] = u["validity"].astype(np.int64)
+        out["head"] = u["head"].astype(np.int64)
+        out["tail"] = u["tail"].astype(np.int64)
         if codes:
             for k in ("std",) + _DEPTH_FIELDS:
                 out[k + "_code"] = u[k].astype(np.int64)
