@@ -1403,30 +1403,48 @@ class PfmFile:
         return bidx, allrec[bidx - first]
 
     def read_bin_records(self, row0: int, row1: int, col0: int = 0, col1: int | None = None,
-                         *, codes: bool = False) -> dict:
-        """Bin records of rows ``row0..row1-1``, columns ``col0..col1-1`` (one read); see module doc."""
+                         *, codes: bool = False, fields: Sequence[str] | None = None) -> dict:
+        """Bin records of rows ``row0..row1-1``, columns ``col0..col1-1`` (one read); see module doc.
+
+        ``fields`` limits the result to ``bin_index``, ``row``, ``col`` and the
+        fields named: the others are not decoded.
+        """
         self._sync()
         row0, row1, col0, col1 = self._rect(row0, row1, col0, col1)
         bidx, recs = self._read_bin_raw(row0, row1, col0, col1)
-        return self._decode_bins(bidx, recs, codes=codes)
+        return self._decode_bins(bidx, recs, codes=codes, fields=fields)
 
-    def _decode_bins(self, bidx, recs, *, codes=False) -> dict:
+    def _decode_bins(self, bidx, recs, *, codes=False, fields=None) -> dict:
         h = self.header
-        u = self._bin_layout.unpack(recs)
-        out = {"bin_index": bidx, "row": bidx // self.width, "col": bidx % self.width,
-               "num_soundings": u["num_soundings"].astype(np.int64),
-               "num_valid": (u["num_valid"].astype(np.int64) if "num_valid" in u
-                             else np.zeros(bidx.size, np.int64)),
-               "std": (u["std"].astype(np.float32) / np.float32(h.std_scale)).astype(np.float64)}
+        want = None if fields is None else set(fields)
+        if codes and want is not None:
+            want |= {"std", *_DEPTH_FIELDS}
+
+        def wanted(k) -> bool:
+            return want is None or k in want
+
+        layout = self._bin_layout.fields
+        keys = [k for k in layout if wanted(f"attr_{k[1]}" if isinstance(k, tuple) else k)]
+        u = self._bin_layout.unpack(recs, keys)
+        out = {"bin_index": bidx, "row": bidx // self.width, "col": bidx % self.width}
+        if wanted("num_soundings"):
+            out["num_soundings"] = u["num_soundings"].astype(np.int64)
+        if wanted("num_valid"):
+            out["num_valid"] = (u["num_valid"].astype(np.int64) if "num_valid" in u
+                                else np.zeros(bidx.size, np.int64))
+        if wanted("std"):
+            out["std"] = (u["std"].astype(np.float32) / np.float32(h.std_scale)).astype(np.float64)
         for k in _DEPTH_FIELDS:
-            out[k] = self._bin_depth_decode(u[k])
+            if wanted(k):
+                out[k] = self._bin_depth_decode(u[k])
         for i in range(self._n_bin_attr):
-            c = u[("attr", i)]
-            out[f"attr_{i}"] = (c.astype(np.float64) / np.float64(np.float32(h.bin_attribute_scale[i]))
-                                - np.float64(np.float32(h.bin_attribute_offsets[i]))).astype(np.float32)
-        out["validity"] = u["validity"].astype(np.int64)
-        out["head"] = u["head"].astype(np.int64)
-        out["tail"] = u["tail"].astype(np.int64)
+            if wanted(f"attr_{i}"):
+                c = u[("attr", i)]
+                out[f"attr_{i}"] = (c.astype(np.float64) / np.float64(np.float32(h.bin_attribute_scale[i]))
+                                    - np.float64(np.float32(h.bin_attribute_offsets[i]))).astype(np.float32)
+        for k in ("validity", "head", "tail"):
+            if wanted(k):
+                out[k] = u[k].astype(np.int64)
         if codes:
             for k in ("std",) + _DEPTH_FIELDS:
                 out[k + "_code"] = u[k].astype(np.int64)
