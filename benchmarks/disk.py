@@ -4,8 +4,8 @@ Writes ``nbytes`` with plain 4 MiB ``os.write`` calls and an fsync (the same wri
 ``bench_pfm_write``), then reads the file back after asking the kernel to drop it from the
 page cache (``posix_fadvise(DONTNEED)``, which works for clean pages without root), and, where
 the file system allows it, once more with ``O_DIRECT``, which bypasses the cache for certain.
-The best of ``runs`` is kept for each. ``drop_cache(paths)`` is also how the runner's
-``--cold`` loads make the inputs come from the disk again.
+The best of ``runs`` is kept for each. ``drop_cache(paths)`` is public so that a benchmark
+can make its inputs come from the disk again.
 
     python -m benchmarks.disk [--mb 1024] [--dir benchmarks/_work]
 """
