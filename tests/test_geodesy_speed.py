@@ -233,3 +233,21 @@ def test_flat_assign_equals_the_numpy_path(k):
         a, b = getattr(got, f), getattr(want, f)
         assert a.dtype == b.dtype and np.array_equal(a, b), f
     assert got.inside.any() and not got.inside.all()
+
+
+def test_bin_order_equals_lexsort():
+    """The loader's sort of soundings by (bin, ping, beam) takes a shortcut on decoded order."""
+    from pfm_dask.soundings import _bin_order
+
+    rng = np.random.default_rng(3)
+    for trial in range(400):
+        n = int(rng.integers(0, 400))
+        ping = rng.integers(0, 30, n)
+        beam = rng.integers(0, 6, n)
+        if trial % 3:                      # decoded order: by ping, then beam (ties kept)
+            o = np.lexsort((beam, ping))
+            ping, beam = ping[o], beam[o]
+        if trial % 5 == 0 and n > 3:       # one ping out of order
+            ping[n // 2] = 1000
+        b = rng.integers(0, 12, n)
+        assert np.array_equal(_bin_order(b, ping, beam), np.lexsort((beam, ping, b)))
