@@ -26,6 +26,11 @@ or the variance is negative; every result is then stored in a C ``float``
 (float32). Min and max are float32 of the double extremes. A bin with no valid
 sounding gets NULL DEPTH for its filtered min/max/average and keeps the
 standard deviation it had (the library does not reset it).
+
+Speed: the per-sounding work (sums, extrema, counts, flag bits) is one pass
+of a small numba kernel over soundings grouped by bin (:func:`_group_pass`);
+:func:`recompute` reads only depth and validity, and works on bands of rows
+on a few threads, writing the records in band order.
 """
 
 from __future__ import annotations
