@@ -1658,6 +1658,10 @@ class PfmFile:
             elif k == "std":
                 c = nint(np.asarray(arr, np.float64).astype(np.float32) * np.float32(h.std_scale))
                 lim, key = (1 << h.std_bits) - 1, "[STD BITS]"
+                # A spread too large for the field (garbage depths thousands of metres apart
+                # in one bin) is stored as the largest value; the library's int cast would
+                # wrap it. (docs/pfm-format.md, quirks we fix)
+                c = np.minimum(c, lim)
             elif k == "num_valid":
                 if self.version < 70:
                     raise PfmFormatError("num_valid does not exist before v7", path=self.path)

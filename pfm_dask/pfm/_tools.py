@@ -824,6 +824,7 @@ class _BandContext:
         self.scale32, self.off32 = np.float32(h.depth_scale), np.float32(h.depth_offset)
         self.null32 = np.float32(h.null_depth)
         self.std32 = np.float32(h.std_scale)
+        self.std_max = (1 << int(h.std_bits)) - 1
         self.compute_average = h.average_filtered_name in _AVERAGE_NAMES
         self.class_type = int(h.class_type) if 0 <= int(h.class_type) <= 10 else None
 
@@ -1061,8 +1062,8 @@ def _check_band_data(walked: dict, ctx: _BandContext, pr: _Problems) -> tuple:
         if ctx.compute_average:
             fields += ["avg_filtered", "avg"]
         for f in fields:
-            if f == "std":
-                want = nint(st["std"].astype(np.float32) * std32)
+            if f == "std":  # clamped to the field, as the store writes it
+                want = np.minimum(nint(st["std"].astype(np.float32) * std32), ctx.std_max)
             else:
                 want = scaled_code_f32(st[f], off32, scale32)
             have = stored_code[f][good]
