@@ -576,7 +576,7 @@ def _bw_skip(out, acc, fill, o, n):
 def _k_pack_soundings(fill_lanes, file_, line, ping, beam, xo, yo, val, depth, herr, verr, attrs,
                       nbits, doff, dscale, hscale, hcap, hnull, vscale, vcap, vnull,
                       first, cnt, rec0, rend, g0, r0, r1, slots, slot_bits, item_end, cgap, cnb, pad,
-                      cbase, rbytes, n_items, lanes, out):
+                      cbase, rbytes, n_items, lanes, out, obase):
     """New physical records ``r0..r1-1``, coding and packing soundings in one pass.
 
     Bin ``g`` owns records ``rec0[g] .. rend[g] - 1`` holding its soundings
@@ -591,7 +591,7 @@ def _k_pack_soundings(fill_lanes, file_, line, ping, beam, xo, yo, val, depth, h
     layout by :func:`_fill_function`) codes them and assembles each
     sounding's bits into ``lanes`` (``ceil(item_end / 64)`` words per
     sounding, one column per sounding of the block). Then the records are written as one
-    bit stream from byte ``r0 * rbytes``: the soundings' bits, zeros for the
+    bit stream from byte ``r0 * rbytes - obase`` of ``out``: the soundings' bits, zeros for the
     rest of each slot and for empty slots, ``cgap`` zeros, the ``cnb``-bit
     continuation pointer and ``pad`` zeros.
     """
@@ -603,7 +603,7 @@ def _k_pack_soundings(fill_lanes, file_, line, ping, beam, xo, yo, val, depth, h
     z = np.uint64(0)
     acc = z
     fill = 0
-    o = r0 * rbytes
+    o = r0 * rbytes - obase                      # record r starts at byte r * rbytes - obase of out
     lo = 0                                       # soundings lo .. hi-1 are in lanes
     hi = 0
     nbins = first.size
@@ -869,7 +869,7 @@ def _signature(name: str, T):
         "pack_soundings": (T.FunctionType(_fill_signature(T)),) + (arr(T.uint8),) * 10
                           + (arr(u64, 2), ai,
                              f64, f64, f32, f32, u64, f32, f32, u64, ai, ai, ai, ai)
-                          + (i64,) * 12 + (arr(u64, 2, ro=False), out_u8),
+                          + (i64,) * 12 + (arr(u64, 2, ro=False), out_u8, i64),
         "unpack_items": (arr(T.uint8), i64, i64, i64, ai, ai, ai, arr(u64, 2, ro=False)),
         "unpack_words": (arr(u64, 2, "A"), ai, ai, ai, arr(u64, 2, ro=False)),
         "to_words": (arr(T.uint8, 2, "A"), arr(u64, 2, ro=False)),
@@ -1186,7 +1186,7 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
                    coding: SoundingCoding, first: np.ndarray, count: np.ndarray, rec0: np.ndarray,
                    n_records: int, slots: int, slot_bits: int, cont_field: tuple[int, int],
                    cont_base: int, record_bytes: int, *, executor=None, out: np.ndarray | None = None,
-                   block: int = 512) -> np.ndarray:
+                   block: int = 512, sink=None, chunk_bytes: int = 1 << 20) -> np.ndarray | None:
     """Code and pack soundings into new chained physical records (numba, one pass).
 
     Bin ``g`` gets records ``rec0[g] .. rec0[g] + ceil(count[g] / slots) - 1``
@@ -1212,13 +1212,20 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
     threads and this one (the kernel releases the GIL); each codes and
     assembles ``block`` soundings at a time, then writes its records as one
     bit stream.
+
+    With ``sink``, nothing is returned: each thread packs ``chunk_bytes`` of
+    records at a time into a buffer of its own and calls ``sink(offset,
+    bytes)`` (``offset`` of the chunk's first record, from record 0) while the
+    bytes are still in cache, e.g. to ``pwrite`` them, which then copies from
+    cache instead of from memory.
     """
-    res_flat, res = _out_matrix(out, n_records, record_bytes)
+    res_flat, res = _out_matrix(out if sink is None else np.zeros(0, np.uint8), n_records if sink is None else 0,
+                                record_bytes)
     first = np.ascontiguousarray(first, dtype=np.int64)
     count = np.ascontiguousarray(count, dtype=np.int64)
     rec0 = np.ascontiguousarray(rec0, dtype=np.int64)
     if n_records == 0:
-        return res
+        return None if sink is not None else res
     m = (count + slots - 1) // slots
     if first.size != count.size or rec0.size != count.size or int(m.sum()) != n_records or \
             (rec0.size and (rec0[0] != 0 or np.any(rec0[1:] != rec0[:-1] + m[:-1]))):
@@ -1262,21 +1269,34 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
     raw = [a.view(np.uint8) for a in arrays]
     rend = rec0 + m
 
+    nlanes = max(1, (cursor + 63) >> 6)
+
+    def pack(r0: int, r1: int, buf: np.ndarray, obase: int, lanes: np.ndarray) -> None:
+        g0 = int(np.searchsorted(rend, r0, side="right"))
+        kern(fill, *raw[:4], raw[5], raw[6], raw[7], raw[4], raw[8], raw[9], attrs,
+             nbits, float(c.depth_offset), float(c.depth_scale),
+             hs, hcap, _U64(c.horizontal_error_null), vs, vcap, _U64(c.vertical_error_null),
+             first, count, rec0, rend, g0, r0, r1, slots, slot_bits, cursor, cpos - slots * slot_bits, cnb,
+             record_bytes * 8 - cpos - cnb, int(cont_base), record_bytes, n_items, lanes, buf, obase)
+
     def job(r0: int, r1: int):
         def do() -> None:
-            g0 = int(np.searchsorted(rend, r0, side="right"))
-            kern(fill, *raw[:4], raw[5], raw[6], raw[7], raw[4], raw[8], raw[9], attrs,
-                 nbits, float(c.depth_offset), float(c.depth_scale),
-                 hs, hcap, _U64(c.horizontal_error_null), vs, vcap, _U64(c.vertical_error_null),
-                 first, count, rec0, rend, g0, r0, r1, slots, slot_bits, cursor, cpos - slots * slot_bits, cnb,
-                 record_bytes * 8 - cpos - cnb, int(cont_base), record_bytes, n_items,
-                 np.empty((max(1, (cursor + 63) >> 6), block), dtype=_U64), res_flat)
+            lanes = np.empty((nlanes, block), dtype=_U64)
+            if sink is None:
+                pack(r0, r1, res_flat, 0, lanes)
+                return
+            step = max(1, chunk_bytes // record_bytes)
+            buf = np.empty(step * record_bytes, dtype=np.uint8)
+            for a in range(r0, r1, step):
+                b = min(a + step, r1)
+                pack(a, b, buf, a * record_bytes, lanes)
+                sink(a * record_bytes, buf[: (b - a) * record_bytes])
         return do
 
     parts = 1 if executor is None else 4 * getattr(executor, "_max_workers", 2)
     parts = max(1, min(parts, n_records * slots // (4 * block)))     # not for a few records
     _run([job(a, b) for a, b in _split(n_records, parts)], executor)
-    return res
+    return None if sink is not None else res
 
 
 # ---------------------------------------------------------------------------

@@ -551,7 +551,6 @@ class PfmFile:
         self._fds: dict[str, int] = {}
         self._writer_obj: _BackgroundWriter | None = None
         self._pool_obj = None
-        self._spare: list[np.ndarray] = []      # output buffers handed back by the writer
         # bit per bin: 1 = record known to be all zero (set for a file created by this object)
         self._zero_bins: np.ndarray | None = None
         #: crash safety (pfm_dask.journal.UndoLog) or None: add_sorted hands it the records its
@@ -894,14 +893,6 @@ class PfmFile:
         z = self._zero_bins
         if z is not None and bins.size:
             clear_bits(z, bins)
-
-    def _take_buffer(self, nbytes: int) -> np.ndarray:
-        """A flat uint8 buffer of at least ``nbytes``, recycled from finished writes when possible."""
-        while self._spare:
-            b = self._spare.pop()
-            if nbytes <= b.size <= 2 * nbytes + (1 << 20):
-                return b
-        return np.empty(nbytes, dtype=np.uint8)
 
     def _sync(self) -> None:
         """Wait for queued writes (before reading back or rewriting in place)."""
@@ -1304,18 +1295,18 @@ class PfmFile:
             is_fill = k < fill[g]
         if M:
             # one numba pass codes the soundings and packs the chained records (bin by bin:
-            # the soundings not filling old tails, from start + fill on, in records cum_m ..)
+            # the soundings not filling old tails, from start + fill on, in records cum_m ..).
+            # The pack threads write each ~1 MiB of records themselves as soon as it is packed,
+            # past the end of the .ndx (nothing reads there yet): pwrite then copies from cache,
+            # and the writes are done before the tails and bin records that point to them.
             cf = NL.fields["continuation"]
-            buf = self._take_buffer(M * rsize)
-            raw = pack_soundings({k_: (NL.fields[(k_, 0)].offset, NL.fields[(k_, 0)].nbits) for k_ in codes},
-                                 {k_: (v.values if isinstance(v, _Coder) else v) for k_, v in codes.items()},
-                                 SoundingCoding.from_header(h), start + fill, rem, cum_m, M, L,
-                                 self._single_bits, (cf.offset, cf.nbits), base, rsize,
-                                 executor=self._pool, out=buf)
+            fd = self._fds["ndx"]
+            pack_soundings({k_: (NL.fields[(k_, 0)].offset, NL.fields[(k_, 0)].nbits) for k_ in codes},
+                           {k_: (v.values if isinstance(v, _Coder) else v) for k_, v in codes.items()},
+                           SoundingCoding.from_header(h), start + fill, rem, cum_m, M, L,
+                           self._single_bits, (cf.offset, cf.nbits), base, rsize,
+                           executor=self._pool, sink=lambda off, data: _pwrite_all(fd, data, base + off))
             tm["add_pack"] += time.perf_counter() - t
-            t = time.perf_counter()
-            writer.submit(self._fds["ndx"], raw, base, done=lambda b=buf: self._spare.append(b))
-            tm["add_queue_ndx"] += time.perf_counter() - t
 
         # 3. old tails: fill free slots and/or link to the new run
         t = time.perf_counter()
