@@ -377,6 +377,40 @@ def test_pack_soundings_matches_reference(counts, slots, n_attr, seed, f32_error
             assert bytes(got[r]) == ref_record(fl, vl, rbytes), (g, j)
 
 
+def test_pack_soundings_sink_gives_the_same_bytes():
+    """Chunks handed to a sink (from several threads, any order) assemble to the returned matrix."""
+    rng = np.random.default_rng(4)
+    fields, single = _sounding_layout(rng, 1)
+    counts = rng.integers(0, 40, 700)
+    n = int(counts.sum())
+    values = {k: random_u64(rng, n, w) for k, (_, w) in fields.items()}
+    values["depth"] = rng.uniform(0.0, 100.0, n)
+    values["horizontal_error"] = rng.uniform(0.0, 1.0, n)
+    values["vertical_error"] = rng.uniform(0.0, 1.0, n)
+    m = (counts + 5) // 6
+    rec0 = np.cumsum(m) - m
+    M = int(m.sum())
+    rbytes = (6 * single + 38 + 7) // 8
+    coding = SoundingCoding(10.0, 100.0, 100.0, (1 << fields["horizontal_error"][1]) - 1, 100.0,
+                            (1 << fields["vertical_error"][1]) - 1)
+    args = (fields, values, coding, np.cumsum(counts) - counts, counts, rec0, M, 6, single, (6 * single, 38),
+            777, rbytes)
+    ref = pack_soundings(*args)
+    got = np.zeros(M * rbytes, np.uint8)
+    seen = []
+
+    def sink(off, data):
+        got[off:off + len(data)] = data
+        seen.append((off, len(data)))
+
+    with ThreadPoolExecutor(2) as ex:
+        assert pack_soundings(*args, executor=ex, sink=sink, chunk_bytes=3 * rbytes + 1, block=16) is None
+    assert np.array_equal(got, ref.reshape(-1))
+    seen.sort()
+    assert sum(length for _, length in seen) == M * rbytes
+    assert all(a + la == b for (a, la), (b, _) in zip(seen, seen[1:]))      # no overlaps, no holes
+
+
 def test_pack_soundings_codes_like_the_store():
     """Depth and error codes equal the store's numpy coders (_Coder) on many values."""
     from pfm_dask.pfm._store import PfmFile
