@@ -7,17 +7,18 @@ into a new PFM in batches of ``--batch`` soundings, each batch a band of bins so
 a tiling writer would deliver them, then closes the PFM with fsync. In the same run it writes
 the same number of bytes (the ``.ndx`` plus the header and bin records written to ``.bin``) with
 plain 4 MiB ``os.write`` calls and fsync, twice after the PFM (the best run counts), and reports
-both rates and their ratio (target
->= 0.8: the PFM writer limited by the disk, not by packing). The writer's own phase timings
-(``PfmFile.timings``) say where the time goes.
+both rates and their ratio (target >= 0.8: the PFM writer limited by the disk, not by
+packing); with ``--repeat`` (default 3) the whole comparison runs several times and the run
+with the median ratio is reported, all runs listed under ``repeats``. The writer's own phase
+timings (``PfmFile.timings``) say where the time goes (plots ``_rates.png``, ``_phases.png``).
 
-    python -m benchmarks.bench_pfm_write [--soundings 50000000] [--batch 4000000] [--quick]
+    python -m benchmarks.bench_pfm_write [--soundings 50000000] [--batch 4000000] [--repeat 3] [--quick]
 
-Sounding values are generated once per batch shape before timing (random, in range) and
-reused for every band, shifted to its bins, so generation is not timed. Neither is the
+Sounding values are generated once per batch shape (random, in range) and reused for every
+band, shifted to its bins, all before timing, so generation is not timed. Neither is the
 one-time warm-up (``warm_up_s``: importing numba, loading the cached bit-packing kernels and
-compiling the packer for this record layout, done by writing a tiny PFM first). ``--quick`` writes
-300,000 soundings in seconds; its results go to ``bench_pfm_write_quick.json``.
+compiling the packer for this record layout, done by writing a tiny PFM first). ``--quick``
+writes 300,000 soundings in seconds; its results go to ``bench_pfm_write_quick.json``.
 """
 
 from __future__ import annotations
@@ -120,11 +121,11 @@ def run(soundings: int, batch: int, per_bin: int, spread: int, work: Path, seed:
     header.update(bin_record_bytes=f.bin_record_size, ndx_record_bytes=f.ndx_record_size,
                   grid=f"{grid.width} x {grid.height}")
 
-    written = 0
-    cpu0 = time.process_time()
-    t0 = time.perf_counter()
+    # the calls' arguments, made before timing (each band's bin indices shifted to its bins)
+    calls = []
+    planned = 0
     for k in range(n_bands):
-        take = min(band_n, soundings - written)
+        take = min(band_n, soundings - planned)
         if take <= 0:
             break
         end = take
@@ -132,8 +133,15 @@ def run(soundings: int, batch: int, per_bin: int, spread: int, work: Path, seed:
             end = int(np.searchsorted(band["bin_index"], band["bin_index"][take - 1], side="right"))
         args = {key: v[:end] for key, v in band.items()}
         args["bin_index"] = band["bin_index"][:end] + k * bins_per_band
+        calls.append(args)
+        planned += end
+
+    written = 0
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    for args in calls:
         f.add_sorted(**args)
-        written += end
+        written += args["bin_index"].size
     t_add = time.perf_counter() - t0
     f.close(durable=True)
     t_total = time.perf_counter() - t0
@@ -173,21 +181,60 @@ def run(soundings: int, batch: int, per_bin: int, spread: int, work: Path, seed:
     }
 
 
+def _plots(res: dict) -> dict:
+    """Rates of every repeat (PFM writer vs plain writes) and the median run's writer phases."""
+    reps = res["repeats"]
+
+    def rates(ax):
+        x = range(len(reps))
+        ax.bar([i - 0.2 for i in x], [r["pfm_mb_per_s"] for r in reps], width=0.4, label="PFM writer")
+        ax.bar([i + 0.2 for i in x], [r["sequential_mb_per_s"] for r in reps], width=0.4,
+               label="plain writes + fsync")
+        for i, r in enumerate(reps):
+            ax.text(i, max(r["pfm_mb_per_s"], r["sequential_mb_per_s"]), f"{r['ratio']:.2f}",
+                    ha="center", va="bottom")
+        ax.set_xticks(list(x), [f"run {i + 1}\nload {r['load_average_1m']:.1f}" for i, r in enumerate(reps)])
+        ax.set_ylabel("MB/s")
+        ax.set_title(f"{res['soundings']:,} soundings: PFM / plain = {res['ratio_median']:.2f} (median)")
+        ax.legend()
+
+    def phases(ax):
+        ph = dict(res["writer_phases_s"], close_fsync=res["pfm"]["close_fsync_s"])
+        names = [k for k, v in ph.items() if v > 0.001]
+        ax.barh(names, [ph[k] for k in names])
+        ax.set_xlabel("seconds (median run)")
+        ax.set_title("where the PFM writer's time goes")
+
+    return {"rates": rates, "phases": phases}
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--soundings", type=int, default=50_000_000)
     ap.add_argument("--batch", type=int, default=4_000_000, help="soundings per add_sorted call")
     ap.add_argument("--per-bin", type=int, default=20, help="mean soundings per bin (spread +-10)")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="runs; the median ratio is reported (default 3, 1 with --quick)")
     ap.add_argument("--quick", action="store_true", help="300,000 soundings, done in seconds")
     ap.add_argument("--work", type=Path, default=BENCH_DIR / "_work", help="directory for the files")
     a = ap.parse_args(argv)
     n = 300_000 if a.quick else a.soundings
     batch = min(a.batch, 100_000) if a.quick else a.batch
     spread = max(0, min(10, a.per_bin - 1))
-    res = run(n, batch, a.per_bin, spread, a.work)
+    repeat = max(1, a.repeat if a.repeat is not None else (1 if a.quick else 3))
+    runs = [run(n, batch, a.per_bin, spread, a.work) for _ in range(repeat)]
+    order = sorted(range(repeat), key=lambda i: runs[i]["ratio_pfm_to_sequential"])
+    res = dict(runs[order[(repeat - 1) // 2]])          # the median run (lower median)
+    res["ratio_median"] = res["ratio_pfm_to_sequential"]
+    res["repeats"] = [{"ratio": r["ratio_pfm_to_sequential"], "pfm_seconds": r["pfm"]["seconds"],
+                       "pfm_cpu_s": r["pfm"]["cpu_s"], "pfm_mb_per_s": r["pfm"]["mb_per_s"],
+                       "sequential_seconds": r["sequential"]["best_seconds"],
+                       "sequential_mb_per_s": r["sequential"]["mb_per_s"],
+                       "load_average_1m": r["load_average_1m_at_end"]} for r in runs]
     res["command"] = "python -m benchmarks.bench_pfm_write" + (" --quick" if a.quick else
-                                                               f" --soundings {n} --batch {batch}")
-    write_results("bench_pfm_write_quick" if a.quick else "bench_pfm_write", res)
+                                                               f" --soundings {n} --batch {batch}") \
+        + (f" --repeat {repeat}" if a.repeat is not None else "")
+    write_results("bench_pfm_write_quick" if a.quick else "bench_pfm_write", res, plots=_plots(res))
     return res
 
 
