@@ -69,10 +69,12 @@ Methods:
 * ``flush()``, ``close(durable=False)`` (fsync all parts if durable), context
   manager.
 
-Notes: new depth records are packed by a small thread pool and written by a
-background thread (one ``pwrite`` per buffer); every read or in-place
-rewrite first waits for the queued writes that could overlap it, and
-``flush``/``close`` wait for all. Error fields store ``NINT(e * scale)``
+Notes: new depth records are coded and packed by numba kernels on a small
+thread pool, each thread writing its records past the end of the ``.ndx``
+as it goes (``pwrite`` of about 1 MiB while it is in cache); rewrites of
+bin and tail records are written by a background thread, and every read
+or in-place rewrite first waits for the queued writes that could overlap
+it, and ``flush``/``close`` wait for all. Error fields store ``NINT(e * scale)``
 clamped to ``2**bits - 1``, which this reader returns as -999; the library
 itself would read that code as ``(2**bits - 1) / scale`` (its null test
 compares the unscaled value with the scaled null and never fires).
@@ -143,7 +145,7 @@ _WRITE_CHUNK = 4 << 20           # bytes per os.pwrite of new records
 _ADD_CHUNK = 1 << 20             # soundings per internal add_sorted step
 _RMW_GAP = 4096                  # merge read-modify-write spans whose gap is at most this
 _MAX_SPAN = 32 << 20             # longest single read/write
-#: threads that pack records in parallel (numpy releases the GIL in its loops)
+#: threads that pack records in parallel (the numba kernels release the GIL)
 PACK_THREADS = min(2, os.cpu_count() or 1)
 _PARALLEL_CHECKS = 1 << 18        # soundings from which add_sorted checks its inputs on the pack threads
 
@@ -417,6 +419,9 @@ class _Coder:
     depth: ``NINT((z + offset) * scale)`` in double (``z`` already checked, so
     ``v + 0.5 > 0`` and NINT is ``trunc(v + 0.5)``); errors: ``NINT(float(e) *
     float(scale))`` with NaN, negative or too large values stored as null.
+    New records are coded the same way inside the packer
+    (:class:`~pfm_dask.pfm._bitpack.SoundingCoding`, from ``values``); this
+    codes the soundings that fill free slots of old tail records.
     """
 
     def __init__(self, values: np.ndarray, kind: str, h: PfmHeader):
@@ -454,12 +459,6 @@ class _Coder:
 
     def __getitem__(self, ix) -> np.ndarray:
         return self(ix)
-
-    def block(self, sel=None):
-        """A ``f(i0, i1)`` for :func:`pack_records` (over ``sel`` if given)."""
-        if sel is None:
-            return lambda i0, i1: self(slice(i0, i1))
-        return lambda i0, i1: self(sel[i0:i1])
 
 
 # ---------------------------------------------------------------------------
