@@ -375,6 +375,30 @@ def test_pack_soundings_matches_reference(counts, slots, n_attr, seed, f32_error
             fl.append((cpos, 38))
             vl.append(0 if j == m[g] - 1 else cbase + (r + 1) * rbytes)
             assert bytes(got[r]) == ref_record(fl, vl, rbytes), (g, j)
+    # and the numpy path the store used before: codes made by numpy, packed by _pack_records_numpy
+    from pfm_dask._numeric import scaled_code_f64
+    from pfm_dask.pfm._store import PfmFile
+
+    sel = np.concatenate([np.arange(a, a + c) for a, c in zip(start + fill, rem)]).astype(np.int64)
+    flat = np.repeat(rec0 * slots, rem) + (np.arange(sel.size) - np.repeat(np.cumsum(rem) - rem, rem))
+    codes = []
+    for k, (o, w) in fields.items():
+        if k == "depth":
+            v = scaled_code_f64(z[sel], offset, scale).astype(np.uint64)
+        elif k in ("horizontal_error", "vertical_error"):
+            sc, b = (hs, hb) if k == "horizontal_error" else (vs, vb)
+            with np.errstate(over="ignore"):
+                v = (PfmFile._error_codes(None, values[k][sel], b, sc, k) if b
+                     else np.zeros(sel.size, np.uint64))
+        else:
+            v = values[k][sel].astype(np.uint64)
+        codes.append(v)
+    last = np.zeros(M, bool)
+    last[(rec0 + m - 1)[m > 0]] = True
+    cont = np.where(last, 0, cbase + (np.arange(M) + 1) * rbytes).astype(np.uint64)
+    ref = B._pack_records_numpy(list(fields.values()), codes, flat, M, slots, single, [(cpos, 38)], [cont],
+                                rbytes, block=7)
+    assert np.array_equal(got, ref)
 
 
 def test_pack_soundings_sink_gives_the_same_bytes():
