@@ -77,6 +77,14 @@ def _journal_pid(out: Path) -> int | None:
         return None
 
 
+def _phase(out: Path) -> str | None:
+    """The journal's phase now (None: no journal yet: cluster start, pre-scan)."""
+    try:
+        return json.loads((Path(str(out) + ".data") / "journal.json").read_text())["phase"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def _workers(driver: int) -> list:
     import psutil
 
@@ -97,6 +105,15 @@ def _workers(driver: int) -> list:
 
 def _kill(proc: subprocess.Popen, out: Path, target: str) -> str:
     """SIGKILL the target now; returns what was killed."""
+    import psutil
+
+    try:
+        return _kill_now(proc, out, target)
+    except (ProcessLookupError, psutil.NoSuchProcess):
+        return "nothing (the target had already exited)"
+
+
+def _kill_now(proc: subprocess.Popen, out: Path, target: str) -> str:
     if target == "whole":
         os.killpg(proc.pid, signal.SIGKILL)
         return "process group"
@@ -182,22 +199,19 @@ def trial(i: int, data: Path, mode: str, target: str, at: float, extra: list[str
         p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
         t0 = time.perf_counter()
         killed = "nothing (finished first)"
+        phase = None
         while p.poll() is None and time.perf_counter() - t0 < at:
             time.sleep(0.02)
         if p.poll() is None:
+            phase = _phase(out)
             killed = _kill(p, out, target)
         try:
             rc = p.wait(timeout)
         except subprocess.TimeoutExpired:
             rc = "timeout"
         _reap(p)
-    phase = None
-    try:
-        phase = json.loads((Path(str(out) + ".data") / "journal.json").read_text())["phase"]
-    except (OSError, ValueError, KeyError):
-        pass
     rec = {"trial": i, "mode": mode, "target": target, "kill_at_s": round(at, 2),
-           "killed": killed, "exit": rc, "phase_at_kill": phase, "resumed": False}
+           "killed": killed, "exit": rc, "journal_phase_at_kill": phase, "resumed": False}
     if rc != 0:
         rrc = _run(cmd + ["--resume"], WORK / f"trial-{i:03d}-resume.log", timeout)
         rec["resumed"] = True
@@ -264,7 +278,8 @@ def main(argv=None) -> dict:
     ref_dump = _dump(ref, "ref")
     ref_dask, t_dask, dask_rep = reference(data, "dask", extra)
     ok, why = same(ref_dask, ref, ref_dump, "ref-dask")
-    print(f"reference runs: serial {t_serial:.1f}s, dask {t_dask:.1f}s; dask == serial: {why}")
+    print(f"reference runs: serial {t_serial:.1f}s, dask {t_dask:.1f}s; dask == serial: {why}",
+          flush=True)
     if not ok:
         raise SystemExit("the uninterrupted Dask run differs from the serial one")
     durations = {"serial": t_serial, "dask": t_dask}
@@ -276,8 +291,8 @@ def main(argv=None) -> dict:
         rec = trial(i, data, mode, target, at, extra, ref, ref_dump, timeout)
         trials.append(rec)
         print(f"trial {i:2d} {mode:6s} kill {target:7s} at {rec['kill_at_s']:6.2f}s "
-              f"({rec['killed']}; journal phase {rec['phase_at_kill']}; exit {rec['exit']}"
-              f"{'; resumed' if rec['resumed'] else ''}): {rec['why']}")
+              f"({rec['killed']}; journal phase {rec['journal_phase_at_kill']}; exit {rec['exit']}"
+              f"{'; resumed' if rec['resumed'] else ''}): {rec['why']}", flush=True)
     matched = sum(t["match"] for t in trials)
     print(f"\n{matched} of {len(trials)} interrupted loads matched the uninterrupted run")
 

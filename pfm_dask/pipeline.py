@@ -561,10 +561,12 @@ def _register_dashboard(client) -> None:
 
 
 def _actor_lost(err: BaseException) -> bool:
-    """True when ``err`` says the worker holding the writer actor died (DASK_NOTES 2.1)."""
+    """True when ``err`` says the worker holding the writer actor died (DASK_NOTES 2.1):
+    "Worker holding Actor was lost" (the scheduler), "Unable to contact Actor's worker"
+    (a proxy in a task or the driver), or a closed connection to it."""
     text = f"{type(err).__name__}: {err}"
-    return ("Actor" in text and "lost" in text) or type(err).__name__ in (
-        "KilledWorker", "CommClosedError", "StreamClosedError")
+    return ("Actor" in text and ("lost" in text or "contact" in text)) or type(err).__name__ in (
+        "CommClosedError", "StreamClosedError")
 
 
 def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
@@ -606,7 +608,7 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
         cfg = writer.cfg().result()
         writer_addr = writer.where().result()
     except Exception as err:
-        if _actor_lost(err):
+        if _actor_lost(err) or type(err).__name__ == "KilledWorker":
             raise LoadError(f"the writer's worker died while opening the PFM ({err}); continue "
                             f"with: {job.resume_cmd}", path=out_path) from err
         raise
@@ -651,26 +653,33 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
                         transfer += fut.result()["timings"]["transfer"]
                     if fut.status == "error":
                         err = fut.exception()
+                        if _actor_lost(err):  # the task could not reach the writer: it is gone
+                            raise err
                         e = LoadError(f"task failed: {type(err).__name__}: {err}",
                                       path=piece.path).to_dict()
                         writer.skip(piece, e).result()
                     fut.release()
             else:
                 time.sleep(0.05)
+            if actor_fut.status == "error":  # the scheduler saw the disk worker die: no call
+                raise RuntimeError("Worker holding Actor was lost")  # (it would wait 30 s)
             status = writer.status().result()
             now = time.perf_counter()
             if progress and now - last_progress > 0.5:
                 last_progress = now
                 progress(status)
         t_load = time.perf_counter()
+        if actor_fut.status == "error":
+            raise RuntimeError("Worker holding Actor was lost")
         rw = writer.finish().result()
     except BaseException as err:
         for fut in in_flight:
             fut.cancel()
-        try:
-            writer.abort().result(timeout=30)
-        except Exception:  # noqa: BLE001 - the actor may be gone
-            pass
+        if not _actor_lost(err):
+            try:
+                writer.abort().result(timeout=30)
+            except Exception:  # noqa: BLE001 - the actor may be gone
+                pass
         if isinstance(err, PfmDaskError) or not isinstance(err, Exception):
             raise
         if _actor_lost(err):
