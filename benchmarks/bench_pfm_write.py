@@ -16,8 +16,8 @@ timings (``PfmFile.timings``) say where the time goes (plots ``_rates.png``, ``_
 
 Sounding values are generated once per batch shape (random, in range) and reused for every
 band, shifted to its bins, all before timing, so generation is not timed. Neither is the
-one-time warm-up (``warm_up_s``: importing numba, loading the cached bit-packing kernels and
-compiling the packer for this record layout, done by writing a tiny PFM first). ``--quick``
+one-time warm-up (``warm_up_s``: importing numba and loading the cached bit-packing kernels,
+or compiling them on the first run after a change, then writing a tiny PFM). ``--quick``
 writes 300,000 soundings in seconds; its results go to ``bench_pfm_write_quick.json``.
 """
 
@@ -105,7 +105,7 @@ def run(soundings: int, batch: int, per_bin: int, spread: int, work: Path, seed:
 
     tmp = work / "seq.bin"
     opts = dict(bin_size_m=2.0, max_files=500, max_lines=5000, max_pings=200_000, max_beams=432)
-    # warm-up, not timed: a tiny PFM with the same record layout (the packer's per-layout code)
+    # warm-up, not timed: a tiny PFM with the same record layout (first calls of everything)
     t = time.perf_counter()
     warm = work / "warm.pfm"
     with pfm.create(str(warm), grid, **opts) as w:

@@ -10,12 +10,14 @@ packs or unpacks many records at once.
 How: the hot paths are small numba kernels, compiled on first use with
 ``cache=True`` (later processes load them from ``__pycache__``; with no
 writable cache directory they are compiled per process) and ``nogil=True``
-(the store's pack threads run in parallel):
+(the store's pack threads run in parallel). Each has one explicit signature
+(read-only arrays, which accept writable ones too), so no call compiles
+anything new:
 
 * :func:`pack_soundings`, the ``.ndx`` writer's loop: codes depths and
   errors (the library's rules, :class:`SoundingCoding`) and assembles a
-  block of soundings at a time with a filler made for the record layout
-  (constant shifts, compiled per layout and process in about 0.3 s), then
+  block of soundings at a time, field by field in vector loops (integer
+  fields read in their own types from raw bytes, no converted copies), then
   writes the records as one big-endian bit stream, keeping the pending
   64-bit word in a register.
 * :func:`pack_records` / :func:`unpack_records` (items in slots of fixed
@@ -477,7 +479,7 @@ def _err_code(e, scale, cap, null):
 
 
 _HELPERS = ("_mask", "_put", "_emit", "_load_be", "_get", "_depth_code", "_err_code", "_bw_put",
-            "_bw_skip")
+            "_bw_skip", "_col_or", "_col_or_raw", "_code_depths_raw", "_code_errors_raw")
 # unaligned big-endian 64-bit store/load of ``arr[i:i + 8]`` (uint8 array), numba intrinsics
 # made by _make_intrinsics() when the first kernel compiles
 _st_be64 = None
@@ -573,24 +575,90 @@ def _bw_skip(out, acc, fill, o, n):
     return acc, fill, o
 
 
-def _k_pack_soundings(fill_lanes, file_, line, ping, beam, xo, yo, val, depth, herr, verr, attrs,
-                      nbits, doff, dscale, hscale, hcap, hnull, vscale, vcap, vnull,
+def _col_or(lanes, m, s, p, nb):
+    """OR the ``nb``-bit values ``s[0:m]`` (masked) in at bit ``p`` of sounding columns
+    ``lanes[:, 0:m]`` (64-bit words, MSB first). The same shifts for every sounding: vector code."""
+    mask = _mask(nb)
+    e = (p & 63) + nb
+    a = lanes[p >> 6]
+    if e <= 64:
+        k = np.uint64(64 - e)
+        for t in range(m):
+            a[t] |= (np.uint64(s[t]) & mask) << k
+    else:
+        b = lanes[(p >> 6) + 1]
+        k1 = np.uint64(e - 64)
+        k2 = np.uint64(128 - e)
+        for t in range(m):
+            v = np.uint64(s[t]) & mask
+            a[t] |= v >> k1
+            b[t] |= v << k2
+
+
+def _col_or_raw(lanes, m, raw, kind, lo, p, nb):
+    """:func:`_col_or` for integer values given as raw bytes of type ``kind`` (see ``_KINDS``)."""
+    if kind == 0:
+        _col_or(lanes, m, raw.view(np.uint64)[lo:lo + m], p, nb)
+    elif kind == 1:
+        _col_or(lanes, m, raw.view(np.int64)[lo:lo + m], p, nb)
+    elif kind == 2:
+        _col_or(lanes, m, raw.view(np.uint32)[lo:lo + m], p, nb)
+    elif kind == 3:
+        _col_or(lanes, m, raw.view(np.int32)[lo:lo + m], p, nb)
+    elif kind == 4:
+        _col_or(lanes, m, raw.view(np.uint16)[lo:lo + m], p, nb)
+    elif kind == 5:
+        _col_or(lanes, m, raw.view(np.int16)[lo:lo + m], p, nb)
+    elif kind == 6:
+        _col_or(lanes, m, raw[lo:lo + m], p, nb)
+    else:
+        _col_or(lanes, m, raw.view(np.int8)[lo:lo + m], p, nb)
+
+
+def _code_depths_raw(tmp, m, raw, kind, lo, off, scale):
+    """``tmp[t]`` = depth code of sounding ``lo + t`` (float64, ``kind`` 8, or float32, 9)."""
+    if kind == 8:
+        s = raw.view(np.float64)[lo:lo + m]
+        for t in range(m):
+            tmp[t] = _depth_code(s[t], off, scale)
+    else:
+        s32 = raw.view(np.float32)[lo:lo + m]
+        for t in range(m):
+            tmp[t] = _depth_code(np.float64(s32[t]), off, scale)
+
+
+def _code_errors_raw(tmp, m, raw, kind, lo, scale, cap, null):
+    """``tmp[t]`` = error code of sounding ``lo + t`` (float64, ``kind`` 8, or float32, 9)."""
+    if kind == 8:
+        s = raw.view(np.float64)[lo:lo + m]
+        for t in range(m):
+            tmp[t] = _err_code(np.float32(s[t]), scale, cap, null)
+    else:
+        s32 = raw.view(np.float32)[lo:lo + m]
+        for t in range(m):
+            tmp[t] = _err_code(s32[t], scale, cap, null)
+
+
+def _k_pack_soundings(file_, line, ping, beam, xo, yo, val, depth, herr, verr, attrs, kinds, pos,
+                      nbits, apos, anb, doff, dscale, hscale, hcap, hnull, vscale, vcap, vnull,
                       first, cnt, rec0, rend, g0, r0, r1, slots, slot_bits, item_end, cgap, cnb, pad,
-                      cbase, rbytes, n_items, lanes, out, obase):
+                      cbase, rbytes, n_items, lanes, tmp, out, obase):
     """New physical records ``r0..r1-1``, coding and packing soundings in one pass.
 
     Bin ``g`` owns records ``rec0[g] .. rend[g] - 1`` holding its soundings
     ``first[g] .. first[g] + cnt[g] - 1`` in order, ``slots`` per record;
     every record but a bin's last points to the next one (``cbase + (r + 1)
-    * rbytes``), the last holds 0. Field order in ``pos``/``nbits`` (bit
+    * rbytes``), the last holds 0. Field order in ``kinds``/``pos``/``nbits`` (bit
     offset within the sounding, width; width 0 = absent): file, line, ping,
     beam, depth, x_off, y_off, validity, horizontal error, vertical error;
     ``attrs[t]`` are coded attributes.
 
-    Soundings are handled a block at a time: ``fill_lanes`` (made for the
-    layout by :func:`_fill_function`) codes them and assembles each
-    sounding's bits into ``lanes`` (``ceil(item_end / 64)`` words per
-    sounding, one column per sounding of the block). Then the records are written as one
+    Soundings are handled a block at a time: the float fields are coded into
+    ``tmp``, and each field is OR-ed into ``lanes`` (``ceil(item_end / 64)``
+    words per sounding, one column per sounding of the block) by a loop with
+    the same shifts for every sounding (vector code); integer fields arrive
+    as raw bytes of type ``kinds[j]`` (``_KINDS``) and are read as they are.
+    Then the records are written as one
     bit stream from byte ``r0 * rbytes - obase`` of ``out``: the soundings' bits, zeros for the
     rest of each slot and for empty slots, ``cgap`` zeros, the ``cnb``-bit
     continuation pointer and ``pad`` zeros.
@@ -620,8 +688,33 @@ def _k_pack_soundings(fill_lanes, file_, line, ping, beam, xo, yo, val, depth, h
                 lo = i
                 hi = min(i + blk, n_items)
                 m = hi - lo
-                fill_lanes(file_, line, ping, beam, xo, yo, val, depth, herr, verr, attrs, lo, m,
-                           doff, dscale, hscale, hcap, hnull, vscale, vcap, vnull, lanes)
+                for k in range(nl):
+                    lanes[k, :m] = 0
+                if nbits[0]:
+                    _col_or_raw(lanes, m, file_, kinds[0], lo, pos[0], nbits[0])
+                if nbits[1]:
+                    _col_or_raw(lanes, m, line, kinds[1], lo, pos[1], nbits[1])
+                if nbits[2]:
+                    _col_or_raw(lanes, m, ping, kinds[2], lo, pos[2], nbits[2])
+                if nbits[3]:
+                    _col_or_raw(lanes, m, beam, kinds[3], lo, pos[3], nbits[3])
+                if nbits[4]:
+                    _code_depths_raw(tmp, m, depth, kinds[4], lo, doff, dscale)
+                    _col_or(lanes, m, tmp, pos[4], nbits[4])
+                if nbits[5]:
+                    _col_or_raw(lanes, m, xo, kinds[5], lo, pos[5], nbits[5])
+                if nbits[6]:
+                    _col_or_raw(lanes, m, yo, kinds[6], lo, pos[6], nbits[6])
+                if nbits[7]:
+                    _col_or_raw(lanes, m, val, kinds[7], lo, pos[7], nbits[7])
+                if nbits[8]:
+                    _code_errors_raw(tmp, m, herr, kinds[8], lo, hscale, hcap, hnull)
+                    _col_or(lanes, m, tmp, pos[8], nbits[8])
+                if nbits[9]:
+                    _code_errors_raw(tmp, m, verr, kinds[9], lo, vscale, vcap, vnull)
+                    _col_or(lanes, m, tmp, pos[9], nbits[9])
+                for a in range(anb.size):
+                    _col_or(lanes, m, attrs[a, lo:lo + m], apos[a], anb[a])
             j = i - lo
             for k in range(nl - 1):
                 acc, fill, o = _bw_put(out, acc, fill, o, lanes[k, j], 64)
@@ -786,72 +879,6 @@ def _k_from_words(words, out):
             out[i, b] = np.uint8(words[i, b >> 3] >> np.uint64(56 - 8 * (b & 7)))
 
 
-def _fill_signature(T):
-    """Signature of the per-layout lane fillers (see :func:`_fill_function`)."""
-    raw = T.Array(T.uint8, 1, "C", readonly=True)
-    f32, f64 = T.float32, T.float64
-    return T.void(*(raw,) * 10, T.Array(T.uint64, 2, "C", readonly=True), T.int64, T.int64,
-                  f64, f64, f32, f32, T.uint64, f32, f32, T.uint64, T.Array(T.uint64, 2, "C"))
-
-
-_FILLS: dict = {}
-
-
-def _fill_function(fields: tuple, attrs: tuple, dtypes: tuple):
-    """A numba function that puts the bits of soundings ``lo .. lo+m-1`` into ``lanes[:, 0:m]``
-    for one sounding layout, with its shifts and masks as constants.
-
-    ``fields``: ``(bit_offset, nbits)`` of file, line, ping, beam, depth, x_off,
-    y_off, validity, horizontal error, vertical error (width 0 = absent);
-    ``attrs``: the same for the attributes; ``dtypes``: numpy dtype names of
-    the ten value arrays, which arrive as raw bytes (so any integer type is
-    read as it is, with no converted copy). Written out as source and
-    compiled once per layout and process (about 0.3 s): with constant shifts
-    the loop is plain vector code, several times faster than shifting by
-    amounts read at run time. Called by the pack kernel once per block of
-    soundings (a first-class function argument, so the kernel itself is
-    compiled and cached once).
-    """
-    key = (fields, attrs, dtypes)
-    fn = _FILLS.get(key)
-    if fn is not None:
-        return fn
-    import numba
-
-    srcs = ["file_", "line", "ping", "beam", "depth", "xo", "yo", "val", "herr", "verr"]
-    srcs = [f"{a}.view(np.{dt})[lo:lo + m]" for a, dt in zip(srcs, dtypes)]
-    codes = {4: "_depth_code(np.float64(s4[t]), doff, dscale)",
-             8: "_err_code(np.float32(s8[t]), hscale, hcap, hnull)",
-             9: "_err_code(np.float32(s9[t]), vscale, vcap, vnull)"}
-    srcs += [f"attrs[{t}, lo:lo + m]" for t in range(len(attrs))]
-    end = max([o + b for o, b in fields + attrs if b] + [1])
-    lanes = [[] for _ in range((end + 63) // 64 + 1)]
-    head, body = [], []
-    for j, (off, nb) in enumerate(fields + attrs):
-        if not nb:
-            continue
-        head.append(f"    s{j} = {srcs[j]}")
-        body.append(f"        v{j} = {codes.get(j, f'np.uint64(s{j}[t])')} & np.uint64({(1 << nb) - 1})")
-        e = (off & 63) + nb
-        li = off >> 6
-        if e <= 64:
-            lanes[li].append(f"(v{j} << np.uint64({64 - e}))")
-        else:
-            lanes[li].append(f"(v{j} >> np.uint64({e - 64}))")
-            lanes[li + 1].append(f"(v{j} << np.uint64({128 - e}))")
-    nl = max(1, (end + 63) // 64)
-    head += [f"    l{k} = lanes[{k}]" for k in range(nl)]
-    body += [f"        l{k}[t] = " + (" | ".join(lanes[k]) or "np.uint64(0)") for k in range(nl)]
-    src = ("def fill(file_, line, ping, beam, xo, yo, val, depth, herr, verr, attrs, lo, m,\n"
-           "         doff, dscale, hscale, hcap, hnull, vscale, vcap, vnull, lanes):\n"
-           + "\n".join(head) + "\n    for t in range(m):\n" + "\n".join(body) + "\n")
-    ns = {"np": np, "_depth_code": _depth_code, "_err_code": _err_code}
-    exec(compile(src, f"<pfm sounding layout {key}>", "exec"), ns)
-    fn = numba.njit(_fill_signature(numba.types), nogil=True)(ns["fill"])
-    _FILLS[key] = fn
-    return fn
-
-
 def _signature(name: str, T):
     """Explicit numba signature of kernel ``name`` (``T`` = ``numba.types``): one per kernel, so
     the first call compiles once and later calls with other dtypes fail instead of recompiling.
@@ -866,10 +893,9 @@ def _signature(name: str, T):
     sigs = {
         "pack_items": (arr(u64, 2), ai, ai, ai, i64, i64, i64, i64, arr(u64, 2), ai, ai, i64,
                        out_u8, scratch),
-        "pack_soundings": (T.FunctionType(_fill_signature(T)),) + (arr(T.uint8),) * 10
-                          + (arr(u64, 2), ai,
+        "pack_soundings": (arr(T.uint8),) * 10 + (arr(u64, 2), ai, ai, ai, ai, ai,
                              f64, f64, f32, f32, u64, f32, f32, u64, ai, ai, ai, ai)
-                          + (i64,) * 12 + (arr(u64, 2, ro=False), out_u8, i64),
+                          + (i64,) * 12 + (arr(u64, 2, ro=False), scratch, out_u8, i64),
         "unpack_items": (arr(T.uint8), i64, i64, i64, ai, ai, ai, arr(u64, 2, ro=False)),
         "unpack_words": (arr(u64, 2, "A"), ai, ai, ai, arr(u64, 2, ro=False)),
         "to_words": (arr(T.uint8, 2, "A"), arr(u64, 2, ro=False)),
@@ -1120,6 +1146,9 @@ def _pack_records_numpy(item_fields: Sequence[tuple[int, int]], item_values: Seq
 # ---------------------------------------------------------------------------
 # Soundings coded and packed in one pass (the .ndx writer's hot loop)
 
+#: value types read as they are by the sounding packer (numpy dtype.str without byte order)
+_KINDS = {"u8": 0, "i8": 1, "u4": 2, "i4": 3, "u2": 4, "i2": 5, "u1": 6, "i1": 7, "f8": 8, "f4": 9}
+
 #: sounding fields coded inside :func:`pack_soundings`, in the kernel's order
 _SOUNDING_ORDER = ("file", "line", "ping", "beam", "depth", "x_off", "y_off", "validity",
                    "horizontal_error", "vertical_error")
@@ -1163,7 +1192,7 @@ def _as_u64(v, n: int) -> np.ndarray:
 
 
 def _sounding_values(key, v, nbits: int) -> np.ndarray:
-    """A sounding field's values as an aligned contiguous array of a type the fillers read as it
+    """A sounding field's values as an aligned contiguous array of a type the packer reads as it
     is: any integer type for integer fields; float32/float64 for depth and errors (other types are
     converted as the coding rule reads them: depth to double, errors to float)."""
     if not nbits:
@@ -1186,7 +1215,7 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
                    coding: SoundingCoding, first: np.ndarray, count: np.ndarray, rec0: np.ndarray,
                    n_records: int, slots: int, slot_bits: int, cont_field: tuple[int, int],
                    cont_base: int, record_bytes: int, *, executor=None, out: np.ndarray | None = None,
-                   block: int = 512, sink=None, chunk_bytes: int = 1 << 20) -> np.ndarray | None:
+                   block: int = 8192, sink=None, chunk_bytes: int = 1 << 20) -> np.ndarray | None:
     """Code and pack soundings into new chained physical records (numba, one pass).
 
     Bin ``g`` gets records ``rec0[g] .. rec0[g] + ceil(count[g] / slots) - 1``
@@ -1263,33 +1292,32 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
     hs, vs = np.float32(c.horizontal_error_scale), np.float32(c.vertical_error_scale)
     hcap, vcap = np.float32(c.horizontal_error_null + 1), np.float32(c.vertical_error_null + 1)
     kern = _kernel("pack_soundings")
-    with _KERNEL_LOCK:
-        fill = _fill_function(tuple(zip(pos.tolist(), nbits.tolist())), tuple(zip(apos.tolist(), anb.tolist())),
-                              tuple(a.dtype.name for a in arrays))
+    kinds = np.array([_KINDS.get(a.dtype.str[1:], 0) for a in arrays], dtype=np.int64)
     raw = [a.view(np.uint8) for a in arrays]
     rend = rec0 + m
 
     nlanes = max(1, (cursor + 63) >> 6)
 
-    def pack(r0: int, r1: int, buf: np.ndarray, obase: int, lanes: np.ndarray) -> None:
+    def pack(r0: int, r1: int, buf: np.ndarray, obase: int, lanes: np.ndarray, tmp: np.ndarray) -> None:
         g0 = int(np.searchsorted(rend, r0, side="right"))
-        kern(fill, *raw[:4], raw[5], raw[6], raw[7], raw[4], raw[8], raw[9], attrs,
-             nbits, float(c.depth_offset), float(c.depth_scale),
+        kern(*raw[:4], raw[5], raw[6], raw[7], raw[4], raw[8], raw[9], attrs, kinds, pos, nbits, apos, anb,
+             float(c.depth_offset), float(c.depth_scale),
              hs, hcap, _U64(c.horizontal_error_null), vs, vcap, _U64(c.vertical_error_null),
              first, count, rec0, rend, g0, r0, r1, slots, slot_bits, cursor, cpos - slots * slot_bits, cnb,
-             record_bytes * 8 - cpos - cnb, int(cont_base), record_bytes, n_items, lanes, buf, obase)
+             record_bytes * 8 - cpos - cnb, int(cont_base), record_bytes, n_items, lanes, tmp, buf, obase)
 
     def job(r0: int, r1: int):
         def do() -> None:
             lanes = np.empty((nlanes, block), dtype=_U64)
+            tmp = np.empty(block, dtype=_U64)
             if sink is None:
-                pack(r0, r1, res_flat, 0, lanes)
+                pack(r0, r1, res_flat, 0, lanes, tmp)
                 return
             step = max(1, chunk_bytes // record_bytes)
             buf = np.empty(step * record_bytes, dtype=np.uint8)
             for a in range(r0, r1, step):
                 b = min(a + step, r1)
-                pack(a, b, buf, a * record_bytes, lanes)
+                pack(a, b, buf, a * record_bytes, lanes, tmp)
                 sink(a * record_bytes, buf[: (b - a) * record_bytes])
         return do
 
