@@ -596,27 +596,20 @@ def _col_or(lanes, m, s, p, nb):
 
 
 def _col_or_raw(lanes, m, raw, kind, lo, p, nb):
-    """:func:`_col_or` for integer values given as raw bytes of type ``kind`` (see ``_KINDS``)."""
-    if kind == 0:
+    """:func:`_col_or` for integer values given as raw bytes, ``kind`` = bytes per value (8, 4, 2
+    or 1). Values are checked >= 0 by the caller, so signed ones read as unsigned are the same."""
+    if kind == 8:
         _col_or(lanes, m, raw.view(np.uint64)[lo:lo + m], p, nb)
-    elif kind == 1:
-        _col_or(lanes, m, raw.view(np.int64)[lo:lo + m], p, nb)
-    elif kind == 2:
-        _col_or(lanes, m, raw.view(np.uint32)[lo:lo + m], p, nb)
-    elif kind == 3:
-        _col_or(lanes, m, raw.view(np.int32)[lo:lo + m], p, nb)
     elif kind == 4:
+        _col_or(lanes, m, raw.view(np.uint32)[lo:lo + m], p, nb)
+    elif kind == 2:
         _col_or(lanes, m, raw.view(np.uint16)[lo:lo + m], p, nb)
-    elif kind == 5:
-        _col_or(lanes, m, raw.view(np.int16)[lo:lo + m], p, nb)
-    elif kind == 6:
-        _col_or(lanes, m, raw[lo:lo + m], p, nb)
     else:
-        _col_or(lanes, m, raw.view(np.int8)[lo:lo + m], p, nb)
+        _col_or(lanes, m, raw[lo:lo + m], p, nb)
 
 
 def _code_depths_raw(tmp, m, raw, kind, lo, off, scale):
-    """``tmp[t]`` = depth code of sounding ``lo + t`` (float64, ``kind`` 8, or float32, 9)."""
+    """``tmp[t]`` = depth code of sounding ``lo + t`` (float64, ``kind`` 8, or float32, 4)."""
     if kind == 8:
         s = raw.view(np.float64)[lo:lo + m]
         for t in range(m):
@@ -628,7 +621,7 @@ def _code_depths_raw(tmp, m, raw, kind, lo, off, scale):
 
 
 def _code_errors_raw(tmp, m, raw, kind, lo, scale, cap, null):
-    """``tmp[t]`` = error code of sounding ``lo + t`` (float64, ``kind`` 8, or float32, 9)."""
+    """``tmp[t]`` = error code of sounding ``lo + t`` (float64, ``kind`` 8, or float32, 4)."""
     if kind == 8:
         s = raw.view(np.float64)[lo:lo + m]
         for t in range(m):
@@ -656,8 +649,8 @@ def _k_pack_soundings(file_, line, ping, beam, xo, yo, val, depth, herr, verr, a
     Soundings are handled a block at a time: the float fields are coded into
     ``tmp``, and each field is OR-ed into ``lanes`` (``ceil(item_end / 64)``
     words per sounding, one column per sounding of the block) by a loop with
-    the same shifts for every sounding (vector code); integer fields arrive
-    as raw bytes of type ``kinds[j]`` (``_KINDS``) and are read as they are.
+    the same shifts for every sounding (vector code); fields arrive as raw
+    bytes with ``kinds[j]`` bytes per value and are read as they are.
     Then the records are written as one
     bit stream from byte ``r0 * rbytes - obase`` of ``out``: the soundings' bits, zeros for the
     rest of each slot and for empty slots, ``cgap`` zeros, the ``cnb``-bit
@@ -1146,9 +1139,6 @@ def _pack_records_numpy(item_fields: Sequence[tuple[int, int]], item_values: Seq
 # ---------------------------------------------------------------------------
 # Soundings coded and packed in one pass (the .ndx writer's hot loop)
 
-#: value types read as they are by the sounding packer (numpy dtype.str without byte order)
-_KINDS = {"u8": 0, "i8": 1, "u4": 2, "i4": 3, "u2": 4, "i2": 5, "u1": 6, "i1": 7, "f8": 8, "f4": 9}
-
 #: sounding fields coded inside :func:`pack_soundings`, in the kernel's order
 _SOUNDING_ORDER = ("file", "line", "ping", "beam", "depth", "x_off", "y_off", "validity",
                    "horizontal_error", "vertical_error")
@@ -1292,7 +1282,7 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
     hs, vs = np.float32(c.horizontal_error_scale), np.float32(c.vertical_error_scale)
     hcap, vcap = np.float32(c.horizontal_error_null + 1), np.float32(c.vertical_error_null + 1)
     kern = _kernel("pack_soundings")
-    kinds = np.array([_KINDS.get(a.dtype.str[1:], 0) for a in arrays], dtype=np.int64)
+    kinds = np.array([a.dtype.itemsize for a in arrays], dtype=np.int64)     # bytes per value
     raw = [a.view(np.uint8) for a in arrays]
     rend = rec0 + m
 
