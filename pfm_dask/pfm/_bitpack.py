@@ -1270,10 +1270,10 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
                 raise ValueError(f"bad sounding field {key!r}: bit {off}, {nb} bits")
             cursor = max(cursor, off + nb)
     cpos, cnb = int(cont_field[0]), int(cont_field[1])
-    if cursor > slot_bits or cpos < slots * slot_bits or not 1 <= cnb <= 64 \
+    if not 1 <= cursor <= slot_bits or slots < 1 or cpos < slots * slot_bits or not 1 <= cnb <= 64 \
             or cpos + cnb > record_bytes * 8:
-        raise ValueError("soundings must fit their slots, followed by the continuation pointer "
-                         "in the record")
+        raise ValueError("soundings (at least one field) must fit their slots, followed by the "
+                         "continuation pointer in the record")
     pos = np.array([item_fields.get(k, (0, 0))[0] for k in _SOUNDING_ORDER], dtype=np.int64)
     nbits = np.array([item_fields.get(k, (0, 0))[1] for k in _SOUNDING_ORDER], dtype=np.int64)
     apos = np.array([item_fields[k][0] for k in akeys], dtype=np.int64)

@@ -466,6 +466,8 @@ def test_pack_soundings_rejects_bad_layouts():
         pack_soundings({"file": (0, 9)}, one, cont_field=(18, 8), **kw)
     with pytest.raises(ValueError):                    # records not covering 0..n_records-1
         pack_soundings({"file": (0, 8)}, one, cont_field=(16, 8), **{**kw, "n_records": 2})
+    with pytest.raises(ValueError):                    # no field at all
+        pack_soundings({"file": (0, 0)}, one, cont_field=(16, 8), **kw)
     got = pack_soundings({"file": (0, 8)}, {"file": np.array([1, 2])}, cont_field=(16, 16), **kw)
     assert bytes(got[0]) == b"\x01\x02\x00\x00"
 
