@@ -2,7 +2,7 @@
 
 Two measurements per input, both from outside the pipeline:
 
-* ``--serial`` runs in a child process, which reports its own peak RSS (``ru_maxrss``) at the
+* ``--serial`` runs in a child process, which reports its own peak RSS (``VmHWM``) at the
   end: reader, writer and final step in one process.
 * Dask with ``workers`` workers runs on a fresh embedded cluster (``make_local_cluster``, as
   ``pfm-dask load --workers N`` makes it); every worker reports its peak RSS at the end, and
@@ -28,7 +28,18 @@ __all__ = ["peak_rss_serial", "peak_rss_dask"]
 
 
 def _maxrss_bytes() -> int:
-    """This process's peak resident set size in bytes (Linux reports KiB)."""
+    """This process's peak resident set size in bytes.
+
+    Linux: ``VmHWM`` of ``/proc/self/status``, the high-water mark of this process's own
+    memory map. Not ``ru_maxrss``: Linux carries that over from the parent across fork and
+    exec, so a child of a large runner process would report the runner's size.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(r) * (1 if sys.platform == "darwin" else 1024)
 

@@ -209,6 +209,9 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
              f"({mach.get('date_utc')}, {res.get('elapsed_s', 0) / 60:.0f} min); redraw with "
              "`python -m benchmarks.run --report`. Method and model: `docs/performance.md`. "
              "Raw figures: `" + f"{rel}/{name}.json" + "`.\n")
+    for later in cfg.get("later_runs", []):
+        L.append(f"Measured again afterwards ({later.get('redo') or 'missing parts'}): "
+                 f"`{later['command']}`.\n")
 
     # machine
     L.append("## Machine\n")
@@ -345,22 +348,33 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
 
     # allocator
     ma = res.get("malloc")
-    if ma and str(ma["files"]) in loads and ma["setup"] in loads[str(ma["files"])]["setups"]:
-        base = loads[str(ma["files"])]["setups"][ma["setup"]]["modes"]
-        t_serial = base["serial"]["wall_median_s"]
+    if ma and "loads" in ma:
+        cell = loads.get(str(ma["files"]), {}).get("setups", {}).get(ma["setup"])
+        t_serial = cell["modes"]["serial"]["wall_median_s"] if cell else None
+        c = ma["piece_cost"]
+        bw, bo = c["best"]["with_trim"], c["best"]["without_trim"]
         L.append("## Dask's allocator setting\n")
-        L.append(f"The Dask runs of the {ma['files']}-file load with {SETUP_TITLES[ma['setup']]} "
-                 "again, with the workers started without Dask's `MALLOC_TRIM_THRESHOLD_=65536` "
-                 "(which turns off glibc's adaptive mmap threshold: every large array is a fresh, "
-                 "zeroed mapping; see `docs/performance.md`). Medians; CPU seconds of all "
-                 "processes:\n")
+        L.append("Dask starts workers with `MALLOC_TRIM_THRESHOLD_=65536`, which turns off "
+                 "glibc's adaptive mmap threshold: every large array is a fresh, zeroed mapping "
+                 f"(`docs/performance.md`). Preparing the pieces of {c['files']} files "
+                 f"({SETUP_TITLES[c['setup']]}) in a child process, best of "
+                 f"{len(c['runs']['with_trim'])}: with the setting {bw['user_s']:.1f} s user + "
+                 f"{bw['sys_s']:.1f} s system CPU and {bw['minor_faults']:,} minor page faults; "
+                 f"without it {bo['user_s']:.1f} s + {bo['sys_s']:.1f} s and "
+                 f"{bo['minor_faults']:,}: **{c['cpu_ratio']:.2f}x the CPU** and "
+                 f"{c['fault_ratio']:.1f}x the page faults.\n")
+        L.append(f"The Dask runs of the {ma['files']}-file load ({SETUP_TITLES[ma['setup']]}), "
+                 "workers started each way, alternating; medians, CPU seconds of all processes"
+                 + (", speedup over the matrix's `--serial` median" if t_serial else "") + ":\n")
         rows = []
         for key in ("dask_1", "dask_2"):
-            a_, b_ = base[key], ma["modes"][key]
-            rows.append([MODE_LABEL[key], f"{a_['wall_median_s']:.1f} s", f"{b_['wall_median_s']:.1f} s",
+            a_, b_ = ma["loads"]["with_trim"][key], ma["loads"]["without_trim"][key]
+            rows.append([MODE_LABEL[key], f"{a_['wall_median_s']:.1f} s",
+                         f"{b_['wall_median_s']:.1f} s",
                          f"{statistics.median(a_['cpu_all_s']):.0f} s",
                          f"{statistics.median(b_['cpu_all_s']):.0f} s",
-                         _x(t_serial / a_["wall_median_s"]), _x(t_serial / b_["wall_median_s"])])
+                         _x(t_serial / a_["wall_median_s"]) if t_serial else "–",
+                         _x(t_serial / b_["wall_median_s"]) if t_serial else "–"])
         L.append(_table(["mode", "wall, as shipped", "wall, no trim", "CPU, as shipped",
                          "CPU, no trim", "speedup, as shipped", "speedup, no trim"], rows) + "\n")
 
@@ -371,7 +385,7 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
         L.append(f"`--max-backlog {_mib(m['max_backlog_bytes'])}MiB`, setup `{m['setup']}`, the "
                  "same grid for every size (the MBR of the whole survey), so only the amount of "
                  "input grows. `--serial`: peak RSS of the whole process (child process, "
-                 "`ru_maxrss`). Dask: peak RSS of each worker of a fresh "
+                 "`VmHWM`). Dask: peak RSS of each worker of a fresh "
                  f"{m['workers']}-worker cluster; the writer's worker also decodes pieces.\n")
         rows = [[f"{r['input_ratio']:.1f}x", r["files"], _gb(r["gsf_bytes"]),
                  _mib(r["serial"]["peak_rss_bytes"]), _mib(r["dask"]["writer_peak_rss_bytes"]),

@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import datasets, disk, memory, model
+from . import alloc, datasets, disk, memory, model
 from ._report import BENCH_DIR, RESULTS_DIR, machine_facts, write_results
 
 __all__ = ["SETUPS", "MODES", "SEED_BEST", "main", "write_markdown"]
@@ -176,25 +176,16 @@ def writer_vs_disk(loads: dict, disk_res: dict) -> dict:
 
 def measure_malloc(folder: Path, n: int, setup: str, repeat: int, bin_size: float,
                    work: Path) -> dict:
-    """The Dask runs of one cell again, with workers started without Dask's
-    ``MALLOC_TRIM_THRESHOLD_`` (docs/performance.md, *Dask's allocator setting*)."""
-    import dask
-    import distributed  # noqa: F401 - loads the distributed config defaults
-
+    """Dask's ``MALLOC_TRIM_THRESHOLD_`` for workers against none (``benchmarks/alloc.py``):
+    the CPU cost of preparing the same pieces, and the cell's Dask runs, interleaved."""
     paths = datasets.load_files(folder, n)
-    cfg = _cfg(setup, bin_size)
-    env = dict(dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {})
-    env.pop("MALLOC_TRIM_THRESHOLD_", None)
-    runs = {"dask_1": [], "dask_2": []}
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": env}):
-        for r in range(repeat):
-            for key in runs:
-                one = one_run(paths, key, cfg, work)
-                runs[key].append(one)
-                print(f"{n:3d} files {setup:5s} run {r + 1}/{repeat} {key:6s} without "
-                      f"MALLOC_TRIM_THRESHOLD_: {one['wall_s']:7.1f} s  cpu {one['cpu_s']:7.1f} s",
-                      flush=True)
-    return {"files": n, "setup": setup, "modes": {k: _median_run(v) for k, v in runs.items()}}
+    cost = alloc.piece_cost(paths[:24], setup, bin_size)
+    print(f"allocator: preparing {cost['files']} files' pieces costs {cost['cpu_ratio']:.2f}x the "
+          f"CPU and {cost['fault_ratio']:.1f}x the page faults with MALLOC_TRIM_THRESHOLD_",
+          flush=True)
+    runs = alloc.interleaved_loads(paths, _cfg(setup, bin_size), repeat, work, one_run,
+                                   _median_run)
+    return {"files": n, "setup": setup, "piece_cost": cost, "loads": runs}
 
 
 # ---------------------------------------------------------------------------------- memory
@@ -248,7 +239,11 @@ def _parse(argv):
                     help="start Dask workers without Dask's MALLOC_TRIM_THRESHOLD_=65536 "
                          "(an experiment: pfm-dask as shipped keeps Dask's default)")
     ap.add_argument("--skip", default="", help="parts to leave out: matrix,memory,disk,malloc")
-    ap.add_argument("--resume", action="store_true", help="keep the cells of an interrupted run")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep what an interrupted run measured (or, with --redo, a finished one)")
+    ap.add_argument("--redo", default="",
+                    help="with --resume: parts of the saved results to measure again "
+                         "(disk,memory,malloc)")
     ap.add_argument("--report", action="store_true",
                     help="measure nothing: RESULTS.md and plots from the saved JSON")
     ap.add_argument("--quick", action="store_true", help="tiny loads, one run each (CI)")
@@ -298,15 +293,20 @@ def main(argv=None) -> dict:
     partial = {}
     if a.resume and partial_path.exists():
         partial = json.loads(partial_path.read_text())
-        if partial.get("config", {}).get("pings") != pings:
-            sys.exit(f"{partial_path} was measured with other inputs; run without --resume")
+    elif a.resume and json_path.exists():
+        partial = json.loads(json_path.read_text())["results"]
+        for derived in ("writer_vs_disk", "model", "seed"):
+            partial.pop(derived, None)
+    if partial and partial.get("config", {}).get("pings") != pings:
+        sys.exit("the saved results were measured with other inputs; run without --resume")
+    for part in filter(None, a.redo.split(",")):
+        partial.pop(part, None)
     command = "python -m benchmarks.run " + " ".join(argv if argv is not None else sys.argv[1:])
-    partial["config"] = {"pings": pings, "beams": datasets.BEAMS, "loads": loads,
-                         "setups": setups, "repeat": a.repeat, "bin_size_m": a.bin_size,
-                         "max_backlog_bytes_memory": backlog, "memory_files": mem_files,
-                         "survey": str(folder), "command": command.strip(),
-                         "inputs_in_page_cache": True, "code": _code_version()}
-
+    if "config" in partial:  # resumed: the first run's settings stand, this run is noted
+        partial["config"].setdefault("later_runs", []).append(
+            {"command": command.strip(), "redo": a.redo, "code": _code_version()})
+    else:
+        partial["config"] = _config(pings, loads, setups, a, backlog, mem_files, folder, command)
     partial["config"]["worker_malloc_trim_threshold"] = _malloc_setting(a.no_malloc_trim)
 
     def save():
@@ -349,6 +349,13 @@ def main(argv=None) -> dict:
     _print_headline(results, md_path)
     partial_path.unlink(missing_ok=True)
     return doc["results"]
+
+
+def _config(pings, loads, setups, a, backlog, mem_files, folder, command) -> dict:
+    return {"pings": pings, "beams": datasets.BEAMS, "loads": loads, "setups": setups,
+            "repeat": a.repeat, "bin_size_m": a.bin_size, "max_backlog_bytes_memory": backlog,
+            "memory_files": mem_files, "survey": str(folder), "command": command.strip(),
+            "inputs_in_page_cache": True, "code": _code_version()}
 
 
 def _code_version() -> dict:
