@@ -10,6 +10,8 @@ Two measurements per input, both from outside the pipeline:
   That worker also decodes pieces (on one machine the disk worker computes too), so the figure
   is an upper bound on the writer's own memory.
 
+Both also sample the RSS every 20 ms, so the peak can be split into the load phase (pieces
+streaming to the writer: bounded by ``--max-backlog``) and the final step (recompute, check).
 The grid is fixed (``cfg.mbr``) for all sizes, so only the amount of input grows.
 """
 
@@ -24,7 +26,10 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-__all__ = ["peak_rss_serial", "peak_rss_dask"]
+__all__ = ["peak_rss_serial", "peak_rss_dask", "fixed_grid"]
+
+_SAMPLER: dict = {}
+_INTERVAL = 0.02  # seconds between two RSS samples
 
 
 def _maxrss_bytes() -> int:
@@ -48,6 +53,49 @@ def _rss_bytes() -> int:
     import psutil
 
     return int(psutil.Process().memory_info().rss)
+
+
+def _start_sampler() -> int:
+    """Sample this process's RSS every few milliseconds on a thread, until _stop_sampler."""
+    import threading
+
+    import psutil
+
+    proc, samples, stop = psutil.Process(), [], threading.Event()
+
+    def loop():
+        while not stop.is_set():
+            samples.append((time.time(), proc.memory_info().rss))
+            stop.wait(_INTERVAL)
+
+    th = threading.Thread(target=loop, name="rss-sampler", daemon=True)
+    th.start()
+    _SAMPLER.update(samples=samples, stop=stop, thread=th)
+    return os.getpid()
+
+
+def _stop_sampler() -> list:
+    _SAMPLER["stop"].set()
+    _SAMPLER["thread"].join()
+    return _SAMPLER.pop("samples")
+
+
+def _phase_peaks(samples: list, t0: float, timings: dict) -> dict:
+    """Peak sampled RSS while pieces stream to the writer, and during the final step.
+
+    ``t0`` is the wall-clock time the load started; the load phase ends ``prescan + load``
+    seconds later (``LoadResult.timings``), and the final step (area filter, recompute, check)
+    follows.
+    """
+    t_end_load = t0 + timings.get("prescan", 0.0) + timings.get("load", 0.0)
+    t_end_recompute = t_end_load + timings.get("area_filter", 0.0) + timings.get("recompute", 0.0)
+
+    def peak(lo, hi):
+        v = [r for t, r in samples if lo <= t < hi]
+        return max(v) if v else None
+    return {"load_phase_peak_bytes": peak(t0, t_end_load),
+            "recompute_peak_bytes": peak(t_end_load, t_end_recompute),
+            "check_peak_bytes": peak(t_end_recompute, float("inf"))}
 
 
 def _fresh(out: Path) -> None:
@@ -95,12 +143,15 @@ def _child(job_text: str) -> None:
 
     job = json.loads(job_text)
     base = _rss_bytes()
-    t = time.perf_counter()
+    _start_sampler()
+    t0, t = time.time(), time.perf_counter()
     res = pipeline.run_load(job["paths"], job["out"], _cfg_from_json(job["cfg"]), mode="serial")
     wall = time.perf_counter() - t
+    samples = _stop_sampler()
     if res.exit_code != 0:
         raise SystemExit(res.summary())
     print(json.dumps({"peak_rss_bytes": _maxrss_bytes(), "rss_before_bytes": base,
+                      **_phase_peaks(samples, t0, res.timings),
                       "wall_s": wall, "soundings_loaded": res.totals["loaded"],
                       "peak_backlog_bytes": res.peak_backlog_bytes}))
 
@@ -119,9 +170,11 @@ def peak_rss_dask(paths, cfg, out: Path, workers: int = 2) -> dict:
     with pipeline.make_local_cluster(workers) as cluster, Client(cluster) as client:
         client.wait_for_workers(workers, timeout=120)
         before = client.run(_worker_memory)
-        t = time.perf_counter()
+        client.run(_start_sampler)
+        t0, t = time.time(), time.perf_counter()
         res = pipeline.run_load(paths, out, cfg, mode="local", client=client)
         wall = time.perf_counter() - t
+        samples = client.run(_stop_sampler)
         after = client.run(_worker_memory)
     _fresh(out)
     if res.exit_code != 0:
@@ -129,11 +182,15 @@ def peak_rss_dask(paths, cfg, out: Path, workers: int = 2) -> dict:
     writer = res.writer_worker
     per = {addr: {"peak_rss_bytes": m["peak_rss_bytes"],
                   "rss_before_bytes": before.get(addr, {}).get("rss_bytes"),
+                  **_phase_peaks(samples.get(addr, []), t0, res.timings),
                   "writer": addr == writer} for addr, m in after.items()}
     w = per.get(writer, {})
     others = [v["peak_rss_bytes"] for a, v in per.items() if a != writer]
     return {"writer_peak_rss_bytes": w.get("peak_rss_bytes"),
             "writer_rss_before_bytes": w.get("rss_before_bytes"),
+            "writer_load_phase_peak_bytes": w.get("load_phase_peak_bytes"),
+            "writer_recompute_peak_bytes": w.get("recompute_peak_bytes"),
+            "writer_check_peak_bytes": w.get("check_peak_bytes"),
             "compute_peak_rss_bytes": max(others) if others else None,
             "workers": per, "wall_s": wall, "soundings_loaded": res.totals["loaded"],
             "peak_backlog_bytes": res.peak_backlog_bytes}

@@ -158,17 +158,22 @@ def _plots(res: dict, out: Path, name: str, titles: dict, seed: dict) -> dict:
         def memplot(axes):
             ax = axes[0, 0]
             x = [r["input_ratio"] for r in mem["sizes"]]
-            ax.plot(x, [r["serial"]["peak_rss_bytes"] / 2**20 for r in mem["sizes"]], "s-",
-                    label="--serial process")
-            ax.plot(x, [r["dask"]["writer_peak_rss_bytes"] / 2**20 for r in mem["sizes"]], "o-",
-                    label="Dask: the writer's worker")
-            ax.plot(x, [r["dask"]["compute_peak_rss_bytes"] / 2**20 for r in mem["sizes"]
-                        if r["dask"]["compute_peak_rss_bytes"]] or [None] * 0, "^-",
-                    label="Dask: the other worker")
+
+            def line(get, style, label, col):
+                ys = [get(r) for r in mem["sizes"]]
+                if all(y is not None for y in ys):
+                    ax.plot(x, [y / 2**20 for y in ys], style, color=col, label=label)
+            line(lambda r: r["serial"]["peak_rss_bytes"], "s-", "--serial, peak", "C0")
+            line(lambda r: r["serial"].get("load_phase_peak_bytes"), "s--",
+                 "--serial, load phase", "C0")
+            line(lambda r: r["dask"]["writer_peak_rss_bytes"], "o-", "writer's worker, peak", "C1")
+            line(lambda r: r["dask"].get("writer_load_phase_peak_bytes"), "o--",
+                 "writer's worker, load phase", "C1")
+            line(lambda r: r["dask"]["compute_peak_rss_bytes"], "^-", "other worker, peak", "C2")
             ax.axhline(mem["max_backlog_bytes"] / 2**20, color="k", ls=":", lw=1,
                        label=f"--max-backlog {_mib(mem['max_backlog_bytes'])} MiB")
             ax.set_xlabel("input size (x the smallest)")
-            ax.set_ylabel("peak RSS, MiB")
+            ax.set_ylabel("RSS, MiB")
             ax.set_ylim(bottom=0)
             ax.set_title("Peak memory against input size (same grid)")
             ax.grid(alpha=0.3)
@@ -382,20 +387,34 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
     m = res.get("memory")
     if m:
         L.append("## Memory against input size\n")
-        L.append(f"`--max-backlog {_mib(m['max_backlog_bytes'])}MiB`, setup `{m['setup']}`, the "
-                 "same grid for every size (the MBR of the whole survey), so only the amount of "
-                 "input grows. `--serial`: peak RSS of the whole process (child process, "
-                 "`VmHWM`). Dask: peak RSS of each worker of a fresh "
-                 f"{m['workers']}-worker cluster; the writer's worker also decodes pieces.\n")
-        rows = [[f"{r['input_ratio']:.1f}x", r["files"], _gb(r["gsf_bytes"]),
-                 _mib(r["serial"]["peak_rss_bytes"]), _mib(r["dask"]["writer_peak_rss_bytes"]),
-                 _mib(r["dask"]["compute_peak_rss_bytes"]) if r["dask"]["compute_peak_rss_bytes"] else "–",
-                 _mib(r["dask"]["peak_backlog_bytes"])] for r in m["sizes"]]
-        L.append(_table(["input", "files", "GSF GB", "serial peak MiB", "writer worker peak MiB",
-                         "other worker peak MiB", "peak backlog MiB"], rows) + "\n")
-        L.append(f"Growth from the smallest to the largest input: serial "
-                 f"{m['serial_growth']:.2f}x, writer's worker {m['writer_growth']:.2f}x, "
-                 f"for {m['sizes'][-1]['input_ratio']:.1f}x the input.\n")
+        L.append(f"`--max-backlog {_mib(m['max_backlog_bytes'])}MiB`, setup `{m['setup']}`, "
+                 f"files of {m.get('pings_per_file', '?')} pings, the same grid for every size "
+                 "(the MBR of the whole survey), so only the amount of input grows. `--serial`: "
+                 "the whole process (a child process). Dask: each worker of a fresh "
+                 f"{m['workers']}-worker cluster; the writer's worker also decodes pieces. Peak RSS "
+                 "(`VmHWM`), and the peak of RSS samples (every 20 ms) while pieces stream to "
+                 "the writer (*load*) and during the final step's recompute and check:\n")
+
+        def mb(v):
+            return _mib(v) if v else "–"
+        rows = []
+        for r in m["sizes"]:
+            s_, d_ = r["serial"], r["dask"]
+            rows.append([f"{r['input_ratio']:.1f}x", r["files"], _gb(r["gsf_bytes"]),
+                         mb(s_.get("load_phase_peak_bytes")), mb(s_.get("recompute_peak_bytes")),
+                         mb(s_.get("check_peak_bytes")), mb(s_["peak_rss_bytes"]),
+                         mb(d_.get("writer_load_phase_peak_bytes")),
+                         mb(d_.get("writer_recompute_peak_bytes")),
+                         mb(d_.get("writer_check_peak_bytes")), mb(d_["writer_peak_rss_bytes"]),
+                         mb(d_["compute_peak_rss_bytes"]), mb(d_["peak_backlog_bytes"])])
+        L.append(_table(["input", "files", "GSF GB", "serial: load", "recompute", "check",
+                         "peak", "writer worker: load", "recompute", "check", "peak",
+                         "other worker peak", "peak backlog"], rows) + "\n")
+        L.append("All in MiB. Growth from the smallest to the largest input "
+                 f"({m['sizes'][-1]['input_ratio']:.1f}x): peak RSS serial "
+                 f"{_x(m['serial_growth'])}, writer's worker {_x(m['writer_growth'])}; "
+                 f"load phase only: serial {_x(m.get('serial_load_phase_growth'))}, writer's "
+                 f"worker {_x(m.get('writer_load_phase_growth'))}.\n")
         L.append(img("memory", "memory against input size") + "\n")
 
     # model

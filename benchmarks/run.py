@@ -207,11 +207,19 @@ def measure_memory(folder: Path, sizes, bin_size: float, backlog: int, work: Pat
     first = rows[0]
     for r in rows:
         r["input_ratio"] = r["gsf_bytes"] / first["gsf_bytes"]
+    last = rows[-1]
+
+    def growth(get):
+        try:
+            return get(last) / get(first)
+        except (TypeError, ZeroDivisionError):
+            return None
     return {"max_backlog_bytes": backlog, "workers": workers, "setup": "none",
             "grid_mbr": list(cfg.mbr), "sizes": rows,
-            "serial_growth": rows[-1]["serial"]["peak_rss_bytes"] / first["serial"]["peak_rss_bytes"],
-            "writer_growth": (rows[-1]["dask"]["writer_peak_rss_bytes"]
-                              / first["dask"]["writer_peak_rss_bytes"])}
+            "serial_growth": growth(lambda r: r["serial"]["peak_rss_bytes"]),
+            "writer_growth": growth(lambda r: r["dask"]["writer_peak_rss_bytes"]),
+            "serial_load_phase_growth": growth(lambda r: r["serial"]["load_phase_peak_bytes"]),
+            "writer_load_phase_growth": growth(lambda r: r["dask"]["writer_load_phase_peak_bytes"])}
 
 
 # ---------------------------------------------------------------------------------- main
