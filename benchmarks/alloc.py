@@ -85,23 +85,43 @@ def piece_cost(paths, setup: str, bin_size: float, rounds: int = 2) -> dict:
             "fault_ratio": (w["minor_faults"] / wo["minor_faults"]) if wo["minor_faults"] else None}
 
 
-def interleaved_loads(paths, cfg, repeat: int, work: Path, one_run, median_run) -> dict:
-    """The 1- and 2-worker loads, workers started with and without the setting, alternating."""
+def _with_trim():
+    """Workers started from now on get ``MALLOC_TRIM_THRESHOLD_=65536`` (Dask's default).
+
+    Set in this process's environment, which spawned workers inherit whether or not the
+    pipeline drops the variable from Dask's pre-spawn settings.
+    """
+    os.environ["MALLOC_TRIM_THRESHOLD_"] = TRIM
+
+
+def _without_trim():
     import dask
 
-    plain = without_trim()
+    os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
+    return dask.config.set({"distributed.nanny.pre-spawn-environ": without_trim()})
+
+
+def interleaved_loads(paths, cfg, repeat: int, work: Path, one_run, median_run) -> dict:
+    """The 1- and 2-worker loads, workers started with and without the setting, alternating."""
+    saved = os.environ.get("MALLOC_TRIM_THRESHOLD_")
     runs = {v: {"dask_1": [], "dask_2": []} for v in ("with_trim", "without_trim")}
-    for r in range(repeat):
-        for key in ("dask_1", "dask_2"):
-            for variant in runs:
-                if variant == "without_trim":
-                    with dask.config.set({"distributed.nanny.pre-spawn-environ": plain}):
+    try:
+        for r in range(repeat):
+            for key in ("dask_1", "dask_2"):
+                for variant in runs:
+                    if variant == "with_trim":
+                        _with_trim()
                         one = one_run(paths, key, cfg, work)
-                else:
-                    one = one_run(paths, key, cfg, work)
-                runs[variant][key].append(one)
-                print(f"allocator {variant:12s} run {r + 1}/{repeat} {key}: {one['wall_s']:7.1f} s"
-                      f"  cpu {one['cpu_s']:7.1f} s", flush=True)
+                    else:
+                        with _without_trim():
+                            one = one_run(paths, key, cfg, work)
+                    runs[variant][key].append(one)
+                    print(f"allocator {variant:12s} run {r + 1}/{repeat} {key}: "
+                          f"{one['wall_s']:7.1f} s  cpu {one['cpu_s']:7.1f} s", flush=True)
+    finally:
+        os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
+        if saved is not None:
+            os.environ["MALLOC_TRIM_THRESHOLD_"] = saved
     return {v: {k: median_run(x) for k, x in m.items()} for v, m in runs.items()}
 
 

@@ -129,6 +129,7 @@ def peak_rss_serial(paths, cfg, out: Path) -> dict:
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop("MALLOC_TRIM_THRESHOLD_", None)  # as a user's shell starts it (Dask may have set it here)
     proc = subprocess.run([sys.executable, "-m", "benchmarks.memory", "--child", job],
                           capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:

@@ -53,6 +53,17 @@ def _rate(sec_per_byte) -> str:
     return "inf" if not sec_per_byte else f"{1e-6 / sec_per_byte:,.1f}"
 
 
+def _code_line(code: dict) -> str:
+    if not code.get("commit"):
+        return "?"
+    line = f"commit {code['commit'][:12]}"
+    if code.get("snapshot"):
+        return line + " (a frozen copy: every run on the same code)"
+    changed = code.get("pfm_dask_changed") or []
+    return line + (f", working tree with {len(changed)} changed file(s) in pfm_dask/"
+                   if changed else "")
+
+
 def _table(head: list[str], rows: list[list]) -> str:
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
@@ -230,6 +241,7 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
         ["Python, numpy, pyarrow", f"{mach.get('python')}, {mach.get('numpy_version')}, "
                                    f"{mach.get('pyarrow_version')}"],
         ["dask / distributed", f"{mach.get('dask_version')} / {mach.get('distributed_version')}"],
+        ["pfm-dask code", _code_line(cfg.get("code", {}))],
         ["load average at the end (1 min)", f"{mach.get('load_average_1m', 0):.1f}"],
     ]) + "\n")
     L.append("The machine was shared with other jobs while this ran, so wall times carry noise; "

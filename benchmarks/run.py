@@ -50,6 +50,8 @@ SEED_600 = {"files": 600, "processors": 16, "speedup": 12.6, "serial_h": 33.0,
 #: default size of the 74-file load for the runner (the dataset builder's default is 2 GB);
 #: chosen so that the whole matrix finishes in about an hour on the 2-core test machine
 RUN_GB = 0.08
+SNAPSHOT_ENV = "PFM_BENCH_SNAPSHOT"   # set in a run on a frozen copy: the commit
+COMMAND_ENV = "PFM_BENCH_COMMAND"     # the command as the user typed it
 PHASES = ("cluster_start", "prescan", "load_wall", "area_filter", "recompute", "check")
 
 
@@ -255,6 +257,8 @@ def _parse(argv):
     ap.add_argument("--report", action="store_true",
                     help="measure nothing: RESULTS.md and plots from the saved JSON")
     ap.add_argument("--quick", action="store_true", help="tiny loads, one run each (CI)")
+    ap.add_argument("--no-snapshot", action="store_true",
+                    help="measure the working tree as it is, not a frozen copy of HEAD")
     ap.add_argument("--data-dir", type=Path, default=datasets.DATA_DIR)
     ap.add_argument("--work", type=Path, default=BENCH_DIR / "_work")
     ap.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
@@ -282,6 +286,11 @@ def main(argv=None) -> dict:
         write_markdown(doc, md_path, a.results_dir, name)
         print(f"{md_path} rewritten from {json_path}")
         return doc["results"]
+    code = _run_on_snapshot(a, argv, md_path)
+    if code is not None:
+        if code:
+            sys.exit(code)
+        return json.loads(json_path.read_text())["results"]
 
     loads = [int(x) for x in a.loads.split(",") if x]
     setups = [s for s in a.setups.split(",") if s]
@@ -309,7 +318,8 @@ def main(argv=None) -> dict:
         sys.exit("the saved results were measured with other inputs; run without --resume")
     for part in filter(None, a.redo.split(",")):
         partial.pop(part, None)
-    command = "python -m benchmarks.run " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = os.environ.get(COMMAND_ENV) or (
+        "python -m benchmarks.run " + " ".join(argv if argv is not None else sys.argv[1:]))
     if "config" in partial:  # resumed: the first run's settings stand, this run is noted
         partial["config"].setdefault("later_runs", []).append(
             {"command": command.strip(), "redo": a.redo, "code": _code_version()})
@@ -366,8 +376,53 @@ def _config(pings, loads, setups, a, backlog, mem_files, folder, command) -> dic
             "inputs_in_page_cache": True, "code": _code_version()}
 
 
+def _run_on_snapshot(a, argv, md_path: Path) -> int | None:
+    """Run this command again on a frozen copy of the committed code (``git archive HEAD``).
+
+    Others change the working tree while a run lasts an hour, and every Dask run starts fresh
+    workers that import whatever is on disk at that moment; a copy keeps every run of the
+    matrix on the same code. Returns the child's exit code, or None to measure here (``--quick``,
+    ``--no-snapshot``, already in a snapshot, or not a git checkout).
+    """
+    if a.quick or a.no_snapshot or os.environ.get(SNAPSHOT_ENV):
+        return None
+    root = BENCH_DIR.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                                text=True, timeout=30, check=True).stdout.strip()
+        tar = subprocess.run(["git", "archive", "--format=tar", "HEAD", "pfm_dask", "benchmarks"],
+                             cwd=root, capture_output=True, timeout=120, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    import io
+    import tarfile
+
+    snap = (a.work / f"snapshot-{commit[:12]}").resolve()
+    if not (snap / ".complete").exists():
+        shutil.rmtree(snap, ignore_errors=True)
+        snap.mkdir(parents=True)
+        with tarfile.open(fileobj=io.BytesIO(tar)) as tf:
+            tf.extractall(snap, filter="data")
+        (snap / ".complete").write_text(commit + "\n")
+    given = list(argv if argv is not None else sys.argv[1:])
+    args = given + ["--data-dir", str(a.data_dir.resolve()), "--work", str(a.work.resolve()),
+                    "--results-dir", str(a.results_dir.resolve()), "--markdown",
+                    str(Path(md_path).resolve())]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(snap) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env[SNAPSHOT_ENV] = commit
+    env[COMMAND_ENV] = "python -m benchmarks.run " + " ".join(given)
+    print(f"measuring commit {commit[:12]} from a frozen copy in {snap}", flush=True)
+    return subprocess.call([sys.executable, "-m", "benchmarks.run", *args], cwd=snap, env=env)
+
+
 def _code_version() -> dict:
     """The commit the package was measured at, and which of its files differed from it."""
+    import pfm_dask
+
+    if os.environ.get(SNAPSHOT_ENV):
+        return {"commit": os.environ[SNAPSHOT_ENV], "snapshot": True, "pfm_dask_changed": [],
+                "pfm_dask_imported_from": str(Path(pfm_dask.__file__).parent)}
     root = BENCH_DIR.parent
 
     def git(*args):
@@ -377,7 +432,9 @@ def _code_version() -> dict:
         except (OSError, subprocess.SubprocessError):
             return ""
     changed = [ln[3:] for ln in git("status", "--porcelain", "--", "pfm_dask").splitlines()]
-    return {"commit": git("rev-parse", "HEAD").strip() or None, "pfm_dask_changed": changed}
+    return {"commit": git("rev-parse", "HEAD").strip() or None, "snapshot": False,
+            "pfm_dask_changed": changed,
+            "pfm_dask_imported_from": str(Path(pfm_dask.__file__).parent)}
 
 
 def _malloc_setting(drop: bool):
