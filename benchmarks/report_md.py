@@ -229,6 +229,11 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
         L.append(f"Measured again afterwards ({later.get('redo') or 'missing parts'}): "
                  f"`{later['command']}`.\n")
 
+    summary = _summary(res, SETUP_TITLES)
+    if summary:
+        L.append("## Summary\n")
+        L.append(summary + "\n")
+
     # machine
     L.append("## Machine\n")
     mem = mach.get("memory_bytes")
@@ -497,6 +502,67 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
 
     L.append(_others(results_dir))
     md_path.write_text("\n".join(x for x in L if x is not None))
+
+
+def _summary(res: dict, titles: dict) -> str:
+    """A few sentences with the headline figures, written from the numbers."""
+    loads = res.get("loads", {})
+    if not loads:
+        return ""
+    top = max(loads, key=int)
+    e = loads[top]
+    seed = res["seed"]["best_speedup"]
+    out = []
+    sp = [f"{titles[s]} {_x(c['speedup']['dask_2'])} ({_x(c['speedup']['dask_1'])} with 1)"
+          for s, c in e["setups"].items()]
+    out.append(f"- **Speedup, {top}-file load ({_gb(e['gsf_bytes'])} GB), 2 workers:** "
+               + "; ".join(sp) + ". Pfm_loader's best: "
+               + ", ".join(f"{titles[s]} {v}x" for s, v in seed.items()) + " (up to 16 processors).")
+    wd = res.get("writer_vs_disk", {}).get(top, {})
+    disk = res.get("disk", {})
+    if wd and disk:
+        fr = [(s, m, r) for s, ms in wd.items() for m, r in ms.items()
+              if r.get("busy_fraction_of_disk") is not None]
+        if fr:
+            lo = min(fr, key=lambda t: t[2]["busy_fraction_of_disk"])
+            hi = max(fr, key=lambda t: t[2]["busy_fraction_of_disk"])
+            ach = max(r.get("achieved_fraction_of_disk") or 0 for _, _, r in fr)
+            out.append(f"- **The writer against the disk:** raw sequential write "
+                       f"{disk['write_mb_per_s']:,.0f} MB/s; the writer's busy throughput is "
+                       f"{_pct(lo[2]['busy_fraction_of_disk'])} ({lo[0]}, {MODE_LABEL[lo[1]]}) to "
+                       f"{_pct(hi[2]['busy_fraction_of_disk'])} ({hi[0]}, {MODE_LABEL[hi[1]]}) "
+                       f"of it, and what it delivered over the load phase at most {_pct(ach)}."
+                       + (" The disk is not what bounds pfm-dask here."
+                          if hi[2]["busy_fraction_of_disk"] < 0.5 else ""))
+    shares = [(s, c["serial_share"]["serial"]["area_filter_and_recompute"])
+              for s, c in e["setups"].items()]
+    out.append(f"- **The serial phase** (area filter + recompute) takes "
+               + ", ".join(f"{_pct(v)} ({s})" for s, v in shares)
+               + f" of the serial time at {top} files.")
+    m = res.get("memory")
+    if m:
+        out.append(f"- **Memory** at `--max-backlog {_mib(m['max_backlog_bytes'])}MiB`, "
+                   f"{m['sizes'][-1]['input_ratio']:.0f}x the input: the load phase's peak grows "
+                   f"{_x(m.get('serial_load_phase_growth'))} (serial) and "
+                   f"{_x(m.get('writer_load_phase_growth'))} (writer's worker); the whole run's "
+                   f"peak grows {_x(m['serial_growth'])} and {_x(m['writer_growth'])}"
+                   + (", set by the final step (recompute, check), which the backlog does not "
+                      "bound." if (m["serial_growth"] or 0) > 1.2 * (m.get("serial_load_phase_growth")
+                                                                     or 0) else "."))
+    mod = res.get("model", {}).get("cells", {}).get(top)
+    if mod:
+        ceil = ", ".join(f"{s} {c['ceiling_speedup']:.1f}x ({c['ceiling_bound']})"
+                         for s, c in mod.items())
+        p16 = ", ".join(f"{s} {c['predict']['16']['speedup']:.1f}x" for s, c in mod.items()
+                        if "16" in c["predict"])
+        out.append(f"- **Model, {top} files:** 16 workers {p16}; ceiling with unlimited workers "
+                   f"{ceil}.")
+    ma = res.get("malloc")
+    if ma and "piece_cost" in ma:
+        out.append(f"- **Dask's `MALLOC_TRIM_THRESHOLD_`** makes preparing a piece cost "
+                   f"{_x(ma['piece_cost']['cpu_ratio'])} the CPU "
+                   f"({ma['piece_cost']['fault_ratio']:.1f}x the page faults).")
+    return "\n".join(out)
 
 
 def _others(results_dir: Path) -> str:
