@@ -574,7 +574,10 @@ class PfmWriter:
             extrema = pfm.recompute(self.pfm, touched)
         self.pfm.write_header(**(extrema or {}))
         self.timings["recompute"] = time.perf_counter() - t0
+        t_close = time.perf_counter()
         self.pfm.close(durable=self._journal_on)  # fsyncs every part
+        if self._journal_on:
+            self.timings["journal_checkpoint"] += time.perf_counter() - t_close
         self.phase = "check"
         self._checkpoint("check")
         t0 = time.perf_counter()
