@@ -378,7 +378,8 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
         L.append("## Dask's allocator setting\n")
         L.append("Dask starts workers with `MALLOC_TRIM_THRESHOLD_=65536`, which turns off "
                  "glibc's adaptive mmap threshold: every large array is a fresh, zeroed mapping "
-                 f"(`docs/performance.md`). Preparing the pieces of {c['files']} files "
+                 "(`docs/performance.md`; pfm-dask's embedded cluster starts its workers without "
+                 f"it since commit f773409). Preparing the pieces of {c['files']} files "
                  f"({SETUP_TITLES[c['setup']]}) in a child process, best of "
                  f"{len(c['runs']['with_trim'])}: with the setting {bw['user_s']:.1f} s user + "
                  f"{bw['sys_s']:.1f} s system CPU and {bw['minor_faults']:,} minor page faults; "
@@ -386,7 +387,8 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
                  f"{bo['minor_faults']:,}: **{c['cpu_ratio']:.2f}x the CPU** and "
                  f"{c['fault_ratio']:.1f}x the page faults.\n")
         L.append(f"The Dask runs of the {ma['files']}-file load ({SETUP_TITLES[ma['setup']]}), "
-                 "workers started each way, alternating; medians, CPU seconds of all processes"
+                 "workers started with and without the variable, alternating; medians, CPU "
+                 "seconds of all processes"
                  + (", speedup over the matrix's `--serial` median" if t_serial else "") + ":\n")
         rows = []
         for key in ("dask_1", "dask_2"):
@@ -397,8 +399,8 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
                          f"{statistics.median(b_['cpu_all_s']):.0f} s",
                          _x(t_serial / a_["wall_median_s"]) if t_serial else "–",
                          _x(t_serial / b_["wall_median_s"]) if t_serial else "–"])
-        L.append(_table(["mode", "wall, as shipped", "wall, no trim", "CPU, as shipped",
-                         "CPU, no trim", "speedup, as shipped", "speedup, no trim"], rows) + "\n")
+        L.append(_table(["mode", "wall, with", "wall, without", "CPU, with", "CPU, without",
+                         "speedup, with", "speedup, without"], rows) + "\n")
 
     # memory
     m = res.get("memory")
@@ -559,9 +561,15 @@ def _summary(res: dict, titles: dict) -> str:
                    f"{ceil}.")
     ma = res.get("malloc")
     if ma and "piece_cost" in ma:
-        out.append(f"- **Dask's `MALLOC_TRIM_THRESHOLD_`** makes preparing a piece cost "
+        w_ = ma.get("loads", {})
+        extra = ""
+        if "with_trim" in w_ and "without_trim" in w_:
+            extra = (f"; the 2-worker load took {w_['with_trim']['dask_2']['wall_median_s']:.1f} s "
+                     f"with it and {w_['without_trim']['dask_2']['wall_median_s']:.1f} s without")
+        out.append(f"- **Dask's `MALLOC_TRIM_THRESHOLD_`** (which the embedded cluster no longer "
+                   f"passes to workers) makes preparing a piece cost "
                    f"{_x(ma['piece_cost']['cpu_ratio'])} the CPU "
-                   f"({ma['piece_cost']['fault_ratio']:.1f}x the page faults).")
+                   f"({ma['piece_cost']['fault_ratio']:.1f}x the page faults){extra}.")
     return "\n".join(out)
 
 
