@@ -408,6 +408,8 @@ class _Extrema:
         self._take(stats["max_filtered"][data], bidx[data], "max_filtered_depth",
                    "max_filtered_coord", False)
         std = stats["std"][data].astype(np.float64)  # header std extrema are doubles
+        if getattr(self, "std_max", None) is not None:
+            std = np.minimum(std, self.std_max)
         self._take(std, bidx[data], "min_standard_deviation", None, True)
         self._take(std, bidx[data], "max_standard_deviation", None, False)
         self._take(stats["min"][ok], bidx[ok], "min_depth", "min_coord", True)
@@ -505,6 +507,8 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
     null32 = np.float32(pfm_file.null_depth)
     compute_average = h.average_filtered_name in _AVERAGE_NAMES
     ext = _Extrema(extrema, W)
+    # The store clamps a std too large for [STD BITS]; the header states what is stored.
+    ext.std_max = float(((1 << int(h.std_bits)) - 1) / np.float32(h.std_scale))
     wanted = None
     want_rows = None
     if bin_index is not None:
