@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import filters, gsf
+from ._arrays import runs, unique_sorted
 from .bins import BinGrid
 from .config import LoadConfig
 from .errors import GsfError
@@ -199,11 +200,11 @@ def prepare_piece(piece: Piece, grid: BinGrid, cfg: LoadConfig) -> PreparedPiece
 
     # Beams per ping: a one-beam ping is loaded at the ping position with the
     # default errors and no depth/flag screening (pfmLoader's single-beam branch).
-    _, first_idx, per_ping = np.unique(ping, return_index=True, return_counts=True)
+    ping_values, first_idx, per_ping = runs(ping)
     nbeams = np.repeat(per_ping, per_ping)
     single = nbeams == 1
 
-    counts["pings_read"] = int(np.count_nonzero(np.unique(ping[own]))) if own.any() else 0
+    counts["pings_read"] = int(np.count_nonzero(unique_sorted(ping[own]))) if own.any() else 0
     counts["soundings_read"] = int(np.count_nonzero(own))
 
     # 1. Pings pfmLoader skips: bad position or the ignore-ping flag.
@@ -280,8 +281,8 @@ def prepare_piece(piece: Piece, grid: BinGrid, cfg: LoadConfig) -> PreparedPiece
 
     # Pings that contributed, for line numbering by the writer.
     if idx_in.size:
-        contributing = np.unique(ping[idx_in])
-        pos = first_idx[np.searchsorted(np.unique(ping), contributing)]
+        contributing = unique_sorted(ping[idx_in])
+        pos = first_idx[np.searchsorted(ping_values, contributing)]
         tsec = _column(table, "time_sec", np.int64, 0)[pos]
         tnsec = _column(table, "time_nsec", np.int64, 0)[pos].astype(np.int32)
         pings = pa.table([pa.array(contributing.astype(np.uint32)), pa.array(heading[pos]),

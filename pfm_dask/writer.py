@@ -564,14 +564,16 @@ class PfmWriter:
         t0 = time.perf_counter()
         if os.environ.get("PFM_DASK_CRASH_AT", "").startswith("recompute-write"):
             self._crash_in_recompute()
-        touched = np.flatnonzero(self.touched)
         if self.append:
+            touched = np.flatnonzero(self.touched)
             # pfmLoader clears CHECKED/VERIFIED on bins an append touched; the
             # header extrema then cover old and new bins alike.
             pfm.recompute(self.pfm, touched, clear_mask=V.CHECKED | V.VERIFIED)
             extrema = self.pfm.compute_extrema()
         else:
-            extrema = pfm.recompute(self.pfm, touched)
+            # a new PFM holds only what this load wrote: every bin with data was
+            # touched, and the band plan needs no bin list (faster than one)
+            extrema = pfm.recompute(self.pfm, None)
         self.pfm.write_header(**(extrema or {}))
         self.timings["recompute"] = time.perf_counter() - t0
         t_close = time.perf_counter()

@@ -40,6 +40,7 @@ import threading
 
 import numpy as np
 
+from .._arrays import unique_sorted
 from ..errors import PfmFormatError
 from . import validity as V
 
@@ -512,12 +513,12 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
     wanted = None
     want_rows = None
     if bin_index is not None:
-        wanted = np.unique(np.asarray(bin_index, dtype=np.int64).ravel())
+        wanted = unique_sorted(np.asarray(bin_index, dtype=np.int64))
         if wanted.size == 0:
             return ext.result()
         if wanted[0] < 0 or wanted[-1] >= W * pfm_file.height:
             raise PfmFormatError(f"bin_index outside 0..{W * pfm_file.height - 1}", path=pfm_file.path)
-        want_rows = np.unique(wanted // W)
+        want_rows = unique_sorted(wanted // W)
 
     def bands():
         for r0, r1, c0, c1 in _plan_bands(pfm_file, want_rows, rows, int(band_soundings)):
