@@ -354,7 +354,7 @@ def _run_serial(files: list[str], output: Path, cfg: LoadConfig,
         scans: list[dict] = []
         t_scan = time.perf_counter()
         writer = PfmWriter(output, None, cfg, None, None, resume=True,
-                           checkpoint_seconds=job.checkpoint_seconds)
+                           checkpoint_seconds=job.checkpoint_seconds, threads=1)
         pieces = [p for p in job.pieces() if p.seq >= writer.watermark]
     else:
         existing_grid, existing = _existing(output, append)
@@ -365,7 +365,7 @@ def _run_serial(files: list[str], output: Path, cfg: LoadConfig,
         grid, pieces = _grid_and_pieces(scans, cfg, existing_grid, len(existing))
         writer = PfmWriter(output, grid, cfg, files, len(pieces), append=append,
                            journal=_static(job, files, cfg, pieces, append),
-                           checkpoint_seconds=job.checkpoint_seconds)
+                           checkpoint_seconds=job.checkpoint_seconds, threads=1)
     try:
         for p in pieces:
             writer.put(prepare_piece(p, writer.pfm.grid, writer.cfg))

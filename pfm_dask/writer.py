@@ -68,8 +68,11 @@ class PfmWriter:
     def __init__(self, pfm_path: str | os.PathLike, grid: BinGrid | None, cfg: LoadConfig | None,
                  files: list[str] | None, n_pieces: int | None, *, append: bool = False,
                  journal: dict | None = None, resume: bool = False,
-                 checkpoint_seconds: float = 10.0):
+                 checkpoint_seconds: float = 10.0, threads: int | None = None):
         self.path = Path(pfm_path)
+        # threads for packing records and for the final step's recompute and check
+        # (None: the library defaults, up to 2); ``--serial`` uses 1: it is the baseline
+        self.threads = None if threads is None else max(1, int(threads))
         self.cfg = cfg
         self.grid = grid
         self.n_pieces = int(n_pieces or 0)
@@ -135,6 +138,8 @@ class PfmWriter:
                                       max_depth=cfg.max_depth, precision=cfg.precision,
                                       bin_size_m=cfg.bin_size_m if cfg.bin_size_deg is None else None)
                 created = True
+            if self.threads is not None:
+                self.pfm.pack_threads = self.threads
             self.touched = np.zeros(self.pfm.grid.width * self.pfm.grid.height, dtype=bool)
             if self._journal_on:
                 self._start_journal(journal)
@@ -266,6 +271,8 @@ class PfmWriter:
             J.fsync_path(parts[part])
         self._touched_log = J.TouchedLog(self._jp["touched"], size=int(state["touched_size"]))
         self.pfm = pfm.open_pfm(self.path, "r+")
+        if self.threads is not None:
+            self.pfm.pack_threads = self.threads
         self.grid = self.pfm.grid
         self.touched = np.zeros(self.pfm.grid.width * self.pfm.grid.height, dtype=bool)
         self.touched[self._touched_log.read()] = True
@@ -568,12 +575,13 @@ class PfmWriter:
             touched = np.flatnonzero(self.touched)
             # pfmLoader clears CHECKED/VERIFIED on bins an append touched; the
             # header extrema then cover old and new bins alike.
-            pfm.recompute(self.pfm, touched, clear_mask=V.CHECKED | V.VERIFIED)
+            pfm.recompute(self.pfm, touched, clear_mask=V.CHECKED | V.VERIFIED,
+                          threads=self.threads)
             extrema = self.pfm.compute_extrema()
         else:
             # a new PFM holds only what this load wrote: every bin with data was
             # touched, and the band plan needs no bin list (faster than one)
-            extrema = pfm.recompute(self.pfm, None)
+            extrema = pfm.recompute(self.pfm, None, threads=self.threads)
         self.pfm.write_header(**(extrema or {}))
         self.timings["recompute"] = time.perf_counter() - t0
         t_close = time.perf_counter()
@@ -583,7 +591,7 @@ class PfmWriter:
         self.phase = "check"
         self._checkpoint("check")
         t0 = time.perf_counter()
-        problems = pfm.check(self.path, journal=False)
+        problems = pfm.check(self.path, journal=False, threads=self.threads)
         self.timings["check"] = time.perf_counter() - t0
         self._check = {"sound": not problems, "problems": [str(p) for p in problems]}
         result = {

@@ -212,3 +212,33 @@ def test_cli_load_serial_prints_report_and_exit_code(survey, tmp_path):
     assert (Path(str(out) + ".data") / "load-report.json").exists()
     r = CliRunner().invoke(app, ["check", str(out)])
     assert r.exit_code == 0, r.output
+
+
+def test_serial_load_runs_on_one_thread(survey, tmp_path, monkeypatch):
+    """``--serial`` is the speedup baseline: no pack threads, recompute and check on one thread
+    (only the store's write-behind thread may run beside it)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pfm_dask.pfm import _recompute, _tools
+
+    pools = []
+    real_init = ThreadPoolExecutor.__init__
+
+    def spy_init(self, *a, **k):
+        pools.append(k.get("thread_name_prefix") or threading.current_thread().name)
+        real_init(self, *a, **k)
+
+    monkeypatch.setattr(ThreadPoolExecutor, "__init__", spy_init)
+    asked = []
+    real_check = _tools.check
+    monkeypatch.setattr(pfm, "check", lambda *a, **k: asked.append(("check", k.get("threads")))
+                        or real_check(*a, **k))
+    real_recompute = _recompute.recompute
+    monkeypatch.setattr(pfm, "recompute", lambda *a, **k: asked.append(("recompute", k.get("threads")))
+                        or real_recompute(*a, **k))
+    res = pipeline.run_load(expand_inputs([survey]), tmp_path / "one.pfm",
+                            LoadConfig(bin_size_m=25.0, max_backlog_bytes=1 << 20), mode="serial")
+    assert res.exit_code == 0, res.summary()
+    assert pools == []
+    assert asked == [("recompute", 1), ("check", 1)]

@@ -550,6 +550,8 @@ class PfmFile:
         self._fds: dict[str, int] = {}
         self._writer_obj: _BackgroundWriter | None = None
         self._pool_obj = None
+        #: threads that pack new records (1: all on the calling thread); set before the first add
+        self.pack_threads = PACK_THREADS
         # bit per bin: 1 = record known to be all zero (set for a file created by this object)
         self._zero_bins: np.ndarray | None = None
         #: crash safety (pfm_dask.journal.UndoLog) or None: add_sorted hands it the records its
@@ -872,12 +874,13 @@ class PfmFile:
 
     @property
     def _pool(self):
-        if PACK_THREADS <= 1:
+        if self.pack_threads <= 1:
             return None
         if self._pool_obj is None:
             from concurrent.futures import ThreadPoolExecutor
 
-            self._pool_obj = ThreadPoolExecutor(max_workers=PACK_THREADS, thread_name_prefix="pfm-pack")
+            self._pool_obj = ThreadPoolExecutor(max_workers=self.pack_threads,
+                                                thread_name_prefix="pfm-pack")
         return self._pool_obj
 
     def _all_zero(self, bins: np.ndarray) -> bool:
