@@ -490,6 +490,20 @@ def _kill_compute_worker_once(when: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _local_writer(cls, address: str, key: str):
+    """The writer actor object itself when this task runs on the worker that holds it, else None."""
+    from distributed import get_worker
+
+    try:
+        worker = get_worker()
+    except ValueError:  # not in a worker (a test calling the task directly)
+        return None
+    if worker.address != address:
+        return None
+    actor = worker.state.actors.get(key)
+    return actor if isinstance(actor, cls) else None
+
+
 def _piece_task(piece: Piece, grid: BinGrid, cfg: LoadConfig, writer) -> dict:
     """A worker task: prepare the piece and hand it to the writer actor (never waits for order).
 
@@ -497,14 +511,18 @@ def _piece_task(piece: Piece, grid: BinGrid, cfg: LoadConfig, writer) -> dict:
     ``writer`` is the actor, or ``(class, address, key)`` to rebuild its proxy here (an
     Actor argument is a task dependency, which would send every task to the disk worker).
     """
+    local = None
     if isinstance(writer, tuple):
         from distributed.actor import Actor
 
+        local = _local_writer(*writer)
         writer = Actor(*writer)
     prepared = prepare_piece(piece, grid, cfg)
     _kill_compute_worker_once("before")
     t0 = time.perf_counter()
-    accepted = writer.put(prepared).result()
+    # On the writer's own worker the piece is handed over in memory: a call through the
+    # actor would pickle it and send it to this same process over TCP.
+    accepted = local.put(prepared) if local is not None else writer.put(prepared).result()
     _kill_compute_worker_once("after")
     timings = dict(prepared.timings, transfer=time.perf_counter() - t0)
     return {"seq": piece.seq, "nbytes": prepared.nbytes, "accepted": accepted,

@@ -114,3 +114,37 @@ def test_slow_writer_keeps_the_backlog_under_its_limit(survey, tmp_path, monkeyp
     assert a.equals(b)
     assert ser.exit_code == 0
     np.testing.assert_equal(res.totals["loaded"], ser.totals["loaded"])
+
+
+def test_pieces_made_on_the_disk_worker_reach_the_writer_in_memory(survey, tmp_path, monkeypatch):
+    """A task on the writer's own worker hands its piece over directly (no pickling, no TCP);
+    tasks elsewhere go through the actor. Either way the output is the serial one."""
+    from distributed import Client
+
+    from pfm_dask.pipeline import WriterActor
+
+    calls = []
+    real_local = pipeline._local_writer
+
+    def spy(*a):
+        got = real_local(*a)
+        calls.append(got is not None)
+        return got
+
+    monkeypatch.setattr(pipeline, "_local_writer", spy)
+    puts = []
+    real_put = WriterActor.put
+    monkeypatch.setattr(WriterActor, "put", lambda self, p: puts.append(p.piece.seq) or real_put(self, p))
+    cfg = LoadConfig(bin_size_m=25.0, split_pings=6)
+    with pipeline.make_local_cluster(2, processes=False) as cluster, Client(cluster) as client:
+        res = pipeline.run_load(expand_inputs([survey]), tmp_path / "local.pfm", cfg,
+                                mode="scheduler", client=client)
+    assert res.exit_code == 0, res.summary()
+    n_pieces = sum(r["pieces"] for r in res.files)
+    assert len(calls) == n_pieces and any(calls) and not all(calls)
+    assert sorted(puts) == list(range(n_pieces))
+    ser = pipeline.run_load(expand_inputs([survey]), tmp_path / "ser.pfm",
+                            LoadConfig(bin_size_m=25.0), mode="serial")
+    a, _ = _dump_tables(tmp_path / "local.pfm", tmp_path)
+    b, _ = _dump_tables(tmp_path / "ser.pfm", tmp_path)
+    assert a.equals(b) and ser.exit_code == 0
