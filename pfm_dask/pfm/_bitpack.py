@@ -274,6 +274,28 @@ class BitLayout:
         _kernel("pack_at")(buf, offs, vals, np.array([f.offset for f in fs], np.int64),
                            np.array([f.nbits for f in fs], np.int64))
 
+    def pack_items_at_bits(self, buf: np.ndarray, bit_base: np.ndarray, keys: Sequence[Hashable],
+                           values: np.ndarray) -> None:
+        """Overwrite fields ``keys`` of items whose bit 0 is at ``bit_base[j]`` of the flat uint8
+        ``buf``, with ``values[i, j]`` for key ``i`` (uint64, taken modulo the widths); the
+        fields' offsets are those of the layout, taken relative to each item's start.
+        Every other bit is kept."""
+        base = np.ascontiguousarray(bit_base, dtype=np.int64)
+        values = np.asarray(values)
+        used = [i for i, k in enumerate(keys) if self.fields[k].nbits]   # zero-width: absent
+        fs = [self.fields[keys[i]] for i in used]
+        if not base.size or not fs:
+            return
+        if not isinstance(buf, np.ndarray) or buf.dtype != np.uint8 or buf.ndim != 1 \
+                or not buf.flags.c_contiguous or not buf.flags.writeable:
+            raise ValueError("buf must be a flat contiguous writeable uint8 array")
+        end = max(f.offset + f.nbits for f in fs)
+        if base.min() < 0 or int(base.max()) + end > buf.size * 8:
+            raise ValueError("items outside the buffer")
+        vals = np.ascontiguousarray(values.reshape(len(keys), base.size)[used], dtype=_U64)
+        _kernel("pack_bits")(buf, base, vals, np.array([f.offset for f in fs], np.int64),
+                             np.array([f.nbits for f in fs], np.int64))
+
     def unpack_at(self, buf: np.ndarray, offsets: np.ndarray, keys: Sequence[Hashable] | None = None) -> dict:
         """Field values (uint64) of the records that start at byte ``offsets`` of ``buf``."""
         offs, keys = self._at_args(buf, offsets, list(self.fields if keys is None else keys))
@@ -760,6 +782,34 @@ def _k_pack_at(buf, offsets, vals, foff, fnb):
                         buf[byte] &= ~sel
 
 
+def _k_pack_bits(buf, bit_base, vals, foff, fnb):
+    """Overwrite fields (``foff``/``fnb``, widths >= 1) of the items starting at bit
+    ``bit_base[j]`` of ``buf`` with ``vals[:, j]``, keeping every other bit: the soundings
+    that fill free slots of tail records (a slot need not start on a byte)."""
+    n = buf.size
+    for j in range(bit_base.size):
+        base = bit_base[j]
+        for f in range(foff.size):
+            nb = fnb[f]
+            m = _mask(nb)
+            v = vals[f, j] & m
+            p = base + foff[f]
+            o = p >> 3
+            sh = p & 7
+            if sh + nb <= 64 and o + 8 <= n:
+                k = np.uint64(64 - sh - nb)
+                _st_be64(buf, o, (_ld_be64(buf, o) & ~(m << k)) | (v << k))
+            else:                              # field across 9 bytes or at the end: bit by bit
+                for q in range(nb):
+                    bit = p + q
+                    byte = bit >> 3
+                    sel = np.uint8(1 << (7 - (bit & 7)))
+                    if (v >> np.uint64(nb - 1 - q)) & np.uint64(1):
+                        buf[byte] |= sel
+                    else:
+                        buf[byte] &= ~sel
+
+
 def _k_unpack_at(buf, offsets, foff, fnb, out):
     """Fields (widths may be 0) of the records starting at byte ``offsets[j]`` of ``buf``."""
     n = buf.size
@@ -894,6 +944,7 @@ def _signature(name: str, T):
         "to_words": (arr(T.uint8, 2, "A"), arr(u64, 2, ro=False)),
         "bin_runs": (ai, i64, arr(i64, ro=False)),
         "pack_at": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai),
+        "pack_bits": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai),
         "unpack_at": (arr(T.uint8), ai, ai, ai, arr(u64, 2, ro=False)),
         "bits_all": (arr(T.uint8), ai),
         "bits_clear": (arr(T.uint8, ro=False), ai),
@@ -904,7 +955,7 @@ def _signature(name: str, T):
 
 
 _KERNEL_NAMES = ("pack_items", "pack_soundings", "unpack_items", "unpack_words", "to_words", "from_words",
-                 "bin_runs", "pack_at", "unpack_at", "bits_all", "bits_clear")
+                 "bin_runs", "pack_at", "pack_bits", "unpack_at", "bits_all", "bits_clear")
 _KERNEL_LOCK = threading.Lock()
 _KERNELS: dict = {}
 _HELPERS_READY: list = []

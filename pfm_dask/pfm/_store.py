@@ -172,10 +172,14 @@ def _f32(x) -> float:
 class _Spans:
     """Records of ``size`` bytes at sorted unique ``offsets``, read as merged spans.
 
-    ``records()`` gives an (n, size) copy; ``store(records)`` puts modified
-    records back into the span buffers; ``write()`` writes every span with
-    one ``pwrite`` each, in offset order. Gap bytes between records are
-    written back unchanged (the file is not shared while we hold it).
+    The spans (records closer than ``max_gap`` bytes merged, none longer than
+    ``_MAX_SPAN``) lie end to end in one buffer, so that every record is a
+    position in it and each operation is one vectorised call whatever the
+    number of spans. ``records()`` gives an (n, size) copy; ``store(records)``
+    puts modified records back; ``unpack``/``pack`` read and change fields in
+    place; ``write()`` writes every span with one ``pwrite`` each, in offset
+    order. Gap bytes between records are written back unchanged (the file is
+    not shared while we hold it).
     """
 
     def __init__(self, fd: int, offsets: np.ndarray, size: int, *, max_gap: int,
@@ -202,51 +206,52 @@ class _Spans:
                 runs.append((a, min(c, b)))
                 a = min(c, b)
         self.runs = runs
-        self.buffers: list[np.ndarray] = []
-        self.span_lo: list[int] = []
-        for a, b in runs:
-            lo = int(off[a])
-            hi = int(off[b - 1]) + self.size
-            if not read:   # caller knows the bytes are zero (records never written)
-                self.buffers.append(np.zeros(hi - lo, dtype=np.uint8))
-                self.span_lo.append(lo)
-                continue
-            raw = os.pread(fd, hi - lo, lo)
-            if len(raw) != hi - lo:
-                raise PfmFormatError(f"{what} at byte {lo + len(raw):,} is past the end of the file",
-                                     path=path, offset=lo + len(raw))
-            self.buffers.append(np.frombuffer(raw, dtype=np.uint8).copy())
-            self.span_lo.append(lo)
+        # span k covers file bytes span_lo[k] .. span_lo[k] + span_len[k], at buf[span_at[k]:]
+        first = np.array([a for a, _ in runs], dtype=np.int64)
+        last = np.array([b - 1 for _, b in runs], dtype=np.int64)
+        self.span_lo = off[first] if runs else np.zeros(0, np.int64)
+        self.span_len = off[last] + self.size - self.span_lo if runs else np.zeros(0, np.int64)
+        self.span_at = np.cumsum(self.span_len) - self.span_len
+        total = int(self.span_len.sum())
+        # position in buf of every record
+        run_of = np.repeat(np.arange(len(runs), dtype=np.int64),
+                           [b - a for a, b in runs]) if runs else np.zeros(0, np.int64)
+        self.pos = off - self.span_lo[run_of] + self.span_at[run_of] if n else np.zeros(0, np.int64)
+        self.dense = total == n * self.size     # no gap bytes: buf is the records end to end
+        if not read:   # caller knows the bytes are zero (records never written)
+            self.buf = np.zeros(total, dtype=np.uint8)
+            return
+        self.buf = np.empty(total, dtype=np.uint8)
+        mv = memoryview(self.buf)
+        for lo, ln, at in zip(self.span_lo.tolist(), self.span_len.tolist(), self.span_at.tolist()):
+            got = os.preadv(fd, [mv[at:at + ln]], lo)
+            if got != ln:
+                raise PfmFormatError(f"{what} at byte {lo + got:,} is past the end of the file",
+                                     path=path, offset=lo + got)
 
-    def _view(self, buf: np.ndarray) -> np.ndarray:
+    def _view(self) -> np.ndarray:
         """A writeable (len - size + 1, size) window view: row ``p`` is the record at byte ``p``."""
-        return np.lib.stride_tricks.as_strided(buf, shape=(buf.size - self.size + 1, self.size),
+        return np.lib.stride_tricks.as_strided(self.buf, shape=(self.buf.size - self.size + 1, self.size),
                                                strides=(1, 1), writeable=True)
 
     def records(self) -> np.ndarray:
-        out = np.empty((self.offsets.size, self.size), dtype=np.uint8)
-        for (a, b), buf, lo in zip(self.runs, self.buffers, self.span_lo):
-            pos = self.offsets[a:b] - lo
-            if (b - a) * self.size == buf.size:
-                out[a:b] = buf.reshape(b - a, self.size)
-            else:
-                out[a:b] = self._view(buf)[pos]
-        return out
+        if self.dense:
+            return self.buf.reshape(-1, self.size).copy()
+        return self._view()[self.pos]
 
     def store(self, records: np.ndarray) -> None:
-        for (a, b), buf, lo in zip(self.runs, self.buffers, self.span_lo):
-            pos = self.offsets[a:b] - lo
-            if (b - a) * self.size == buf.size:
-                buf.reshape(b - a, self.size)[...] = records[a:b]
-            else:
-                self._view(buf)[pos] = records[a:b]
+        if self.dense:
+            self.buf.reshape(-1, self.size)[...] = records
+        else:
+            self._view()[self.pos] = records
 
     def write(self, writer: "_BackgroundWriter | None" = None) -> None:
-        for buf, lo in zip(self.buffers, self.span_lo):
+        for lo, ln, at in zip(self.span_lo.tolist(), self.span_len.tolist(), self.span_at.tolist()):
+            part = self.buf[at:at + ln]
             if writer is None:
-                _pwrite_all(self.fd, buf, lo)
+                _pwrite_all(self.fd, part, lo)
             else:
-                writer.submit(self.fd, buf, lo)
+                writer.submit(self.fd, part, lo)
 
     def extent(self) -> tuple[int, int]:
         """Byte range covered by the spans."""
@@ -255,17 +260,15 @@ class _Spans:
         return int(self.offsets[0]), int(self.offsets[-1]) + self.size
 
     def unpack(self, layout: BitLayout, keys) -> dict:
-        """Fields (uint64) of every record, read in place from the span buffers."""
-        out = {k: np.empty(self.offsets.size, dtype=np.uint64) for k in keys}
-        for (a, b), buf, lo in zip(self.runs, self.buffers, self.span_lo):
-            for k, v in layout.unpack_at(buf, self.offsets[a:b] - lo, keys).items():
-                out[k][a:b] = v
-        return out
+        """Fields (uint64) of every record, read in place from the span buffer."""
+        if not self.offsets.size:
+            return {k: np.empty(0, dtype=np.uint64) for k in keys}
+        return layout.unpack_at(self.buf, self.pos, keys)
 
     def pack(self, layout: BitLayout, values: dict) -> None:
-        """Overwrite fields of every record in place in the span buffers (other bits kept)."""
-        for (a, b), buf, lo in zip(self.runs, self.buffers, self.span_lo):
-            layout.pack_at(buf, self.offsets[a:b] - lo, {k: v[a:b] for k, v in values.items()})
+        """Overwrite fields of every record in place in the span buffer (other bits kept)."""
+        if self.offsets.size:
+            layout.pack_at(self.buf, self.pos, values)
 
 
 def _pwrite_all(fd: int, data, offset: int) -> None:
@@ -1322,30 +1325,31 @@ class PfmFile:
             writer.wait_for(self._fds["ndx"], int(t0[tb[0]]), int(t0[tb[-1]]) + rsize)
             tspans = _Spans(self._fds["ndx"], t0[tb], rsize, max_gap=_RMW_GAP,
                             path=self.ndx_path, what="tail record")
+            trecs = tspans.records()                 # (len(tb), rsize) copy, changed in place
             if self.undo is not None:
-                self.undo.save_records("ndx", t0[tb], rsize, tspans.records())
-            twords = NL._to_words(tspans.records())
-            cont_old = NL.unpack_words(twords, ["continuation"])["continuation"]
+                self.undo.save_records("ndx", t0[tb], rsize, trecs)
+            flat = trecs.reshape(-1)
+            row_at = np.arange(tb.size, dtype=np.int64) * rsize
+            cont_old = NL.unpack_at(flat, row_at, ["continuation"])["continuation"]
             if np.any(cont_old != 0):
                 j = int(np.flatnonzero(cont_old != 0)[0])
                 raise PfmFormatError(f"tail record of bin {int(ub[tb[j]])} has a non-zero continuation "
                                      "pointer (chain corrupted)", path=self.ndx_path, offset=int(t0[tb[j]]))
             if any_fill:
+                # every filling sounding goes to slot used + k of its bin's tail, in one kernel pass
                 fsel = np.flatnonzero(is_fill)
                 fslot = used[g[fsel]] + k[fsel]
-                frow = row_of_bin[g[fsel]]
-                for s_ in range(L):
-                    w = fslot == s_
-                    if not w.any():
-                        continue
-                    idx = fsel[w]
-                    NL.pack_words(twords, {(key, s_): arr[idx] for key, arr in codes.items()},
-                                  clear=True, rows=frow[w])
+                bit_base = row_of_bin[g[fsel]] * (rsize * 8) + fslot * self._single_bits
+                keys = [key for key in codes if NL.fields[(key, 0)].nbits]
+                vals = np.empty((len(keys), fsel.size), dtype=np.uint64)
+                for i_, key in enumerate(keys):
+                    arr = codes[key]
+                    vals[i_] = arr(fsel) if isinstance(arr, _Coder) else arr[fsel]
+                NL.pack_items_at_bits(flat, bit_base, [(key, 0) for key in keys], vals)
             link = m[tb] > 0
             if link.any():
-                NL.pack_words(twords, {"continuation": first_new[tb[link]].astype(np.uint64)},
-                              clear=True, rows=np.flatnonzero(link))
-            tspans.store(NL._from_words(twords))
+                NL.pack_at(flat, row_at[link], {"continuation": first_new[tb[link]].astype(np.uint64)})
+            tspans.store(trecs)
             if self.undo is not None:
                 self.undo.commit()
             tspans.write(writer)

@@ -507,3 +507,36 @@ def test_kernels_work_without_a_writable_cache(tmp_path):
 def test_load_kernels():
     assert B.load_kernels() >= 0.0
     assert set(B._KERNELS) == set(B._KERNEL_NAMES)
+
+
+@settings(max_examples=40, deadline=None)
+@given(widths, st.integers(0, 2**32 - 1), st.integers(0, 8))
+def test_pack_items_at_bits_in_place(ws, seed, n):
+    """Items starting at any bit of a dirty buffer (as soundings filling the free slots of tail
+    records): the given fields replaced, zero-width ones ignored, all other bits kept."""
+    rng = np.random.default_rng(seed)
+    fields, pos = [], 0
+    for i, w in enumerate(ws):
+        fields.append((i, pos, w))
+        pos += w + int(rng.integers(0, 3))
+    lay = BitLayout(fields)
+    item_bits = max(pos, 1)
+    bases = np.sort(rng.choice(np.arange(0, 8 * item_bits + 1, item_bits), n, replace=False)) + \
+        int(rng.integers(0, 8)) if n else np.zeros(0, np.int64)
+    buf = rng.integers(0, 256, (int(bases.max()) + item_bits + 7) // 8 + int(rng.integers(0, 3))
+                       if n else 2, dtype=np.uint8)
+    before = buf.copy()
+    keys = [k for k, _, w in fields if rng.random() < 0.7]
+    vals = np.stack([random_u64(rng, n, max(fields[k][2], 1)) for k in keys]) if keys else \
+        np.zeros((0, n), np.uint64)
+    lay.pack_items_at_bits(buf, bases, keys, vals)
+    expect = list("".join(format(x, "08b") for x in before.tobytes()))
+    for j, b in enumerate(bases.tolist()):
+        for i, k in enumerate(keys):
+            _, off, w = fields[k]
+            if w:
+                expect[b + off: b + off + w] = format(int(vals[i, j]) & ((1 << w) - 1), f"0{w}b")
+    assert "".join(format(x, "08b") for x in buf.tobytes()) == "".join(expect)
+    if n and keys and any(fields[k][2] for k in keys):
+        with pytest.raises(ValueError):
+            lay.pack_items_at_bits(buf, np.array([buf.size * 8]), keys, vals[:, :1])
