@@ -246,12 +246,13 @@ class _Spans:
             self._view()[self.pos] = records
 
     def write(self, writer: "_BackgroundWriter | None" = None) -> None:
-        for lo, ln, at in zip(self.span_lo.tolist(), self.span_len.tolist(), self.span_at.tolist()):
-            part = self.buf[at:at + ln]
-            if writer is None:
-                _pwrite_all(self.fd, part, lo)
-            else:
-                writer.submit(self.fd, part, lo)
+        parts = [(self.buf[at:at + ln], lo) for lo, ln, at in
+                 zip(self.span_lo.tolist(), self.span_len.tolist(), self.span_at.tolist())]
+        if writer is not None:
+            writer.submit_many(self.fd, parts)
+            return
+        for part, lo in parts:
+            _pwrite_all(self.fd, part, lo)
 
     def extent(self) -> tuple[int, int]:
         """Byte range covered by the spans."""
@@ -319,7 +320,11 @@ class _BackgroundWriter:
             seq, fd, data, offset, done = job
             try:
                 if self._error is None:
-                    _pwrite_all(fd, data, offset)
+                    if offset is None:          # submit_many: a list of (data, offset)
+                        for part, at in data:
+                            _pwrite_all(fd, part, at)
+                    else:
+                        _pwrite_all(fd, data, offset)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 self._error = exc
             finally:
@@ -337,6 +342,19 @@ class _BackgroundWriter:
             seq = self._seq
             self._pending[seq] = (fd, int(offset), int(offset) + memoryview(data).nbytes)
         self._q.put((seq, fd, data, offset, done))
+
+    def submit_many(self, fd: int, parts: list) -> None:
+        """Queue several ``(data, offset)`` writes as one job (one hand-over to the thread)."""
+        if not parts:
+            return
+        self._check()
+        lo = min(int(at) for _, at in parts)
+        hi = max(int(at) + memoryview(d).nbytes for d, at in parts)
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+            self._pending[seq] = (fd, lo, hi)
+        self._q.put((seq, fd, list(parts), None, None))
 
     def wait_for(self, fd: int, lo: int, hi: int) -> None:
         with self._lock:
