@@ -360,8 +360,10 @@ EXTREMA_START = {
     "min_standard_deviation": 9999999.0, "max_standard_deviation": -9999999.0,
 }
 
-#: Soundings per band of :func:`recompute` (about 100 bytes each while a band is worked on).
-BAND_SOUNDINGS = 2_000_000
+#: Soundings per band of :func:`recompute` (about 100 bytes each while a band is worked on,
+#: at most ``threads`` + 1 bands at once): what bounds the recompute's memory, whatever the
+#: number of soundings in the PFM.
+BAND_SOUNDINGS = 500_000
 #: Default thread count of :func:`recompute` and of the check's band pipeline.
 THREADS = min(4, os.cpu_count() or 1)
 #: Bin records read at once while planning bands.

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import os
 import re
+import tempfile
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -53,7 +55,9 @@ BIN_COLUMNS = ("bin_x", "bin_y", "num_soundings", "num_valid", "std", "avg_filte
 
 _COV_HEADER_SIZE = 65536
 _BAND_BINS = 1 << 18          # bin records per check band
-_BAND_SOUNDINGS = 2_000_000   # soundings per check band (soft)
+_BAND_SOUNDINGS = 500_000     # soundings per check band (soft): bounds the check's memory
+_BITMAP_IN_MEMORY = 1 << 20   # bytes of visited map kept in memory; larger ones go to a file
+_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)  # absent where mmap has no madvise (Windows)
 _MAX_PER_KIND = 20            # problems reported per kind before a summary line
 _AVERAGE_NAMES = ("Average Filtered Depth", "Average Edited")
 
@@ -500,11 +504,41 @@ def _check_cvg_header(path: str, pr: _Problems) -> None:
 
 
 class _Bitmap:
-    """One bit per ``.ndx`` physical record: has a chain reached it yet?"""
+    """One bit per ``.ndx`` physical record: has a chain reached it yet?
 
-    def __init__(self, n: int):
+    Up to :data:`_BITMAP_IN_MEMORY` bytes the bits are an ordinary array. A
+    larger map (a very large ``.ndx``) lives in a shared mapping of an unnamed
+    temporary file in ``directory`` (the PFM's data directory), whose pages
+    :meth:`drop_pages` hands back to the page cache, so the check's resident
+    memory does not grow with the number of records. Where no such file can be
+    made (a read-only directory, a full disk) the bits stay in memory.
+    """
+
+    def __init__(self, n: int, directory: str | None = None):
         self.n = int(n)
-        self.bits = np.zeros((self.n + 7) // 8, dtype=np.uint8)
+        nbytes = (self.n + 7) // 8
+        self._file = self._mm = None
+        if directory is not None and nbytes > _BITMAP_IN_MEMORY:
+            try:
+                self._file = tempfile.TemporaryFile(dir=directory, prefix=".check-bitmap-")
+                fd = self._file.fileno()
+                # blocks reserved now (reading as zeros): a full disk is an OSError here, and
+                # falls back to memory, rather than a SIGBUS on the first write to the map
+                if hasattr(os, "posix_fallocate"):
+                    os.posix_fallocate(fd, 0, nbytes)
+                else:
+                    os.ftruncate(fd, nbytes)
+                self._mm = mmap.mmap(fd, nbytes)
+            except (OSError, ValueError):
+                self.close()
+        if self._mm is not None:
+            self.bits = np.frombuffer(self._mm, dtype=np.uint8, count=nbytes)
+        else:
+            self.bits = np.zeros(nbytes, dtype=np.uint8)
+
+    @property
+    def in_file(self) -> bool:
+        return self._mm is not None
 
     def test(self, idx: np.ndarray) -> np.ndarray:
         return ((self.bits[idx >> 3] >> (idx & 7).astype(np.uint8)) & 1).astype(bool)
@@ -512,7 +546,12 @@ class _Bitmap:
     def set(self, idx: np.ndarray) -> None:
         np.bitwise_or.at(self.bits, idx >> 3, (np.uint8(1) << (idx & 7).astype(np.uint8)))
 
-    def unset(self, first: int = 5, chunk: int = 1 << 24) -> tuple[int, list[int]]:
+    def drop_pages(self) -> None:
+        """Unmap the file-backed pages from this process (their bits stay in the file)."""
+        if self._mm is not None and _DONTNEED is not None:
+            self._mm.madvise(_DONTNEED)
+
+    def unset(self, first: int = 5, chunk: int = 1 << 20) -> tuple[int, list[int]]:
         """Number of records never reached, and the first few of them (chunked, bounded memory)."""
         total, firsts = 0, []
         for a in range(0, self.bits.size, chunk):
@@ -522,7 +561,20 @@ class _Bitmap:
             total += zero.size
             if len(firsts) < first:
                 firsts += [a * 8 + int(z) for z in zero[: first - len(firsts)]]
+            self.drop_pages()
         return total, firsts
+
+    def close(self) -> None:
+        self.bits = np.zeros(0, dtype=np.uint8)
+        mm, self._mm = self._mm, None
+        f, self._file = self._file, None
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:  # a view is still alive: the mapping goes with it
+                pass
+        if f is not None:
+            f.close()
 
 
 class _Walker:
@@ -550,21 +602,38 @@ class _Walker:
         self.wstart = max(0, lay.cont_bytes[1] - 8)
         self.wshift = 64 - (off - 8 * self.wstart + nb)
         if self.n_phys:
-            self.mm = np.memmap(ndx_path, dtype=np.uint8, mode="r",
-                                shape=(self.n_phys, lay.phys))
-            self.recs = self.mm.view(np.ndarray)
+            with open(ndx_path, "rb") as fh:
+                self.mm = mmap.mmap(fh.fileno(), self.n_phys * lay.phys, access=mmap.ACCESS_READ)
+            self.recs = np.frombuffer(self.mm, dtype=np.uint8,
+                                      count=self.n_phys * lay.phys).reshape(self.n_phys, lay.phys)
             if self.wstart <= lay.cont_bytes[0] and self.wstart + 8 <= lay.phys:
                 self.words = np.ndarray((self.n_phys * lay.phys - 7,), dtype=">u8", buffer=self.recs,
                                         strides=(1,))
-        self.visited = _Bitmap(self.n_phys)
+        self.visited = _Bitmap(self.n_phys, os.path.dirname(os.path.abspath(ndx_path)))
         self.classified = 0
+
+    def drop_pages(self) -> None:
+        """Unmap the ``.ndx`` pages read so far (and the visited map's) from this process.
+
+        Reading chains faults pages of the read-only map in, and they would stay
+        resident until the end: the whole ``.ndx`` by then. Dropped pages stay
+        in the page cache and come back on the next touch (a minor fault), so
+        this is safe at any time, even while another thread reads the map.
+        """
+        if self.mm is not None and _DONTNEED is not None:
+            self.mm.madvise(_DONTNEED)
+        self.visited.drop_pages()
 
     def close(self) -> None:
         mm, self.mm = self.mm, None
         self.recs = np.zeros((0, self.lay.phys), dtype=np.uint8)
         self.words = None
+        self.visited.close()
         if mm is not None:
-            del mm
+            try:
+                mm.close()
+            except BufferError:  # a view is still alive: the mapping goes with it
+                pass
 
     def _pointers(self, idx: np.ndarray) -> np.ndarray:
         """Continuation pointers of physical records ``idx`` (only their bytes are read)."""
@@ -758,7 +827,8 @@ def _check_journal(parts: dict, pr: _Problems) -> None:
                + (f"; continue it with: {cmd}" if cmd else ""))
 
 
-def check(path, *, journal: bool = True, threads: int | None = None) -> list[Problem]:
+def check(path, *, journal: bool = True, threads: int | None = None,
+          band_soundings: int | None = None) -> list[Problem]:
     """Full validity check of the PFM whose handle is ``path``; returns the problems found.
 
     See the module docstring and docs/pfm-format.md ("What check verifies").
@@ -769,6 +839,14 @@ def check(path, *, journal: bool = True, threads: int | None = None) -> list[Pro
     :data:`pfm_dask.pfm._recompute.THREADS`) bands have their soundings
     checked at once while the next chains are walked; the problems, and
     their order, do not depend on it.
+
+    Memory: bins go by bands of about ``band_soundings`` soundings (default
+    :data:`_BAND_SOUNDINGS`; a bin is never split), at most ``threads`` + 1
+    bands at once, and the ``.ndx`` pages a band read are unmapped once it is
+    checked; beyond that the check holds per-bin arrays of a band and one bit
+    per ``.ndx`` record (in a temporary file of the data directory when large).
+    The resident memory does not grow with the number of soundings. The
+    problems do not depend on ``band_soundings`` either.
     """
     parts = _parts(path)
     if not os.path.exists(parts["handle"]) and not os.path.isdir(parts["data"]):
@@ -794,18 +872,19 @@ def check(path, *, journal: bool = True, threads: int | None = None) -> list[Pro
     if sizes[".cvg"] is not None:
         _check_cvg_header(parts[".cvg"], pr)
     threads = THREADS if threads is None else max(1, int(threads))
+    budget = _BAND_SOUNDINGS if band_soundings is None else max(1, int(band_soundings))
     if threads > 1:
         # Pipelined; on any error the sequential pass below decides what is reported
         # (where it stops and what it found before), so the answer never depends on threads.
         trial = pr.copy()
         try:
-            _check_bins(parts, h, lay, sizes, n_files, n_lines, deleted, trial, threads)
+            _check_bins(parts, h, lay, sizes, n_files, n_lines, deleted, trial, threads, budget)
         except Exception:  # noqa: BLE001 - redone sequentially
             pass
         else:
             return trial.finish()
     try:
-        _check_bins(parts, h, lay, sizes, n_files, n_lines, deleted, pr, 1)
+        _check_bins(parts, h, lay, sizes, n_files, n_lines, deleted, pr, 1, budget)
     except PfmDaskError:
         raise
     except (OSError, ValueError, IndexError, OverflowError, MemoryError) as exc:
@@ -827,20 +906,26 @@ class _BandContext:
         self.std_max = (1 << int(h.std_bits)) - 1
         self.compute_average = h.average_filtered_name in _AVERAGE_NAMES
         self.class_type = int(h.class_type) if 0 <= int(h.class_type) <= 10 else None
+        self.budget = _BAND_SOUNDINGS  # soundings per band (check's band_soundings)
 
 
 def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, deleted,
-                pr: _Problems, threads: int = 1) -> None:
+                pr: _Problems, threads: int = 1, budget: int | None = None) -> None:
     """The bin pass: bands of bins in raster order, then orphans and header extrema.
 
     Each band is walked (:func:`_walk_band`, in order: the visited map spans
     bands) and its soundings checked (:func:`_check_band_data`). With
     ``threads`` > 1 the latter runs on a thread pool, each band collecting its
     problems on its own; they are merged, and the extrema folded, in band order.
+    Once a band's soundings are checked, the pages of the ``.ndx`` map read so
+    far are handed back (:meth:`_Walker.drop_pages`): the resident memory stays
+    at the few bands in flight (:data:`_BAND_SOUNDINGS` soundings each), not the
+    whole ``.ndx``.
     """
     W, H = int(h.bin_width), int(h.bin_height)
     hs = int(h.bin_header_size)
     n_bins = W * H
+    budget = _BAND_SOUNDINGS if budget is None else budget
     avail = max(0, (sizes[".bin"] - hs) // lay.bin_bytes)
     n_read = min(n_bins, avail)
     walker = _Walker(parts[".ndx"], sizes[".ndx"], lay, W, pr)
@@ -851,6 +936,7 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
         if sizes[".cvg"] is not None:
             cvg_fd = os.open(parts[".cvg"], os.O_RDONLY)
         ctx = _BandContext(h, lay, walker, cvg_fd, n_files, n_lines, deleted)
+        ctx.budget = budget
         ext = _ExtremaCheck(W, ctx.null32)
         if threads > 1:
             pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pfm-check")
@@ -860,6 +946,7 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
             args = fut.result()
             pr.merge(local, slot)
             ext.update(*args)
+            walker.drop_pages()
 
         band = 0
         with open(parts[".bin"], "rb") as fb:
@@ -872,13 +959,15 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
                     break
                 recs = np.frombuffer(raw[: nb * lay.bin_bytes], dtype=np.uint8).reshape(nb, lay.bin_bytes)
                 cnt = lay.bin.unpack(recs, ["count"])["count"].astype(np.int64)
-                for a, b in _split_by_soundings(cnt, _BAND_SOUNDINGS):
+                for a, b in _split_by_soundings(cnt, budget):
                     bidx = np.arange(b0 + a, b0 + b, dtype=np.int64)
                     pr.slot = 2 * band
                     walked = _walk_band(bidx, recs[a:b], ctx, pr)
                     if pool is None:
                         pr.slot = 2 * band + 1
                         ext.update(*_check_band_data(walked, ctx, pr))
+                        del walked
+                        walker.drop_pages()
                     else:
                         local = _Problems()
                         pending.append((2 * band + 1, local,
@@ -988,7 +1077,7 @@ def _walk_band(bidx, recs, ctx: _BandContext, pr: _Problems) -> dict:
     walk_cnt = np.where(huge, 0, cnt)
     head, tail = u["head"].astype(np.int64), u["tail"].astype(np.int64)
     walker.pr = pr
-    if int(walk_cnt.sum()) > 2 * _BAND_SOUNDINGS:
+    if int(walk_cnt.sum()) > 2 * ctx.budget:
         # a band this heavy is one bin with a huge count: validate its chain before
         # allocating for its soundings
         ok, _ = walker.walk(bidx, walk_cnt, head, tail, collect=False)
