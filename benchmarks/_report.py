@@ -22,6 +22,23 @@ RESULTS_DIR = BENCH_DIR / "results"     #: where ``<name>.json`` and plots go
 DATA_DIR = BENCH_DIR / "_data"          #: cached generated inputs (git-ignored)
 
 
+def cached_survey(out: Path, files: int, pings: int, beams: int, seed: int) -> dict | None:
+    """``survey.json`` of a complete cached synthetic survey made with these parameters, else
+    None (missing, other parameters, or a file missing or of another size: regenerate)."""
+    try:
+        meta = json.loads((Path(out) / "survey.json").read_text())
+    except (OSError, ValueError):
+        return None
+    p = meta.get("parameters", {})
+    if (p.get("files"), p.get("pings"), p.get("beams"), p.get("seed")) != (files, pings, beams, seed):
+        return None
+    for f in meta.get("files", []):
+        path = Path(out) / f["name"]
+        if not path.is_file() or path.stat().st_size != f["bytes"]:
+            return None
+    return meta
+
+
 def machine_facts() -> dict:
     """Cores, memory, CPU, OS and the versions of the libraries that decide our speed."""
     facts = {

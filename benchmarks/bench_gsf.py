@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._report import DATA_DIR, write_results
+from benchmarks._report import DATA_DIR, cached_survey, write_results
 
 BYTES_PER_PING_ESTIMATE = 8_000   # 432 beams with travel time and beam angle: ~8.3 kB
 
@@ -40,7 +40,7 @@ def survey(mb: float, *, seed: int = 0, pings_per_file: int = 2000, beams: int =
     pings = max(1, min(pings_per_file, math.ceil(mb * 1e6 / BYTES_PER_PING_ESTIMATE)))
     files = max(1, math.ceil(mb * 1e6 / (pings * BYTES_PER_PING_ESTIMATE)))
     out = Path(data_dir) / f"gsf_{files}x{pings}x{beams}_seed{seed}"
-    meta = _cached(out, files, pings, beams, seed)
+    meta = cached_survey(out, files, pings, beams, seed)
     if meta is None:
         if not quiet:
             print(f"generating {files} files × {pings} pings × {beams} beams in {out} …", flush=True)
@@ -51,26 +51,10 @@ def survey(mb: float, *, seed: int = 0, pings_per_file: int = 2000, beams: int =
         if not quiet:
             print(f"  {s['bytes'] / 1e6:.1f} MB in {s['elapsed_s']:.2f} s "
                   f"({s['mb_per_s']:.0f} MB/s)", flush=True)
-        meta = _cached(out, files, pings, beams, seed)
+        meta = cached_survey(out, files, pings, beams, seed)
         meta["generation"] = {"elapsed_s": s["elapsed_s"], "mb_per_s": s["mb_per_s"]}
     paths = [out / f["name"] for f in meta["files"]]
     return out, paths, meta
-
-
-def _cached(out: Path, files, pings, beams, seed) -> dict | None:
-    """survey.json of a complete cached survey with these parameters, else None."""
-    try:
-        meta = json.loads((out / "survey.json").read_text())
-    except (OSError, ValueError):
-        return None
-    p = meta.get("parameters", {})
-    if (p.get("files"), p.get("pings"), p.get("beams"), p.get("seed")) != (files, pings, beams, seed):
-        return None
-    for f in meta.get("files", []):
-        path = out / f["name"]
-        if not path.is_file() or path.stat().st_size != f["bytes"]:
-            return None
-    return meta
 
 
 # ---------------------------------------------------------------------------------- readers

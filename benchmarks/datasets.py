@@ -20,7 +20,7 @@ import shutil
 import time
 from pathlib import Path
 
-from ._report import DATA_DIR
+from ._report import DATA_DIR, cached_survey
 
 __all__ = ["LOADS", "PING_BYTES", "DEFAULT_GB", "pings_for", "survey", "load_files"]
 
@@ -40,7 +40,7 @@ def survey(pings: int, *, files: int = LOADS[-1], seed: int = SEED,
            data_dir: str | os.PathLike = DATA_DIR, quiet: bool = False) -> Path:
     """The cached survey of ``files`` lines × ``pings`` pings (generated on first use)."""
     out = Path(data_dir) / f"pfmloader_{files}x{pings}x{BEAMS}_s{seed}"
-    if _complete(out, files, pings, seed) is None:
+    if cached_survey(out, files, pings, BEAMS, seed) is None:
         shutil.rmtree(out, ignore_errors=True)
         t = time.perf_counter()
         if not quiet:
@@ -52,22 +52,6 @@ def survey(pings: int, *, files: int = LOADS[-1], seed: int = SEED,
         if not quiet:
             print(f"  {s['bytes'] / 1e9:.2f} GB in {time.perf_counter() - t:.0f} s", flush=True)
     return out
-
-
-def _complete(out: Path, files: int, pings: int, seed: int) -> dict | None:
-    """survey.json of a complete survey with these parameters, else None."""
-    try:
-        meta = json.loads((out / "survey.json").read_text())
-    except (OSError, ValueError):
-        return None
-    p = meta.get("parameters", {})
-    if (p.get("files"), p.get("pings"), p.get("beams"), p.get("seed")) != (files, pings, BEAMS, seed):
-        return None
-    for f in meta.get("files", []):
-        path = out / f["name"]
-        if not path.is_file() or path.stat().st_size != f["bytes"]:
-            return None
-    return meta
 
 
 def load_files(folder: Path, n: int) -> list[Path]:

@@ -6,31 +6,11 @@ space. No Dask, no typer: the command line is ``pfm-dask export``.
 See ``docs/products.md`` for what each product holds and why.
 """
 
-from ._surface import (DEFAULT_MEMORY, DEFAULT_SURFACE, LAYERS, SURFACES, Tile, plan_tiles,
-                       read_tiles, surface_label)
-from ._bag import BAG_NULL, BAG_VERSION, TRACKING_LIST_DTYPE, bag_metadata_xml, write_bag
-from ._geotiff import layer_descriptions, write_geotiff
-from ._png import block_reduce_surface, write_png
-from ._xyz import XYZ_HEADER, write_xyz
+from . import _bag, _geotiff, _png, _surface, _xyz
+from ._bag import *  # noqa: F401,F403
+from ._geotiff import *  # noqa: F401,F403
+from ._png import *  # noqa: F401,F403
+from ._surface import *  # noqa: F401,F403
+from ._xyz import *  # noqa: F401,F403
 
-__all__ = [
-    "SURFACES",
-    "DEFAULT_SURFACE",
-    "DEFAULT_MEMORY",
-    "LAYERS",
-    "Tile",
-    "plan_tiles",
-    "read_tiles",
-    "surface_label",
-    "write_bag",
-    "bag_metadata_xml",
-    "BAG_VERSION",
-    "BAG_NULL",
-    "TRACKING_LIST_DTYPE",
-    "write_geotiff",
-    "layer_descriptions",
-    "write_xyz",
-    "XYZ_HEADER",
-    "write_png",
-    "block_reduce_surface",
-]
+__all__ = [*_surface.__all__, *_bag.__all__, *_geotiff.__all__, *_xyz.__all__, *_png.__all__]
