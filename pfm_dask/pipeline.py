@@ -60,6 +60,7 @@ _SAMPLE_PINGS = 48  # pings read per file by the pre-scan (first, last and evenl
 _PIECE_OVERHEAD = 16 * 1024  # Arrow buffers and the ping table of a piece, beyond its soundings
 _STATUS_TOPIC = "pfm-writer"  # the writer's status events (pfm_dask.dashboard.TOPIC)
 _STATUS_EVERY = 0.5  # seconds between two status events
+_SLOTS_EVERY = 2.0  # seconds between two looks at the cluster's compute slots
 
 
 def _estimate_bytes(piece: Piece) -> int:
@@ -585,6 +586,15 @@ def _check_disk_worker(client) -> str:
     return disk[0]
 
 
+def _compute_slots(client) -> int:
+    """Tasks the cluster can run at once: the ``compute`` resource summed over its workers."""
+    try:
+        info = client.scheduler_info(n_workers=-1)["workers"].values()
+    except Exception:  # noqa: BLE001 - a slow answer must not stop a load: assume one slot
+        return 1
+    return max(1, int(sum(w.get("resources", {}).get("compute", 0) for w in info)))
+
+
 def _register_dashboard(client) -> None:
     """The writer's gauges, JSON route and page data on whatever scheduler runs the load."""
     try:
@@ -658,12 +668,20 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
     pending = [p for p in pending if p.seq >= status["watermark"]]
     last_progress = 0.0
     transfer = 0.0
+    slots, slots_at = _compute_slots(client), time.monotonic()
     try:
         while status["watermark"] < len(pieces):
             if status.get("error"):
                 raise LoadError(f"the writer stopped: {status['error']}")
+            if time.monotonic() - slots_at > _SLOTS_EVERY:  # adaptive clusters grow and shrink
+                slots, slots_at = _compute_slots(client), time.monotonic()
             in_flight_bytes = sum(est[p.seq] for p in in_flight.values())
-            while pending and len(in_flight) < cfg.max_window:
+            # Dask places a task with a resource restriction on a worker as soon as it is
+            # submitted, so a deep queue is a static split: a worker slowed by the writer
+            # keeps its share while the others idle. At most one task waits per slot, so
+            # the next piece goes to whichever worker frees first.
+            window = min(cfg.max_window, 2 * slots)
+            while pending and len(in_flight) < window:
                 nxt = pending[-1]
                 room = cfg.max_backlog_bytes - status["backlog_bytes"] - in_flight_bytes
                 # Over budget: wait, unless nothing at all is in flight or waiting (a piece

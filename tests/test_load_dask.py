@@ -148,3 +148,28 @@ def test_pieces_made_on_the_disk_worker_reach_the_writer_in_memory(survey, tmp_p
     a, _ = _dump_tables(tmp_path / "local.pfm", tmp_path)
     b, _ = _dump_tables(tmp_path / "ser.pfm", tmp_path)
     assert a.equals(b) and ser.exit_code == 0
+
+
+def test_a_faster_worker_gets_more_pieces(survey, tmp_path, monkeypatch):
+    """Pieces go to whichever worker frees first: with the disk worker's tasks made slow, the
+    other worker takes most of them (dynamic load balancing)."""
+    from distributed import Client, get_worker
+
+    real = pipeline.prepare_piece
+    ran = []
+
+    def slow_on_disk_worker(piece, grid, cfg):
+        on_disk = bool(get_worker().state.total_resources.get("disk", 0))
+        ran.append(on_disk)
+        if on_disk:
+            time.sleep(0.4)
+        return real(piece, grid, cfg)
+
+    monkeypatch.setattr(pipeline, "prepare_piece", slow_on_disk_worker)
+    cfg = LoadConfig(bin_size_m=25.0, split_pings=10)
+    with pipeline.make_local_cluster(2, processes=False) as cluster, Client(cluster) as client:
+        res = pipeline.run_load(expand_inputs([survey]), tmp_path / "bal.pfm", cfg,
+                                mode="scheduler", client=client)
+    assert res.exit_code == 0, res.summary()
+    assert len(ran) >= 20
+    assert sum(ran) / len(ran) < 0.3, f"disk worker ran {sum(ran)} of {len(ran)} pieces"
