@@ -44,6 +44,7 @@ import numpy as np
 
 from . import gsf
 from .bins import BinGrid
+from ._arrays import runs
 from .config import LoadConfig
 from . import journal as J
 from .errors import ConfigError, GsfError, LoadError, PfmDaskError
@@ -86,35 +87,31 @@ def prescan_file(path: str) -> dict:
                 return out
             step = max(1, n // _SAMPLE_PINGS)
             picks = sorted(set(range(0, n, step)) | {n - 1})
-            lats, lons = [], []
-            beams_seen = []
-            for i in picks:
-                t = f.read(i, i + 1)
-                if t.num_rows == 0:
-                    continue
-                beams_seen.append(t.num_rows)
-                lat = t.column("latitude").to_numpy()
-                lon = t.column("longitude").to_numpy()
-                # impossible positions (|lat| > 90, lon outside -180..360) must not stretch
-                # the area; the load skips or counts them
-                ok = ((np.abs(lat) <= 90) & (lon >= -180) & (lon <= 180) & np.isfinite(lat)
-                      & np.isfinite(lon))
-                if not ok.any():
-                    continue
-                if t.num_rows > 1:
-                    across = t.column("across_track").fill_null(0.0).to_numpy()
-                    along_col = t.column("along_track")
-                    along = along_col.fill_null(0.0).to_numpy()
-                    present = along_col.is_valid().to_numpy(zero_copy_only=False)
-                    heading = t.column("heading").to_numpy()
-                    blat, blon = gsf.beam_positions(lat[ok], lon[ok], heading[ok],
-                                                    across[ok], along[ok],
-                                                    along_present=present[ok])
-                    lats.append(blat)
-                    lons.append(blon)
-                else:
-                    lats.append(lat[ok])
-                    lons.append(lon[ok])
+            # one walk over the ping headers, the sampled pings decoded together
+            t = f.read_at(picks)
+            ping = t.column("ping").to_numpy()
+            _, _, beams_seen = runs(ping)
+            lat = t.column("latitude").to_numpy()
+            lon = t.column("longitude").to_numpy()
+            # impossible positions (|lat| > 90, lon outside -180..360) must not stretch
+            # the area; the load skips or counts them
+            ok = ((np.abs(lat) <= 90) & (lon >= -180) & (lon <= 180) & np.isfinite(lat)
+                  & np.isfinite(lon))
+            single = np.repeat(beams_seen, beams_seen) == 1   # one-beam pings: the ping position
+            lats, lons = [lat[ok & single]], [lon[ok & single]]
+            multi = ok & ~single
+            if multi.any():
+                across = t.column("across_track").fill_null(0.0).to_numpy()
+                along_col = t.column("along_track")
+                along = along_col.fill_null(0.0).to_numpy()
+                present = along_col.is_valid().to_numpy(zero_copy_only=False)
+                heading = t.column("heading").to_numpy()
+                blat, blon = gsf.beam_positions(lat[multi], lon[multi], heading[multi],
+                                                across[multi], along[multi],
+                                                along_present=present[multi])
+                lats.append(blat)
+                lons.append(blon)
+            beams_seen = beams_seen.tolist()
             for d in f.damage:
                 if d.to_dict() not in out["damage"]:
                     out["damage"].append(d.to_dict())

@@ -15,6 +15,7 @@ before the damage is returned and the damage is listed in :attr:`GsfFile.damage`
 from __future__ import annotations
 
 import bisect
+from dataclasses import fields
 import datetime as _dt
 import mmap
 import os
@@ -299,15 +300,20 @@ class GsfFile:
             self._remember(stop, st)
         return dirn, start
 
-    def _batch(self, start: int, stop: int) -> pa.RecordBatch:
+    def _batch(self, start: int, stop: int, select: np.ndarray | None = None) -> pa.RecordBatch:
         dirn, start = self._walk(start, stop)
+        numbers = np.arange(start + 1, start + 1 + len(dirn), dtype=np.uint32)
+        if select is not None:          # only these pings (0-based indices) of the walked run
+            rows = np.asarray(select, dtype=np.int64) - start
+            rows = rows[(rows >= 0) & (rows < len(dirn))]
+            dirn = PingDirectory(*(getattr(dirn, f.name)[rows] for f in fields(PingDirectory)))
+            numbers = numbers[rows]
         try:
             cols = decode_pings(self._u8, dirn, self._hdr_dtype)
         except (ValueError, IndexError, TypeError) as err:  # pragma: no cover - guarded above
             raise GsfError(f"cannot decode pings {start + 1}..{start + len(dirn)}: {err}",
                            path=self.path) from err
-        cols["ping"] = np.repeat(np.arange(start + 1, start + 1 + len(dirn),
-                                           dtype=np.uint32), dirn.n_beams)
+        cols["ping"] = np.repeat(numbers, dirn.n_beams)
         valid = cols.pop("_valid")
         arrays = []
         for field in SOUNDING_SCHEMA:
@@ -322,6 +328,22 @@ class GsfFile:
         """Soundings of pings [start_ping, stop_ping) (0-based ping indices) as a table."""
         start, stop = self._range(start_ping, stop_ping)
         batch = self._batch(start, stop)
+        return pa.Table.from_batches([batch], schema=SOUNDING_SCHEMA)
+
+    def read_at(self, pings) -> pa.Table:
+        """Soundings of the given pings (0-based indices, sorted, unique) as one table.
+
+        The pings between them are walked for their scale factors but not decoded: a
+        sample of pings spread over a file costs one pass over its ping headers.
+        Pings past damage (lenient mode) or past the end are left out.
+        """
+        idx = np.asarray(pings, dtype=np.int64).ravel()
+        if idx.size and (np.any(np.diff(idx) <= 0) or idx[0] < 0):
+            raise ValueError("pings must be sorted, unique and >= 0")
+        idx = idx[idx < self.n_pings]
+        if not idx.size:
+            return pa.Table.from_batches([], schema=SOUNDING_SCHEMA)
+        batch = self._batch(int(idx[0]), int(idx[-1]) + 1, select=idx)
         return pa.Table.from_batches([batch], schema=SOUNDING_SCHEMA)
 
     def iter_batches(self, max_pings: int = 1000, start_ping: int = 0,
