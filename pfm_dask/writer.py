@@ -698,17 +698,23 @@ class PfmWriter:
         """Write the area filter's result into the PFM (idempotent: fixed values at fixed places)."""
         path = self._jp["redo"]
         n = int(redo["count"])
+        step = _REDO_CHUNK * 3 * np.dtype(_REDO_DTYPE).itemsize   # bytes of one chunk
+        # verify the whole file first (nothing applied from a damaged one), then apply it;
+        # both a chunk at a time: it holds 24 bytes per sounding the filter changed
+        size, crc = 0, 0
         with open(path, "rb") as fh:
-            raw = fh.read()
-        if len(raw) != redo["size"] or zlib.crc32(raw) != redo["crc"]:
+            while chunk := fh.read(step):
+                size += len(chunk)
+                crc = zlib.crc32(chunk, crc)
+        if size != redo["size"] or size != n * step // _REDO_CHUNK or crc != redo["crc"]:
             raise LoadError("the area filter's redo file does not match its checksum; remove the "
                             "PFM and load again", path=path)
-        rec = np.frombuffer(raw, dtype=_REDO_DTYPE).reshape(n, 3)
         self._dirty = True
-        for a in range(0, n, _REDO_CHUNK):
-            r = rec[a:a + _REDO_CHUNK]
-            self.pfm.set_validity(r[:, 0], r[:, 1], r[:, 2])
-            J.crash_point("area-filter-apply")
+        with open(path, "rb") as fh:
+            while chunk := fh.read(step):
+                r = np.frombuffer(chunk, dtype=_REDO_DTYPE).reshape(-1, 3)
+                self.pfm.set_validity(r[:, 0], r[:, 1], r[:, 2])
+                J.crash_point("area-filter-apply")
         self.pfm.flush()
 
     def abort(self) -> None:

@@ -302,3 +302,20 @@ def test_resume_with_nothing_to_resume(rsurvey, tmp_path):
     (Path(str(other) + ".data") / "other.pfm.lin").write_text("a line\n")
     with pytest.raises(ConfigError, match="no load journal"):
         pipeline.run_load([], other, None, mode="serial", resume=True)
+
+
+def test_resume_refuses_a_damaged_area_filter_redo_file(rsurvey, tmp_path):
+    """Killed while applying the area filter's result: a resume re-applies it from the redo
+    file, which is verified whole (read in chunks) before anything is written from it."""
+    from pfm_dask.errors import LoadError
+
+    out = tmp_path / "out.pfm"
+    r = crash_load(rsurvey, out, "area-filter-apply", "--serial")
+    assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr)
+    redo = J.journal_paths(out)["redo"]
+    raw = bytearray(redo.read_bytes())
+    assert len(raw) % 24 == 0 and raw
+    raw[len(raw) // 2] ^= 0xFF
+    redo.write_bytes(bytes(raw))
+    with pytest.raises(LoadError, match="checksum"):
+        pipeline.run_load([], out, None, mode="serial", resume=True)
