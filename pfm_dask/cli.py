@@ -269,7 +269,7 @@ def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_jso
     profile = _cluster_profile(cluster, cluster_config, serial=serial, scheduler=scheduler)
     mode = ("serial" if serial else "scheduler" if scheduler else
             "cluster" if profile is not None else "local")
-    files = expand_inputs(inputs) if inputs else []
+    files = expand_inputs(inputs, keep_duplicates=True) if inputs else []  # the load reports repeats
     prog = _Progress(not quiet, as_json)
 
     def dash(link):

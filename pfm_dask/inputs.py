@@ -73,9 +73,13 @@ def _expand_one(item: str, base: Path, seen_lists: set[Path]) -> list[Path]:
     return [path]
 
 
-def expand_inputs(items: Iterable[str | os.PathLike], *, base: str | os.PathLike | None = None
-                  ) -> list[Path]:
-    """Expand files, directories, globs and ``@list`` files into absolute, unique paths."""
+def expand_inputs(items: Iterable[str | os.PathLike], *, base: str | os.PathLike | None = None,
+                  keep_duplicates: bool = False) -> list[Path]:
+    """Expand files, directories, globs and ``@list`` files into absolute, unique paths.
+
+    ``keep_duplicates=True`` keeps a file named twice (say by a directory and a glob) at each
+    place, for the load to drop the repeats and report them (``pfm-dask load`` does this).
+    """
     base_dir = Path(base) if base is not None else Path.cwd()
     out: list[Path] = []
     seen: set[str] = set()
@@ -86,7 +90,7 @@ def expand_inputs(items: Iterable[str | os.PathLike], *, base: str | os.PathLike
                 key = os.path.realpath(p)
             except OSError:
                 key = str(p)
-            if key in seen:
+            if key in seen and not keep_duplicates:
                 continue
             seen.add(key)
             out.append(p)

@@ -242,3 +242,16 @@ def test_serial_load_runs_on_one_thread(survey, tmp_path, monkeypatch):
     assert res.exit_code == 0, res.summary()
     assert pools == []
     assert asked == [("recompute", 1), ("check", 1)]
+
+
+def test_cli_reports_a_file_named_twice_and_loads_it_once(survey, tmp_path):
+    """A directory and one of its files on the command line: the file is loaded once, and the
+    report says it was listed twice (the input expansion no longer drops it silently)."""
+    one = sorted(survey.glob("*.gsf"))[0]
+    out = tmp_path / "d.pfm"
+    r = CliRunner().invoke(app, ["load", str(survey), str(one), "-o", str(out), "--serial",
+                                 "--bin-size", "25", "--json", "-q"])
+    assert r.exit_code == 3, r.output
+    rep = json.loads(r.output)
+    assert rep["totals"]["files"] == 3 and rep["check"]["sound"]
+    assert [p for p in rep["problems"] if "listed more than once" in p and one.name in p]
