@@ -52,6 +52,7 @@ __all__ = ["PfmWriter"]
 
 _REDO_DTYPE = np.dtype("<i8")    # redo entries: (record offset, slot, validity) as int64
 _REDO_CHUNK = 1 << 20            # redo entries applied per set_validity call
+_AREA_BAND_SOUNDINGS = 500_000   # soundings the area filter reads ahead at a time
 
 
 @dataclass
@@ -655,10 +656,26 @@ class PfmWriter:
                           bin_diagonal=diag, cellstd=self.cfg.cellstd,
                           deep_only=self.cfg.deep_only, null_depth=self.cfg.null_depth)
 
+        # Rows are read a band at a time (one chain walk and one map of the .ndx per band,
+        # about _AREA_BAND_SOUNDINGS soundings; row by row cost 8x as much per sounding)
+        # and handed to the filter one by one, in the same order as a row read alone.
+        ahead: dict[int, dict] = {}
+        band = {"rows": 8}
+        fields = ("row", "col", "depth", "validity", "record_offset", "slot")
+
         def read_row(y: int):
             if not needed[y]:
+                ahead.pop(y, None)
                 return None
-            s = self.pfm.read_soundings(y, y + 1)
+            if y not in ahead:
+                y1 = min(h, y + band["rows"])
+                s = self.pfm.read_soundings(y, y1, fields=fields)
+                cut = np.searchsorted(s["row"], np.arange(y, y1 + 1))
+                for r in range(y, y1):
+                    ahead[r] = {k: v[cut[r - y]:cut[r - y + 1]] for k, v in s.items()}
+                per_row = max(1.0, s["row"].size / (y1 - y))
+                band["rows"] = int(min(256, max(1, _AREA_BAND_SOUNDINGS // per_row)))
+            s = ahead.pop(y)
             return RowSoundings(col=s["col"].astype(np.int64), depth=s["depth"],
                                 validity=s["validity"].astype(np.uint32),
                                 address=np.stack([s["record_offset"], s["slot"]], axis=1),

@@ -255,3 +255,43 @@ def test_cli_reports_a_file_named_twice_and_loads_it_once(survey, tmp_path):
     rep = json.loads(r.output)
     assert rep["totals"]["files"] == 3 and rep["check"]["sound"]
     assert [p for p in rep["problems"] if "listed more than once" in p and one.name in p]
+
+
+def test_load_area_filter_equals_the_filter_over_rows_read_one_by_one(survey, tmp_path,
+                                                                      monkeypatch):
+    """The writer reads the area filter's rows a band at a time (here bands of a few rows,
+    cut at every size); the result must be the filter run over rows read singly from the
+    unfiltered PFM."""
+    from pfm_dask import writer as W
+    from pfm_dask.filters import AreaFilter, RowSoundings
+
+    monkeypatch.setattr(W, "_AREA_BAND_SOUNDINGS", 700)
+    paths = expand_inputs([survey])
+    plain, filtered = tmp_path / "plain.pfm", tmp_path / "area.pfm"
+    base = dict(bin_size_m=25.0, cellstd=1.2)   # a tight filter, so that it cuts
+    assert pipeline.run_load(paths, plain, LoadConfig(**base), mode="serial").exit_code == 0
+    res = pipeline.run_load(paths, filtered, LoadConfig(**base, area_filter=True), mode="serial")
+    assert res.exit_code == 0 and res.area_filter["cut"] > 0
+    with pfm.open_pfm(plain) as f:
+        g = f.grid
+        filt = AreaFilter(g.width, g.height, bin_size_xy=g.bin_size_xy, cellstd=1.2,
+                          deep_only=True, null_depth=LoadConfig().null_depth)
+        expect = {}
+
+        def read_row(y):
+            s = f.read_soundings(y, y + 1)
+            return RowSoundings(col=s["col"], depth=s["depth"], validity=s["validity"].astype(np.uint32),
+                                address=np.stack([s["record_offset"], s["slot"]], axis=1))
+
+        def write_row(y, r):
+            for (off, slot), v in zip(r.address.tolist(), r.validity.tolist()):
+                expect[(off, slot)] = v
+
+        filt.run(read_row, write_row)
+    assert len(expect) == res.area_filter["cut"]
+    with pfm.open_pfm(filtered) as f:
+        s = f.read_soundings(0, f.height)
+    got = {(o, sl): v for o, sl, v, w in zip(s["record_offset"].tolist(), s["slot"].tolist(),
+                                             s["validity"].tolist(), s["validity"].tolist())
+           if (o, sl) in expect}
+    assert got == expect
