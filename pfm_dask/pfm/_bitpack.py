@@ -271,8 +271,8 @@ class BitLayout:
         for j, k in enumerate(keys):
             vals[j] = values[k]
         fs = [self.fields[k] for k in keys]
-        _kernel("pack_at")(buf, offs, vals, np.array([f.offset for f in fs], np.int64),
-                           np.array([f.nbits for f in fs], np.int64))
+        _kernel("pack_bits")(buf, offs * 8, vals, np.array([f.offset for f in fs], np.int64),
+                             np.array([f.nbits for f in fs], np.int64))
 
     def pack_items_at_bits(self, buf: np.ndarray, bit_base: np.ndarray, keys: Sequence[Hashable],
                            values: np.ndarray) -> None:
@@ -755,33 +755,6 @@ def _k_pack_soundings(file_, line, ping, beam, xo, yo, val, depth, herr, verr, a
         out[o + k] = np.uint8(acc >> np.uint64(56 - 8 * k))
 
 
-def _k_pack_at(buf, offsets, vals, foff, fnb):
-    """Overwrite fields (``foff``/``fnb``, widths >= 1) of the records starting at byte
-    ``offsets[j]`` of ``buf`` with ``vals[:, j]``, keeping every other bit."""
-    n = buf.size
-    for j in range(offsets.size):
-        base = offsets[j] * 8
-        for f in range(foff.size):
-            nb = fnb[f]
-            m = _mask(nb)
-            v = vals[f, j] & m
-            p = base + foff[f]
-            o = p >> 3
-            sh = p & 7
-            if sh + nb <= 64 and o + 8 <= n:
-                k = np.uint64(64 - sh - nb)
-                _st_be64(buf, o, (_ld_be64(buf, o) & ~(m << k)) | (v << k))
-            else:                              # field across 9 bytes or at the end: bit by bit
-                for q in range(nb):
-                    bit = p + q
-                    byte = bit >> 3
-                    sel = np.uint8(1 << (7 - (bit & 7)))
-                    if (v >> np.uint64(nb - 1 - q)) & np.uint64(1):
-                        buf[byte] |= sel
-                    else:
-                        buf[byte] &= ~sel
-
-
 def _k_pack_bits(buf, bit_base, vals, foff, fnb):
     """Overwrite fields (``foff``/``fnb``, widths >= 1) of the items starting at bit
     ``bit_base[j]`` of ``buf`` with ``vals[:, j]``, keeping every other bit: the soundings
@@ -943,7 +916,6 @@ def _signature(name: str, T):
         "unpack_words": (arr(u64, 2, "A"), ai, ai, ai, arr(u64, 2, ro=False)),
         "to_words": (arr(T.uint8, 2, "A"), arr(u64, 2, ro=False)),
         "bin_runs": (ai, i64, arr(i64, ro=False)),
-        "pack_at": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai),
         "pack_bits": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai),
         "unpack_at": (arr(T.uint8), ai, ai, ai, arr(u64, 2, ro=False)),
         "bits_all": (arr(T.uint8), ai),
@@ -955,7 +927,7 @@ def _signature(name: str, T):
 
 
 _KERNEL_NAMES = ("pack_items", "pack_soundings", "unpack_items", "unpack_words", "to_words", "from_words",
-                 "bin_runs", "pack_at", "pack_bits", "unpack_at", "bits_all", "bits_clear")
+                 "bin_runs", "pack_bits", "unpack_at", "bits_all", "bits_clear")
 _KERNEL_LOCK = threading.Lock()
 _KERNELS: dict = {}
 _HELPERS_READY: list = []
