@@ -85,6 +85,7 @@ from __future__ import annotations
 import math
 import mmap
 import os
+import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -290,6 +291,36 @@ def _pwrite_all(fd: int, data, offset: int) -> None:
         done += n
 
 
+_SYNC_FILE_RANGE_WRITE = 2       # linux/fs.h: start write-out of dirty pages, do not wait
+_sync_file_range = None          # libc's sync_file_range, looked up on first use (False: none)
+
+
+def _start_writeback(fd: int, offset: int, nbytes: int) -> None:
+    """Ask the kernel to start writing ``nbytes`` at ``offset`` to disk now, without waiting.
+
+    Linux otherwise keeps freshly written pages dirty until memory pressure or an
+    fsync, so a large write ends with the whole file still to flush; started
+    early, the disk works while the next records are packed. A no-op where
+    ``sync_file_range`` is missing (not Linux) or refused.
+    """
+    global _sync_file_range
+    if _sync_file_range is None:
+        _sync_file_range = False
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+                import ctypes.util
+
+                fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).sync_file_range
+                fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+                fn.restype = ctypes.c_int
+                _sync_file_range = fn
+            except (OSError, AttributeError):
+                pass
+    if _sync_file_range and nbytes > 0:
+        _sync_file_range(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)   # advisory: errors ignored
+
+
 class _BackgroundWriter:
     """Writes queued buffers in order on one thread, so packing overlaps disk I/O.
 
@@ -317,44 +348,52 @@ class _BackgroundWriter:
             if job is None:
                 self._q.task_done()
                 return
-            seq, fd, data, offset, done = job
+            seq, action, done = job
             try:
                 if self._error is None:
-                    if offset is None:          # submit_many: a list of (data, offset)
-                        for part, at in data:
-                            _pwrite_all(fd, part, at)
-                    else:
-                        _pwrite_all(fd, data, offset)
+                    action()
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 self._error = exc
             finally:
-                with self._lock:
-                    self._pending.pop(seq, None)
+                if seq is not None:
+                    with self._lock:
+                        self._pending.pop(seq, None)
                 if done is not None:
                     done()
                 self._q.task_done()
 
+    def _queue(self, action, fd: int | None = None, lo: int = 0, hi: int = 0, done=None) -> None:
+        """Queue ``action()``; with ``fd``, remember bytes ``lo..hi`` of it as pending until done."""
+        self._check()
+        seq = None
+        if fd is not None:
+            with self._lock:
+                self._seq += 1
+                seq = self._seq
+                self._pending[seq] = (fd, int(lo), int(hi))
+        self._q.put((seq, action, done))
+
     def submit(self, fd: int, data, offset: int, done=None) -> None:
         """Queue ``data`` for writing at ``offset``; ``done()`` runs in the thread afterwards."""
-        self._check()
-        with self._lock:
-            self._seq += 1
-            seq = self._seq
-            self._pending[seq] = (fd, int(offset), int(offset) + memoryview(data).nbytes)
-        self._q.put((seq, fd, data, offset, done))
+        self._queue(lambda: _pwrite_all(fd, data, offset), fd, offset,
+                    int(offset) + memoryview(data).nbytes, done)
 
     def submit_many(self, fd: int, parts: list) -> None:
         """Queue several ``(data, offset)`` writes as one job (one hand-over to the thread)."""
         if not parts:
             return
-        self._check()
+        parts = list(parts)
         lo = min(int(at) for _, at in parts)
         hi = max(int(at) + memoryview(d).nbytes for d, at in parts)
-        with self._lock:
-            self._seq += 1
-            seq = self._seq
-            self._pending[seq] = (fd, lo, hi)
-        self._q.put((seq, fd, list(parts), None, None))
+
+        def write_all() -> None:
+            for part, at in parts:
+                _pwrite_all(fd, part, at)
+        self._queue(write_all, fd, lo, hi)
+
+    def start_writeback(self, fd: int, offset: int, nbytes: int) -> None:
+        """Queue :func:`_start_writeback` (it can block while the disk's queue is full)."""
+        self._queue(lambda: _start_writeback(fd, offset, nbytes))
 
     def wait_for(self, fd: int, lo: int, hi: int) -> None:
         with self._lock:
@@ -1329,6 +1368,7 @@ class PfmFile:
                            SoundingCoding.from_header(h), start + fill, rem, cum_m, M, L,
                            self._single_bits, (cf.offset, cf.nbits), base, rsize,
                            executor=self._pool, sink=lambda off, data: _pwrite_all(fd, data, base + off))
+            writer.start_writeback(fd, base, M * rsize)
             tm["add_pack"] += time.perf_counter() - t
 
         # 3. old tails: fill free slots and/or link to the new run
