@@ -163,6 +163,7 @@ def _read_piece(piece: Piece, halo: int) -> tuple[pa.Table, list, int, int]:
 def prepare_piece(piece: Piece, grid: BinGrid, cfg: LoadConfig) -> PreparedPiece:
     """Decode, screen, place, filter, bin and sort one piece (see the module docstring)."""
     t0 = _time.perf_counter()
+    c0 = _time.thread_time()
     counts = _empty_counts()
     halo = filters.swath_halo(cfg.swath.window_pings) if cfg.swath.enabled else 0
     try:
@@ -291,7 +292,7 @@ def prepare_piece(piece: Piece, grid: BinGrid, cfg: LoadConfig) -> PreparedPiece
         pings = PING_SCHEMA.empty_table()
     t_end = _time.perf_counter()
     timings = {"decode": t_decode - t0, "place_filter_bin": t_bin - t_decode,
-               "sort_pack": t_end - t_bin}
+               "sort_pack": t_end - t_bin, "cpu": _time.thread_time() - c0}
     return PreparedPiece(piece, batch, pings, counts, damage, timings)
 
 

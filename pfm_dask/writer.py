@@ -389,6 +389,7 @@ class PfmWriter:
 
     def _write(self, prepared: PreparedPiece) -> None:
         t0 = time.perf_counter()
+        c0 = time.thread_time()
         self._dirty = True
         piece = prepared.piece
         fnum = piece.file_number
@@ -445,6 +446,7 @@ class PfmWriter:
         if piece.last:
             self.files_done += 1
         self.timings["write"] += time.perf_counter() - t0
+        self.timings["write_cpu"] += time.thread_time() - c0   # this thread's own (not the pack threads')
         now = time.time()
         self._rate_window.append((now, self.soundings_written))
         self._rate_window = [(t, s) for t, s in self._rate_window if now - t <= 10.0]

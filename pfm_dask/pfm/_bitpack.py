@@ -36,6 +36,7 @@ checks belong to the caller, which knows what a field means.
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 from typing import Hashable, Iterable, Mapping, Sequence
@@ -551,9 +552,6 @@ def _k_pack_items(vals, foff, fnb, flat, slots, slot_bits, r0, r1, rvals, roff, 
     for j in range((nbytes >> 3) + 2):
         scratch[j] = 0
     nf = foff.size
-    fm = np.empty(nf, dtype=np.uint64)
-    for f in range(nf):
-        fm[f] = _mask(fnb[f])
     p0 = r0 * slots
     cur = 0                 # record (relative to r0) of the last item, and its first position
     cur_p = 0
@@ -564,7 +562,7 @@ def _k_pack_items(vals, foff, fnb, flat, slots, slot_bits, r0, r1, rvals, roff, 
             cur_p = cur * slots
         bit = cur * rbits + (p - cur_p) * slot_bits
         for f in range(nf):
-            _put(scratch, bit + foff[f], fnb[f], vals[f, i] & fm[f])
+            _put(scratch, bit + foff[f], fnb[f], vals[f, i] & _mask(fnb[f]))
     for f in range(roff.size):
         m = _mask(rnb[f])
         for r in range(r1 - r0):
@@ -933,9 +931,26 @@ _KERNELS: dict = {}
 _HELPERS_READY: list = []
 
 
+@functools.lru_cache(maxsize=None)
+def _no_nrt(numba) -> dict:
+    """Compile options that switch off numba's reference counting, where this numba has them.
+
+    The kernels allocate nothing, but every call of a helper that takes an array
+    (``_get(buf, ...)``, ``_bw_put(out, ...)``: once per field of every sounding)
+    would otherwise increment and decrement the array's reference count with
+    atomic instructions: measured 4-5x the cost of the bit operations themselves.
+    ``_nrt`` is numba's own switch for code that needs no runtime (numba.core.options).
+    """
+    try:
+        numba.njit(_nrt=False)(lambda: 0)
+    except (TypeError, KeyError, ValueError):   # a numba without the option: refcounts stay
+        return {}
+    return {"_nrt": False}
+
+
 def _njit(numba, fn, sig=None, **kw):
     """``numba.njit`` with the on-disk cache when a cache directory is writable, else without."""
-    opts = dict(nogil=True, **kw)
+    opts = dict(nogil=True, **_no_nrt(numba), **kw)
     try:
         return numba.njit(*([sig] if sig else []), cache=True, **opts)(fn)
     except RuntimeError as exc:          # "cannot cache function ...: no locator available"
@@ -974,7 +989,7 @@ def _kernel(name: str):
             if not _HELPERS_READY:
                 g.update(_make_intrinsics(numba))
                 for h in _HELPERS:       # callees must be numba functions when a kernel compiles
-                    g[h] = numba.njit(g[h])
+                    g[h] = numba.njit(**_no_nrt(numba))(g[h])
                 _HELPERS_READY.append(True)
             k = _njit(numba, g["_k_" + name], _signature(name, numba.types))
             _KERNELS[name] = k
