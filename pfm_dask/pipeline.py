@@ -555,19 +555,24 @@ def make_local_cluster(workers: int, *, dashboard_address: str = ":0",
 
 
 def worker_environment():
-    """Dask's worker environment without ``MALLOC_TRIM_THRESHOLD_``.
+    """Dask's worker settings for the embedded cluster: no ``MALLOC_TRIM_THRESHOLD_``, no profiler.
 
     distributed starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which stops
     glibc from reusing large freed blocks: every large numpy array in a worker is then
     freshly mapped and page-faulted, and the decode and final step cost about 1.5-2x the
-    CPU they cost in ``--serial`` (measured). Nannies read the setting when created, so
-    create them inside this context.
+    CPU they cost in ``--serial`` (measured). Its statistical profiler samples every
+    thread's stack every 10 ms, the writer's and the decoding task's included: about 2-5
+    CPU seconds per GB loaded on a 2-core machine (measured), for a dashboard page a
+    batch load seldom needs (set ``DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=True`` and
+    ``--scheduler`` to an own cluster to profile). Nannies read these settings when
+    created, so create them inside this context.
     """
     import dask
 
     env = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
     env.pop("MALLOC_TRIM_THRESHOLD_", None)
-    return dask.config.set({"distributed.nanny.pre-spawn-environ": env})
+    return dask.config.set({"distributed.nanny.pre-spawn-environ": env,
+                            "distributed.worker.profile.enabled": False})
 
 
 def _check_disk_worker(client) -> str:

@@ -173,3 +173,23 @@ def test_a_faster_worker_gets_more_pieces(survey, tmp_path, monkeypatch):
     assert res.exit_code == 0, res.summary()
     assert len(ran) >= 20
     assert sum(ran) / len(ran) < 0.3, f"disk worker ran {sum(ran)} of {len(ran)} pieces"
+
+
+def _worker_settings():
+    import os
+
+    import dask
+
+    return (dask.config.get("distributed.worker.profile.enabled"),
+            os.environ.get("MALLOC_TRIM_THRESHOLD_"))
+
+
+def test_embedded_workers_start_without_malloc_trim_and_profiler():
+    """The embedded cluster's worker processes run without distributed's
+    MALLOC_TRIM_THRESHOLD_ (fresh page-faulted memory for every large array) and without
+    its statistical profiler (both measured to cost CPU the --serial baseline does not pay)."""
+    from distributed import Client
+
+    with pipeline.make_local_cluster(1) as cluster, Client(cluster) as client:
+        got = client.run(_worker_settings)
+    assert list(got.values()) == [(False, None)]
