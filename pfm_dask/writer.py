@@ -413,7 +413,7 @@ class PfmWriter:
                 rec["lines"] += len(new_names)
             global_lines = np.asarray(lines, dtype=np.int64)[local]
             ping = batch.column("ping").to_numpy()
-            line = global_lines[np.searchsorted(p, ping)]
+            line = _lookup(p, global_lines, ping)
             bin_index = batch.column("bin_index").to_numpy()
             depth = batch.column("depth").to_numpy()
             if self.cfg.null_depth != self.pfm.null_depth:
@@ -752,6 +752,21 @@ class PfmWriter:
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass
         self._close_journal()
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """``values[searchsorted(keys, want)]`` for sorted unique integer ``keys`` that all of ``want``
+    are among: through a table indexed by key when the keys are dense (ping numbers of a
+    piece), an O(1) gather per sounding instead of a binary search into a table the
+    soundings, sorted by bin, visit in no order."""
+    if keys.size == 0:
+        return values[np.searchsorted(keys, want)]
+    lo, hi = int(keys[0]), int(keys[-1])
+    if hi - lo + 1 > 4 * keys.size + 1024:
+        return values[np.searchsorted(keys, want)]
+    table = np.empty(hi - lo + 1, dtype=values.dtype)
+    table[keys.astype(np.int64) - lo] = values
+    return table[want.astype(np.int64) - lo]
 
 
 def _plain(v):

@@ -502,7 +502,8 @@ def _err_code(e, scale, cap, null):
 
 
 _HELPERS = ("_mask", "_put", "_emit", "_load_be", "_get", "_depth_code", "_err_code", "_bw_put",
-            "_bw_skip", "_col_or", "_col_or_raw", "_code_depths_raw", "_code_errors_raw")
+            "_bw_skip", "_col_or", "_col_or_raw", "_code_depths_raw", "_code_errors_raw", "_clear",
+            "_raw_u64", "_put_raw")
 # unaligned big-endian 64-bit store/load of ``arr[i:i + 8]`` (uint8 array), numba intrinsics
 # made by _make_intrinsics() when the first kernel compiles
 _st_be64 = None
@@ -753,6 +754,93 @@ def _k_pack_soundings(file_, line, ping, beam, xo, yo, val, depth, herr, verr, a
         out[o + k] = np.uint8(acc >> np.uint64(56 - 8 * k))
 
 
+def _clear(scratch, p, nb):
+    """Clear ``nb`` bits (any number) from bit ``p`` of an MSB-first word array."""
+    while nb > 0:
+        k = nb if nb < 64 else 64
+        w = np.uint64(p) >> np.uint64(6)
+        e = (p & 63) + k
+        m = _mask(k)
+        if e <= 64:
+            scratch[w] &= ~(m << np.uint64(64 - e))
+        else:
+            scratch[w] &= ~(m >> np.uint64(e - 64))
+            scratch[w + np.uint64(1)] &= ~(m << np.uint64(128 - e))
+        p += k
+        nb -= k
+
+
+def _raw_u64(raw, kind, i):
+    """Integer value ``i`` of raw bytes holding ``kind``-byte unsigned integers (see :func:`_col_or_raw`)."""
+    if kind == 8:
+        return raw.view(np.uint64)[i]
+    if kind == 4:
+        return np.uint64(raw.view(np.uint32)[i])
+    if kind == 2:
+        return np.uint64(raw.view(np.uint16)[i])
+    return np.uint64(raw[i])
+
+
+def _put_raw(scratch, p, nb, raw, kind, i):
+    """:func:`_put` of integer value ``i`` of raw bytes (:func:`_raw_u64`), if the field has bits."""
+    if nb:
+        _put(scratch, p, nb, _raw_u64(raw, kind, i) & _mask(nb))
+
+
+def _k_fill_slots(flat, rbytes, slot_bits, rec_row, slot0, first, cnt,
+                  file_, line, ping, beam, xo, yo, val, depth, herr, verr, attrs, kinds, pos,
+                  nbits, apos, anb, doff, dscale, hscale, hcap, hnull, vscale, vcap, vnull, words):
+    """Soundings into free slots of existing records, coded as :func:`_k_pack_soundings` codes them.
+
+    Record ``g`` (bytes ``rec_row[g] * rbytes`` on of ``flat``) gets soundings
+    ``first[g] .. first[g] + cnt[g] - 1`` in slots ``slot0[g]`` on; every other
+    bit of the record is kept. Each record is loaded once into the 64-bit words
+    ``words``, the soundings' fields are put in there, and it is stored back: no
+    overlapping unaligned stores and loads per field. Field order in ``kinds`` /
+    ``pos`` / ``nbits``: that of :func:`_k_pack_soundings`.
+    """
+    full = rbytes >> 3
+    rest = rbytes - 8 * full
+    for g in range(rec_row.size):
+        c = cnt[g]
+        if c <= 0:
+            continue
+        o = rec_row[g] * rbytes
+        for w in range(full):
+            words[w] = _ld_be64(flat, o + 8 * w)
+        if rest:
+            x = np.uint64(0)
+            for b in range(rest):
+                x |= np.uint64(flat[o + 8 * full + b]) << np.uint64(56 - 8 * b)
+            words[full] = x
+        for t in range(c):
+            i = first[g] + t
+            p0 = (slot0[g] + t) * slot_bits
+            _clear(words, p0, slot_bits)
+            _put_raw(words, p0 + pos[0], nbits[0], file_, kinds[0], i)
+            _put_raw(words, p0 + pos[1], nbits[1], line, kinds[1], i)
+            _put_raw(words, p0 + pos[2], nbits[2], ping, kinds[2], i)
+            _put_raw(words, p0 + pos[3], nbits[3], beam, kinds[3], i)
+            if nbits[4]:
+                z = depth.view(np.float64)[i] if kinds[4] == 8 else np.float64(depth.view(np.float32)[i])
+                _put(words, p0 + pos[4], nbits[4], _depth_code(z, doff, dscale) & _mask(nbits[4]))
+            _put_raw(words, p0 + pos[5], nbits[5], xo, kinds[5], i)
+            _put_raw(words, p0 + pos[6], nbits[6], yo, kinds[6], i)
+            _put_raw(words, p0 + pos[7], nbits[7], val, kinds[7], i)
+            if nbits[8]:
+                e = np.float32(herr.view(np.float64)[i]) if kinds[8] == 8 else herr.view(np.float32)[i]
+                _put(words, p0 + pos[8], nbits[8], _err_code(e, hscale, hcap, hnull) & _mask(nbits[8]))
+            if nbits[9]:
+                e = np.float32(verr.view(np.float64)[i]) if kinds[9] == 8 else verr.view(np.float32)[i]
+                _put(words, p0 + pos[9], nbits[9], _err_code(e, vscale, vcap, vnull) & _mask(nbits[9]))
+            for a in range(anb.size):
+                _put(words, p0 + apos[a], anb[a], attrs[a, i] & _mask(anb[a]))
+        for w in range(full):
+            _st_be64(flat, o + 8 * w, words[w])
+        for b in range(rest):
+            flat[o + 8 * full + b] = np.uint8(words[full] >> np.uint64(56 - 8 * b))
+
+
 def _k_pack_bits(buf, bit_base, vals, foff, fnb):
     """Overwrite fields (``foff``/``fnb``, widths >= 1) of the items starting at bit
     ``bit_base[j]`` of ``buf`` with ``vals[:, j]``, keeping every other bit: the soundings
@@ -910,6 +998,8 @@ def _signature(name: str, T):
         "pack_soundings": (arr(T.uint8),) * 10 + (arr(u64, 2), ai, ai, ai, ai, ai,
                              f64, f64, f32, f32, u64, f32, f32, u64, ai, ai, ai, ai)
                           + (i64,) * 12 + (arr(u64, 2, ro=False), scratch, out_u8, i64),
+        "fill_slots": (out_u8, i64, i64, ai, ai, ai, ai) + (arr(T.uint8),) * 10
+                      + (arr(u64, 2), ai, ai, ai, ai, ai, f64, f64, f32, f32, u64, f32, f32, u64, scratch),
         "unpack_items": (arr(T.uint8), i64, i64, i64, ai, ai, ai, arr(u64, 2, ro=False)),
         "unpack_words": (arr(u64, 2, "A"), ai, ai, ai, arr(u64, 2, ro=False)),
         "to_words": (arr(T.uint8, 2, "A"), arr(u64, 2, ro=False)),
@@ -924,7 +1014,7 @@ def _signature(name: str, T):
     return ret(*sigs[name])
 
 
-_KERNEL_NAMES = ("pack_items", "pack_soundings", "unpack_items", "unpack_words", "to_words", "from_words",
+_KERNEL_NAMES = ("pack_items", "pack_soundings", "fill_slots", "unpack_items", "unpack_words", "to_words", "from_words",
                  "bin_runs", "pack_bits", "unpack_at", "bits_all", "bits_clear")
 _KERNEL_LOCK = threading.Lock()
 _KERNELS: dict = {}
@@ -1239,6 +1329,84 @@ def _sounding_values(key, v, nbits: int) -> np.ndarray:
     return np.require(a, requirements=["C", "A"])
 
 
+class _SoundingArgs:
+    """The sounding fields of :func:`pack_soundings` and :func:`fill_slots` as their kernels take
+    them: raw bytes per field with its width in bytes, bit positions and widths in the
+    kernels' field order, attribute codes, and the coding constants (``args``)."""
+
+    def __init__(self, item_fields: Mapping[Hashable, tuple[int, int]], values: Mapping[Hashable, np.ndarray],
+                 coding: SoundingCoding):
+        arrays = [_sounding_values(key, values.get(key), item_fields.get(key, (0, 0))[1])
+                  for key in _SOUNDING_ORDER]
+        akeys = sorted((k for k in item_fields if k not in _SOUNDING_ORDER and item_fields[k][1]),
+                       key=lambda k: item_fields[k][0])
+        ns = {a.shape[0] for a in arrays if a.size} | {np.asarray(values[k]).shape[0] for k in akeys}
+        ns |= {a.shape[0] for a, k in zip(arrays, _SOUNDING_ORDER) if item_fields.get(k, (0, 0))[1]}
+        if len(ns) > 1:
+            raise ValueError(f"sounding value arrays differ in length: {sorted(ns)}")
+        self.n_items = n_items = ns.pop() if ns else 0
+        attrs = (np.stack([_as_u64(values[k], n_items) for k in akeys]) if akeys
+                 else np.zeros((0, 0), dtype=_U64))
+        cursor = 0
+        for key in list(_SOUNDING_ORDER) + akeys:
+            off, nb = item_fields.get(key, (0, 0))
+            if nb:
+                if off < 0 or nb > 64:
+                    raise ValueError(f"bad sounding field {key!r}: bit {off}, {nb} bits")
+                cursor = max(cursor, off + nb)
+        #: bit just past the last field of a sounding
+        self.item_end = cursor
+        pos = np.array([item_fields.get(k, (0, 0))[0] for k in _SOUNDING_ORDER], dtype=np.int64)
+        nbits = np.array([item_fields.get(k, (0, 0))[1] for k in _SOUNDING_ORDER], dtype=np.int64)
+        apos = np.array([item_fields[k][0] for k in akeys], dtype=np.int64)
+        anb = np.array([item_fields[k][1] for k in akeys], dtype=np.int64)
+        c = coding
+        hs, vs = np.float32(c.horizontal_error_scale), np.float32(c.vertical_error_scale)
+        hcap, vcap = np.float32(c.horizontal_error_null + 1), np.float32(c.vertical_error_null + 1)
+        kinds = np.array([a.dtype.itemsize for a in arrays], dtype=np.int64)     # bytes per value
+        raw = [a.view(np.uint8) for a in arrays]
+        # file, line, ping, beam, x_off, y_off, validity, depth, errors (the kernels' argument order)
+        self.args = (*raw[:4], raw[5], raw[6], raw[7], raw[4], raw[8], raw[9], attrs, kinds, pos, nbits,
+                     apos, anb, float(c.depth_offset), float(c.depth_scale),
+                     hs, hcap, _U64(c.horizontal_error_null), vs, vcap, _U64(c.vertical_error_null))
+
+
+def fill_slots(buf: np.ndarray, record_bytes: int, slots: int, slot_bits: int,
+               item_fields: Mapping[Hashable, tuple[int, int]], values: Mapping[Hashable, np.ndarray],
+               coding: SoundingCoding, rows: np.ndarray, slot0: np.ndarray, first: np.ndarray,
+               count: np.ndarray) -> None:
+    """Code soundings into free slots of records held in ``buf``, in place (numba, one pass).
+
+    ``buf`` is a flat writeable uint8 array of whole records of ``record_bytes``;
+    record ``rows[g]`` gets soundings ``first[g] .. first[g] + count[g] - 1`` of
+    ``values`` in slots ``slot0[g] .. slot0[g] + count[g] - 1``, coded as
+    :func:`pack_soundings` codes them (same ``item_fields``, ``values`` and
+    ``coding``); every other bit (the soundings already there, the continuation
+    pointer) is kept. This is how new soundings fill the free slots of a bin's
+    last record before new records are chained to it.
+    """
+    if not isinstance(buf, np.ndarray) or buf.dtype != np.uint8 or buf.ndim != 1 \
+            or not buf.flags.c_contiguous or not buf.flags.writeable:
+        raise ValueError("buf must be a flat contiguous writeable uint8 array")
+    rows, slot0, first, count = (np.ascontiguousarray(x, dtype=np.int64) for x in (rows, slot0, first, count))
+    if not (rows.size == slot0.size == first.size == count.size):
+        raise ValueError("rows, slot0, first and count differ in length")
+    use = count > 0
+    if not use.any():
+        return
+    a = _SoundingArgs(item_fields, values, coding)
+    n_rec = buf.size // record_bytes
+    if not 1 <= a.item_end <= slot_bits or slots * slot_bits > record_bytes * 8:
+        raise ValueError("soundings must fit their slots, and the slots their records")
+    if (rows[use].min() < 0 or rows[use].max() >= n_rec or slot0[use].min() < 0
+            or (slot0 + count)[use].max() > slots or first[use].min() < 0
+            or (first + count)[use].max() > a.n_items):
+        raise ValueError("slots outside the records, or soundings past the end of the values")
+    words = np.zeros((record_bytes + 15) // 8, dtype=_U64)
+    _kernel("fill_slots")(buf, int(record_bytes), int(slot_bits), rows, slot0, first, count,
+                          *a.args, words)
+
+
 def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapping[Hashable, np.ndarray],
                    coding: SoundingCoding, first: np.ndarray, count: np.ndarray, rec0: np.ndarray,
                    n_records: int, slots: int, slot_bits: int, cont_field: tuple[int, int],
@@ -1287,52 +1455,25 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
     if first.size != count.size or rec0.size != count.size or int(m.sum()) != n_records or \
             (rec0.size and (rec0[0] != 0 or np.any(rec0[1:] != rec0[:-1] + m[:-1]))):
         raise ValueError("bins must own consecutive records covering 0..n_records-1")
-    arrays = [_sounding_values(key, values.get(key), item_fields.get(key, (0, 0))[1])
-              for key in _SOUNDING_ORDER]
-    akeys = sorted((k for k in item_fields if k not in _SOUNDING_ORDER and item_fields[k][1]),
-                   key=lambda k: item_fields[k][0])
-    ns = {a.shape[0] for a in arrays if a.size} | {np.asarray(values[k]).shape[0] for k in akeys}
-    ns |= {a.shape[0] for a, k in zip(arrays, _SOUNDING_ORDER) if item_fields.get(k, (0, 0))[1]}
-    if len(ns) > 1:
-        raise ValueError(f"sounding value arrays differ in length: {sorted(ns)}")
-    n_items = ns.pop() if ns else 0
-    if count.size and (int(first[-1] + count[-1]) > n_items or first.min() < 0):
+    sa = _SoundingArgs(item_fields, values, coding)
+    if count.size and (int(first[-1] + count[-1]) > sa.n_items or first.min() < 0):
         raise ValueError("bins refer to soundings past the end of the values")
-    attrs = (np.stack([_as_u64(values[k], n_items) for k in akeys]) if akeys
-             else np.zeros((0, 0), dtype=_U64))
-    cursor = 0
-    for key in list(_SOUNDING_ORDER) + akeys:
-        off, nb = item_fields.get(key, (0, 0))
-        if nb:
-            if off < 0 or nb > 64:
-                raise ValueError(f"bad sounding field {key!r}: bit {off}, {nb} bits")
-            cursor = max(cursor, off + nb)
+    cursor = sa.item_end
     cpos, cnb = int(cont_field[0]), int(cont_field[1])
     if not 1 <= cursor <= slot_bits or slots < 1 or cpos < slots * slot_bits or not 1 <= cnb <= 64 \
             or cpos + cnb > record_bytes * 8:
         raise ValueError("soundings (at least one field) must fit their slots, followed by the "
                          "continuation pointer in the record")
-    pos = np.array([item_fields.get(k, (0, 0))[0] for k in _SOUNDING_ORDER], dtype=np.int64)
-    nbits = np.array([item_fields.get(k, (0, 0))[1] for k in _SOUNDING_ORDER], dtype=np.int64)
-    apos = np.array([item_fields[k][0] for k in akeys], dtype=np.int64)
-    anb = np.array([item_fields[k][1] for k in akeys], dtype=np.int64)
-    c = coding
-    hs, vs = np.float32(c.horizontal_error_scale), np.float32(c.vertical_error_scale)
-    hcap, vcap = np.float32(c.horizontal_error_null + 1), np.float32(c.vertical_error_null + 1)
     kern = _kernel("pack_soundings")
-    kinds = np.array([a.dtype.itemsize for a in arrays], dtype=np.int64)     # bytes per value
-    raw = [a.view(np.uint8) for a in arrays]
     rend = rec0 + m
 
     nlanes = max(1, (cursor + 63) >> 6)
 
     def pack(r0: int, r1: int, buf: np.ndarray, obase: int, lanes: np.ndarray, tmp: np.ndarray) -> None:
         g0 = int(np.searchsorted(rend, r0, side="right"))
-        kern(*raw[:4], raw[5], raw[6], raw[7], raw[4], raw[8], raw[9], attrs, kinds, pos, nbits, apos, anb,
-             float(c.depth_offset), float(c.depth_scale),
-             hs, hcap, _U64(c.horizontal_error_null), vs, vcap, _U64(c.vertical_error_null),
-             first, count, rec0, rend, g0, r0, r1, slots, slot_bits, cursor, cpos - slots * slot_bits, cnb,
-             record_bytes * 8 - cpos - cnb, int(cont_base), record_bytes, n_items, lanes, tmp, buf, obase)
+        kern(*sa.args, first, count, rec0, rend, g0, r0, r1, slots, slot_bits, cursor,
+             cpos - slots * slot_bits, cnb, record_bytes * 8 - cpos - cnb, int(cont_base), record_bytes,
+             sa.n_items, lanes, tmp, buf, obase)
 
     def job(r0: int, r1: int):
         def do() -> None:

@@ -97,8 +97,8 @@ from .. import __version__ as _PKG_VERSION
 from .._numeric import nint, scaled_code_f32, scaled_code_f64
 from ..errors import ConfigError, PfmFormatError
 from . import validity as V
-from ._bitpack import (BitLayout, SoundingCoding, bin_runs, bits_all_set, clear_bits, pack_soundings,
-                       unpack_records)
+from ._bitpack import (BitLayout, SoundingCoding, bin_runs, bits_all_set, clear_bits, fill_slots,
+                       pack_soundings, unpack_records)
 from ._coverage import (COV_HEADER_SIZE, create_coverage_file, read_coverage,
                         update_coverage)
 from ._header import (BIN_HEADER_SIZE, LIBRARY_VERSION, NUM_ATTR, WGS84_WKT, PfmHeader,
@@ -197,27 +197,26 @@ class _Spans:
         brk = np.flatnonzero((np.diff(off) - self.size > max_gap)) + 1 if n else np.zeros(0, np.int64)
         starts = np.r_[0, brk].astype(np.int64) if n else np.zeros(0, np.int64)
         ends = np.r_[brk, n].astype(np.int64) if n else np.zeros(0, np.int64)
-        # split over-long spans
-        runs = []
-        for a, b in zip(starts.tolist(), ends.tolist()):
-            while a < b:
-                lo = int(off[a])
-                lim = lo + _MAX_SPAN
-                c = a + max(1, int(np.searchsorted(off[a:b] + self.size, lim, side="right")))
-                runs.append((a, min(c, b)))
-                a = min(c, b)
-        self.runs = runs
+        # split the (rare) spans longer than _MAX_SPAN; the others stay as they are
+        too_long = np.flatnonzero(off[ends - 1] + self.size - off[starts] > _MAX_SPAN) if n else starts
+        if too_long.size:
+            runs_a, runs_b = [], []
+            for a, b in zip(starts.tolist(), ends.tolist()):
+                while a < b:
+                    lim = int(off[a]) + _MAX_SPAN
+                    c = min(b, a + max(1, int(np.searchsorted(off[a:b] + self.size, lim, side="right"))))
+                    runs_a.append(a)
+                    runs_b.append(c)
+                    a = c
+            starts, ends = np.array(runs_a, dtype=np.int64), np.array(runs_b, dtype=np.int64)
         # span k covers file bytes span_lo[k] .. span_lo[k] + span_len[k], at buf[span_at[k]:]
-        first = np.array([a for a, _ in runs], dtype=np.int64)
-        last = np.array([b - 1 for _, b in runs], dtype=np.int64)
-        self.span_lo = off[first] if runs else np.zeros(0, np.int64)
-        self.span_len = off[last] + self.size - self.span_lo if runs else np.zeros(0, np.int64)
+        self.span_lo = off[starts]
+        self.span_len = off[ends - 1] + self.size - self.span_lo if n else np.zeros(0, np.int64)
         self.span_at = np.cumsum(self.span_len) - self.span_len
         total = int(self.span_len.sum())
         # position in buf of every record
-        run_of = np.repeat(np.arange(len(runs), dtype=np.int64),
-                           [b - a for a, b in runs]) if runs else np.zeros(0, np.int64)
-        self.pos = off - self.span_lo[run_of] + self.span_at[run_of] if n else np.zeros(0, np.int64)
+        run_of = np.repeat(np.arange(starts.size, dtype=np.int64), ends - starts)
+        self.pos = off - self.span_lo[run_of] + self.span_at[run_of]
         self.dense = total == n * self.size     # no gap bytes: buf is the records end to end
         if not read:   # caller knows the bytes are zero (records never written)
             self.buf = np.zeros(total, dtype=np.uint8)
@@ -471,54 +470,6 @@ class _NdxMap:
         """Drop the map (it is unmapped once no array refers to it)."""
         self.buf = np.zeros(0, dtype=np.uint8)
         self._mm = None
-
-
-class _Coder:
-    """Codes of a float sounding field, computed on demand for an index (slice or array).
-
-    depth: ``NINT((z + offset) * scale)`` in double (``z`` already checked, so
-    ``v + 0.5 > 0`` and NINT is ``trunc(v + 0.5)``); errors: ``NINT(float(e) *
-    float(scale))`` with NaN, negative or too large values stored as null.
-    New records are coded the same way inside the packer
-    (:class:`~pfm_dask.pfm._bitpack.SoundingCoding`, from ``values``); this
-    codes the soundings that fill free slots of old tail records.
-    """
-
-    def __init__(self, values: np.ndarray, kind: str, h: PfmHeader):
-        self.values = values
-        self.kind = kind
-        if kind == "depth":
-            self.off = np.float64(np.float32(h.depth_offset))
-            self.scale = np.float64(np.float32(h.depth_scale))
-        else:
-            bits = h.horizontal_error_bits if kind == "herr" else h.vertical_error_bits
-            sc = h.horizontal_error_scale if kind == "herr" else h.vertical_error_scale
-            self.null = (1 << bits) - 1
-            self.scale = np.float32(sc)
-
-    def __call__(self, ix) -> np.ndarray:
-        v = self.values[ix]
-        if self.kind == "depth":
-            t = v + self.off
-            t *= self.scale
-            t += 0.5
-            np.trunc(t, out=t)
-            return t.astype(np.uint64)
-        e32 = np.asarray(v).astype(np.float32)
-        with np.errstate(invalid="ignore", over="ignore"):
-            bad = ~(e32 >= 0)                       # NaN or negative
-            e32 *= self.scale                       # float * float, as the library
-            np.minimum(e32, np.float32(self.null + 1), out=e32)
-            e32[bad] = np.float32(self.null)
-        t = e32.astype(np.float64)
-        t += 0.5                                    # NINT widens to double, then adds 0.5
-        np.trunc(t, out=t)
-        code = t.astype(np.uint64)
-        np.minimum(code, np.uint64(self.null), out=code)
-        return code
-
-    def __getitem__(self, ix) -> np.ndarray:
-        return self(ix)
 
 
 # ---------------------------------------------------------------------------
@@ -1271,19 +1222,10 @@ class PfmFile:
             if c <= a:
                 continue
             t = time.perf_counter()
-            codes = {}
-            for k, arr in cols.items():
-                # integer fields as they come (checked >= 0; the packer reads any integer type)
-                v = arr[a:c]
-                if k == "validity":         # OR-ed into the bin records' uint64 validity
-                    v = v.view(np.uint64) if v.dtype == np.int64 else v.astype(np.uint64, copy=False)
-                codes[k] = v
-            # float fields are coded lazily, block by block inside the packer (cache resident)
-            codes["depth"] = _Coder(depth[a:c], "depth", h)
-            codes["horizontal_error"] = (_Coder(herr[a:c], "herr", h) if h.horizontal_error_bits
-                                         else np.zeros(c - a, np.uint64))
-            codes["vertical_error"] = (_Coder(verr[a:c], "verr", h) if h.vertical_error_bits
-                                       else np.zeros(c - a, np.uint64))
+            # integer fields as they come (checked >= 0; the kernels read any integer type), the
+            # float fields as values: the kernels code them block by block (cache resident)
+            codes = {k: arr[a:c] for k, arr in cols.items()}
+            codes.update(depth=depth[a:c], horizontal_error=herr[a:c], vertical_error=verr[a:c])
             for key, v in attrs.items():
                 codes[key] = v[a:c] if v is not None else np.zeros(c - a, np.uint64)
             self.timings["add_encode"] += time.perf_counter() - t
@@ -1347,14 +1289,11 @@ class PfmFile:
         first_new = base + cum_m * rsize
         last_new = base + (cum_m + m - 1) * rsize
         any_fill = bool(fill.any())
+        item_fields = {k_: (NL.fields[(k_, 0)].offset, NL.fields[(k_, 0)].nbits) for k_ in codes}
         tm["add_bins_read"] += time.perf_counter() - t
 
         # 2. new physical records, contiguous at the end of .ndx
         t = time.perf_counter()
-        if any_fill:
-            g = np.repeat(np.arange(nb, dtype=np.int64), counts)
-            k = np.arange(n, dtype=np.int64) - start[g]
-            is_fill = k < fill[g]
         if M:
             # one numba pass codes the soundings and packs the chained records (bin by bin:
             # the soundings not filling old tails, from start + fill on, in records cum_m ..).
@@ -1363,9 +1302,7 @@ class PfmFile:
             # and the writes are done before the tails and bin records that point to them.
             cf = NL.fields["continuation"]
             fd = self._fds["ndx"]
-            pack_soundings({k_: (NL.fields[(k_, 0)].offset, NL.fields[(k_, 0)].nbits) for k_ in codes},
-                           {k_: (v.values if isinstance(v, _Coder) else v) for k_, v in codes.items()},
-                           SoundingCoding.from_header(h), start + fill, rem, cum_m, M, L,
+            pack_soundings(item_fields, codes, SoundingCoding.from_header(h), start + fill, rem, cum_m, M, L,
                            self._single_bits, (cf.offset, cf.nbits), base, rsize,
                            executor=self._pool, sink=lambda off, data: _pwrite_all(fd, data, base + off))
             writer.start_writeback(fd, base, M * rsize)
@@ -1394,16 +1331,10 @@ class PfmFile:
                 raise PfmFormatError(f"tail record of bin {int(ub[tb[j]])} has a non-zero continuation "
                                      "pointer (chain corrupted)", path=self.ndx_path, offset=int(t0[tb[j]]))
             if any_fill:
-                # every filling sounding goes to slot used + k of its bin's tail, in one kernel pass
-                fsel = np.flatnonzero(is_fill)
-                fslot = used[g[fsel]] + k[fsel]
-                bit_base = row_of_bin[g[fsel]] * (rsize * 8) + fslot * self._single_bits
-                keys = [key for key in codes if NL.fields[(key, 0)].nbits]
-                vals = np.empty((len(keys), fsel.size), dtype=np.uint64)
-                for i_, key in enumerate(keys):
-                    arr = codes[key]
-                    vals[i_] = arr(fsel) if isinstance(arr, _Coder) else arr[fsel]
-                NL.pack_items_at_bits(flat, bit_base, [(key, 0) for key in keys], vals)
+                # the first fill[b] soundings of bin b go to the free slots of its tail record
+                # (row row_of_bin[b] of trecs), coded and packed in one kernel pass
+                fill_slots(flat, rsize, L, self._single_bits, item_fields, codes,
+                           SoundingCoding.from_header(h), row_of_bin[tb], used[tb], start[tb], fill[tb])
             link = m[tb] > 0
             if link.any():
                 NL.pack_at(flat, row_at[link], {"continuation": first_new[tb[link]].astype(np.uint64)})
@@ -1415,7 +1346,7 @@ class PfmFile:
 
         # 4. bin records
         t = time.perf_counter()
-        vor = np.bitwise_or.reduceat(codes["validity"], start)
+        vor = np.bitwise_or.reduceat(codes["validity"], start).astype(np.uint64)
         new_val = (cur["validity"] | vor) & np.uint64(((1 << h.validity_bits) - 1) & ~V.CHECKED)
         new_head = np.where(c0 == 0, first_new, h0)
         new_tail = np.where(m > 0, last_new, t0)

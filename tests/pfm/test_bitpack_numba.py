@@ -436,7 +436,7 @@ def test_pack_soundings_sink_gives_the_same_bytes():
 
 
 def test_pack_soundings_codes_like_the_store():
-    """Depth and error codes equal the store's numpy coders (_Coder) on many values."""
+    """Depth and error codes equal the numpy coding rules (scaled_code_f64, PfmFile._error_codes)."""
     from pfm_dask.pfm._store import PfmFile
 
     rng = np.random.default_rng(11)
@@ -556,3 +556,64 @@ def test_kernels_and_helpers_compiled_without_refcounting():
         assert B._kernel(name).targetoptions.get("_nrt") is False, name
     for h in B._HELPERS:
         assert getattr(B, h).targetoptions.get("_nrt") is False, h
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31), st.sampled_from([np.uint16, np.uint32, np.int64]), st.booleans(),
+       st.integers(1, 3))
+def test_fill_slots_matches_a_bit_by_bit_reference(seed, int_type, f32_floats, n_attr):
+    """Soundings put into free slots of existing records (random bytes everywhere else, which
+    must survive) equal a Python-integer reference, with the numpy coding rules for depth and
+    errors; mixed integer types, float32 or float64 values, NaN and negative errors."""
+    from pfm_dask._numeric import scaled_code_f64
+    from pfm_dask.pfm._bitpack import fill_slots
+    from pfm_dask.pfm._store import PfmFile
+
+    rng = np.random.default_rng(seed)
+    widths = {"file": 9, "line": 13, "ping": 18, "beam": 9, "depth": 22, "x_off": 12, "y_off": 12,
+              "validity": 23, "horizontal_error": 12, "vertical_error": 17}
+    fields, at = {}, 0
+    for k, w in widths.items():
+        fields[k] = (at, w)
+        at += w
+    for a in range(n_attr):
+        fields[("attr", a)] = (at, 7)
+        at += 7
+    slot_bits, slots = at + 3, 6
+    rbytes = (slot_bits * slots + 38 + 7) // 8
+    n_rec, n = 40, 500
+    buf = rng.integers(0, 256, n_rec * rbytes, dtype=np.uint8)
+    before = buf.copy()
+    ft = np.float32 if f32_floats else np.float64
+    vals = {k: rng.integers(0, 2**w, n).astype(int_type if w <= 16 or int_type != np.uint16 else np.uint32)
+            for k, w in widths.items() if k not in ("depth", "horizontal_error", "vertical_error")}
+    vals["depth"] = np.round(rng.uniform(-5.0, 3000.0, n), 2).astype(ft)
+    herr = rng.uniform(-1.0, 50.0, n)
+    herr[::9] = np.nan
+    vals["horizontal_error"] = herr.astype(ft)
+    vals["vertical_error"] = rng.uniform(0.0, 2000.0, n).astype(ft)
+    for a in range(n_attr):
+        vals[("attr", a)] = rng.integers(0, 128, n)
+    coding = SoundingCoding(f32(10.0), f32(1000.0), f32(100.0), 4095, f32(100.0), 2**17 - 1)
+    rows = rng.choice(n_rec, 25, replace=False)
+    slot0 = rng.integers(0, slots, rows.size)
+    count = np.minimum(rng.integers(0, 4, rows.size), slots - slot0)
+    first = np.cumsum(count) - count + rng.integers(0, 5)
+    fill_slots(buf, rbytes, slots, slot_bits, fields, vals, coding, rows, slot0, first, count)
+
+    codes = dict(vals)
+    codes["depth"] = scaled_code_f64(vals["depth"].astype(np.float64), 10.0, 1000.0)
+    codes["horizontal_error"] = PfmFile._error_codes(None, vals["horizontal_error"], 12, 100.0, "h")
+    codes["vertical_error"] = PfmFile._error_codes(None, vals["vertical_error"], 17, 100.0, "v")
+    want = before.copy()
+    nbits = rbytes * 8
+    for r, s0, f0, c in zip(rows.tolist(), slot0.tolist(), first.tolist(), count.tolist()):
+        rec = int.from_bytes(bytes(want[r * rbytes:(r + 1) * rbytes]), "big")
+        for t in range(c):
+            base = (s0 + t) * slot_bits
+            rec &= ~(((1 << slot_bits) - 1) << (nbits - base - slot_bits))      # the slot emptied
+            for k, (off, w) in fields.items():
+                v = int(codes[k][f0 + t]) & ((1 << w) - 1)
+                rec |= v << (nbits - base - off - w)
+        want[r * rbytes:(r + 1) * rbytes] = np.frombuffer(rec.to_bytes(rbytes, "big"), np.uint8)
+    assert np.array_equal(buf, want)
