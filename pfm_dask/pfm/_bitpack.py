@@ -272,8 +272,7 @@ class BitLayout:
         for j, k in enumerate(keys):
             vals[j] = values[k]
         fs = [self.fields[k] for k in keys]
-        _kernel("pack_bits")(buf, offs * 8, vals, np.array([f.offset for f in fs], np.int64),
-                             np.array([f.nbits for f in fs], np.int64))
+        _pack_bits(buf, offs * 8, vals, fs)
 
     def pack_items_at_bits(self, buf: np.ndarray, bit_base: np.ndarray, keys: Sequence[Hashable],
                            values: np.ndarray) -> None:
@@ -294,8 +293,7 @@ class BitLayout:
         if base.min() < 0 or int(base.max()) + end > buf.size * 8:
             raise ValueError("items outside the buffer")
         vals = np.ascontiguousarray(values.reshape(len(keys), base.size)[used], dtype=_U64)
-        _kernel("pack_bits")(buf, base, vals, np.array([f.offset for f in fs], np.int64),
-                             np.array([f.nbits for f in fs], np.int64))
+        _pack_bits(buf, base, vals, fs)
 
     def unpack_at(self, buf: np.ndarray, offsets: np.ndarray, keys: Sequence[Hashable] | None = None) -> dict:
         """Field values (uint64) of the records that start at byte ``offsets`` of ``buf``."""
@@ -323,6 +321,15 @@ class BitLayout:
 # ---------------------------------------------------------------------------
 # Slow, obviously-correct reference (bit strings), used by the tests and for
 # single records where speed does not matter.
+
+def _pack_bits(buf: np.ndarray, bit_base: np.ndarray, vals: np.ndarray, fields) -> None:
+    """Run the ``pack_bits`` kernel for ``fields`` (objects with ``offset`` and ``nbits`` >= 1)."""
+    foff = np.array([f.offset for f in fields], np.int64)
+    fnb = np.array([f.nbits for f in fields], np.int64)
+    span = int((foff + fnb).max() - foff.min())
+    words = np.zeros((span + 7) // 64 + 2, dtype=_U64)
+    _kernel("pack_bits")(buf, bit_base, vals, foff, fnb, words)
+
 
 def pack_reference(fields: Sequence[tuple[int, int, int]], record_bytes: int) -> bytes:
     """Pack ``(bit_offset, nbits, value)`` triples into ``record_bytes`` bytes via a '0'/'1' string."""
@@ -841,32 +848,46 @@ def _k_fill_slots(flat, rbytes, slot_bits, rec_row, slot0, first, cnt,
             flat[o + 8 * full + b] = np.uint8(words[full] >> np.uint64(56 - 8 * b))
 
 
-def _k_pack_bits(buf, bit_base, vals, foff, fnb):
+def _k_pack_bits(buf, bit_base, vals, foff, fnb, words):
     """Overwrite fields (``foff``/``fnb``, widths >= 1) of the items starting at bit
-    ``bit_base[j]`` of ``buf`` with ``vals[:, j]``, keeping every other bit: the soundings
-    that fill free slots of tail records (a slot need not start on a byte)."""
-    n = buf.size
+    ``bit_base[j]`` of ``buf`` with ``vals[:, j]``, keeping every other bit (records updated
+    in place, soundings filling free slots: an item need not start on a byte).
+
+    The bytes an item's fields cover are loaded once into the 64-bit words ``words``, the
+    fields cleared and put there, and the bytes stored back: one pass of whole-word loads and
+    stores per item, not a load and a store per field that overlap the last field's store.
+    """
+    lo_bit = foff[0]
+    hi_bit = foff[0] + fnb[0]
+    for f in range(foff.size):
+        lo_bit = min(lo_bit, foff[f])
+        hi_bit = max(hi_bit, foff[f] + fnb[f])
     for j in range(bit_base.size):
-        base = bit_base[j]
+        o0 = (bit_base[j] + lo_bit) >> 3
+        o1 = (bit_base[j] + hi_bit + 7) >> 3
+        nw = (o1 - o0 + 7) >> 3
+        for w in range(nw):
+            q = o0 + 8 * w
+            if q + 8 <= o1:
+                words[w] = _ld_be64(buf, q)
+            else:
+                x = np.uint64(0)
+                for k in range(o1 - q):
+                    x |= np.uint64(buf[q + k]) << np.uint64(56 - 8 * k)
+                words[w] = x
+        rel = bit_base[j] - 8 * o0
         for f in range(foff.size):
             nb = fnb[f]
-            m = _mask(nb)
-            v = vals[f, j] & m
-            p = base + foff[f]
-            o = p >> 3
-            sh = p & 7
-            if sh + nb <= 64 and o + 8 <= n:
-                k = np.uint64(64 - sh - nb)
-                _st_be64(buf, o, (_ld_be64(buf, o) & ~(m << k)) | (v << k))
-            else:                              # field across 9 bytes or at the end: bit by bit
-                for q in range(nb):
-                    bit = p + q
-                    byte = bit >> 3
-                    sel = np.uint8(1 << (7 - (bit & 7)))
-                    if (v >> np.uint64(nb - 1 - q)) & np.uint64(1):
-                        buf[byte] |= sel
-                    else:
-                        buf[byte] &= ~sel
+            p = rel + foff[f]
+            _clear(words, p, nb)
+            _put(words, p, nb, vals[f, j] & _mask(nb))
+        for w in range(nw):
+            q = o0 + 8 * w
+            if q + 8 <= o1:
+                _st_be64(buf, q, words[w])
+            else:
+                for k in range(o1 - q):
+                    buf[q + k] = np.uint8(words[w] >> np.uint64(56 - 8 * k))
 
 
 def _k_unpack_at(buf, offsets, foff, fnb, out):
@@ -1004,7 +1025,7 @@ def _signature(name: str, T):
         "unpack_words": (arr(u64, 2, "A"), ai, ai, ai, arr(u64, 2, ro=False)),
         "to_words": (arr(T.uint8, 2, "A"), arr(u64, 2, ro=False)),
         "bin_runs": (ai, i64, arr(i64, ro=False)),
-        "pack_bits": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai),
+        "pack_bits": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai, scratch),
         "unpack_at": (arr(T.uint8), ai, ai, ai, arr(u64, 2, ro=False)),
         "bits_all": (arr(T.uint8), ai),
         "bits_clear": (arr(T.uint8, ro=False), ai),
