@@ -257,11 +257,14 @@ class BitLayout:
             out[key] = v
         return out
 
-    def pack_at(self, buf: np.ndarray, offsets: np.ndarray, values: Mapping[Hashable, np.ndarray]) -> None:
+    def pack_at(self, buf: np.ndarray, offsets: np.ndarray, values: Mapping[Hashable, np.ndarray],
+                *, executor=None) -> None:
         """Overwrite the given fields of the records that start at byte ``offsets`` of the flat
         uint8 buffer ``buf``, in place (every other bit kept); values are taken modulo their widths.
 
-        Lets a caller update records inside the spans it read (no copy out and back).
+        Lets a caller update records inside the spans it read (no copy out and back). With an
+        ``executor``, many records are shared out between its threads and this one (records
+        are whole bytes: no two share one).
         """
         offs, keys = self._at_args(buf, offsets, [k for k in values if self.fields[k].nbits])
         if not keys or not offs.size:
@@ -272,7 +275,10 @@ class BitLayout:
         for j, k in enumerate(keys):
             vals[j] = values[k]
         fs = [self.fields[k] for k in keys]
-        _pack_bits(buf, offs * 8, vals, fs)
+        bits = offs * 8
+        parts = 1 if executor is None or offs.size < (1 << 16) else 1 + getattr(executor, "_max_workers", 1)
+        _run([(lambda a=a, b=b: _pack_bits(buf, bits[a:b], vals[:, a:b], fs))
+              for a, b in _split(offs.size, parts)], executor if parts > 1 else None)
 
     def pack_items_at_bits(self, buf: np.ndarray, bit_base: np.ndarray, keys: Sequence[Hashable],
                            values: np.ndarray) -> None:
@@ -328,7 +334,7 @@ def _pack_bits(buf: np.ndarray, bit_base: np.ndarray, vals: np.ndarray, fields) 
     fnb = np.array([f.nbits for f in fields], np.int64)
     span = int((foff + fnb).max() - foff.min())
     words = np.zeros((span + 7) // 64 + 2, dtype=_U64)
-    _kernel("pack_bits")(buf, bit_base, vals, foff, fnb, words)
+    _kernel("pack_bits")(buf, np.ascontiguousarray(bit_base), np.ascontiguousarray(vals), foff, fnb, words)
 
 
 def pack_reference(fields: Sequence[tuple[int, int, int]], record_bytes: int) -> bytes:
@@ -493,6 +499,18 @@ def _depth_code(z, off, scale):
     return np.uint64(t)
 
 
+def _depth_code_in(z, off, scale, lim):
+    """``(code, ok)``: the depth code as :func:`_depth_code`, and whether it lies in ``0 .. lim - 1``.
+
+    With ``t = (z + offset) * scale + 0.5`` (the packer's own arithmetic), NINT is ``>= 0``
+    exactly when ``t > 0`` and at most ``lim - 1`` exactly when ``t < lim``; NaN fails both.
+    An out-of-range depth gets code 0 (no undefined float-to-integer conversion)."""
+    t = (z + off) * scale
+    t += 0.5
+    ok = (t > 0.0) & (t < lim)
+    return np.uint64(t if ok else 0.0), ok
+
+
 def _err_code(e, scale, cap, null):
     """``NINT(float(e) * float(scale))`` clamped to ``null``; NaN and negative -> ``null``.
 
@@ -508,7 +526,8 @@ def _err_code(e, scale, cap, null):
     return c if ok else null
 
 
-_HELPERS = ("_mask", "_put", "_emit", "_load_be", "_get", "_depth_code", "_err_code", "_bw_put",
+_HELPERS = ("_mask", "_put", "_emit", "_load_be", "_get", "_depth_code", "_depth_code_in", "_err_code",
+            "_bw_put",
             "_bw_skip", "_col_or", "_col_or_raw", "_code_depths_raw", "_code_errors_raw", "_clear",
             "_raw_u64", "_put_raw")
 # unaligned big-endian 64-bit store/load of ``arr[i:i + 8]`` (uint8 array), numba intrinsics
@@ -605,47 +624,60 @@ def _bw_skip(out, acc, fill, o, n):
 
 def _col_or(lanes, m, s, p, nb):
     """OR the ``nb``-bit values ``s[0:m]`` (masked) in at bit ``p`` of sounding columns
-    ``lanes[:, 0:m]`` (64-bit words, MSB first). The same shifts for every sounding: vector code."""
+    ``lanes[:, 0:m]`` (64-bit words, MSB first). The same shifts for every sounding: vector code.
+    Returns the OR of the values before masking: bits above ``nb`` mean a value did not fit."""
     mask = _mask(nb)
     e = (p & 63) + nb
     a = lanes[p >> 6]
+    seen = np.uint64(0)
     if e <= 64:
         k = np.uint64(64 - e)
         for t in range(m):
-            a[t] |= (np.uint64(s[t]) & mask) << k
+            v = np.uint64(s[t])
+            seen |= v
+            a[t] |= (v & mask) << k
     else:
         b = lanes[(p >> 6) + 1]
         k1 = np.uint64(e - 64)
         k2 = np.uint64(128 - e)
         for t in range(m):
-            v = np.uint64(s[t]) & mask
+            v = np.uint64(s[t])
+            seen |= v
+            v &= mask
             a[t] |= v >> k1
             b[t] |= v << k2
+    return seen
 
 
 def _col_or_raw(lanes, m, raw, kind, lo, p, nb):
     """:func:`_col_or` for integer values given as raw bytes, ``kind`` = bytes per value (8, 4, 2
     or 1). Values are checked >= 0 by the caller, so signed ones read as unsigned are the same."""
     if kind == 8:
-        _col_or(lanes, m, raw.view(np.uint64)[lo:lo + m], p, nb)
-    elif kind == 4:
-        _col_or(lanes, m, raw.view(np.uint32)[lo:lo + m], p, nb)
-    elif kind == 2:
-        _col_or(lanes, m, raw.view(np.uint16)[lo:lo + m], p, nb)
-    else:
-        _col_or(lanes, m, raw[lo:lo + m], p, nb)
+        return _col_or(lanes, m, raw.view(np.uint64)[lo:lo + m], p, nb)
+    if kind == 4:
+        return _col_or(lanes, m, raw.view(np.uint32)[lo:lo + m], p, nb)
+    if kind == 2:
+        return _col_or(lanes, m, raw.view(np.uint16)[lo:lo + m], p, nb)
+    return _col_or(lanes, m, raw[lo:lo + m], p, nb)
 
 
-def _code_depths_raw(tmp, m, raw, kind, lo, off, scale):
-    """``tmp[t]`` = depth code of sounding ``lo + t`` (float64, ``kind`` 8, or float32, 4)."""
+def _code_depths_raw(tmp, m, raw, kind, lo, off, scale, lim):
+    """``tmp[t]`` = depth code of sounding ``lo + t`` (float64, ``kind`` 8, or float32, 4); returns
+    True if every code lies in ``0 .. lim - 1`` (see :func:`_depth_code_in`)."""
+    ok = True
     if kind == 8:
         s = raw.view(np.float64)[lo:lo + m]
         for t in range(m):
-            tmp[t] = _depth_code(s[t], off, scale)
+            c, good = _depth_code_in(s[t], off, scale, lim)
+            tmp[t] = c
+            ok &= good
     else:
         s32 = raw.view(np.float32)[lo:lo + m]
         for t in range(m):
-            tmp[t] = _depth_code(np.float64(s32[t]), off, scale)
+            c, good = _depth_code_in(np.float64(s32[t]), off, scale, lim)
+            tmp[t] = c
+            ok &= good
+    return ok
 
 
 def _code_errors_raw(tmp, m, raw, kind, lo, scale, cap, null):
@@ -661,9 +693,9 @@ def _code_errors_raw(tmp, m, raw, kind, lo, scale, cap, null):
 
 
 def _k_pack_soundings(file_, line, ping, beam, xo, yo, val, depth, herr, verr, attrs, kinds, pos,
-                      nbits, apos, anb, doff, dscale, hscale, hcap, hnull, vscale, vcap, vnull,
+                      nbits, apos, anb, doff, dscale, dlim, hscale, hcap, hnull, vscale, vcap, vnull,
                       first, cnt, rec0, rend, g0, r0, r1, slots, slot_bits, item_end, cgap, cnb, pad,
-                      cbase, rbytes, n_items, lanes, tmp, out, obase):
+                      cbase, rbytes, n_items, lanes, tmp, out, obase, seen):
     """New physical records ``r0..r1-1``, coding and packing soundings in one pass.
 
     Bin ``g`` owns records ``rec0[g] .. rend[g] - 1`` holding its soundings
@@ -683,6 +715,10 @@ def _k_pack_soundings(file_, line, ping, beam, xo, yo, val, depth, herr, verr, a
     bit stream from byte ``r0 * rbytes - obase`` of ``out``: the soundings' bits, zeros for the
     rest of each slot and for empty slots, ``cgap`` zeros, the ``cnb``-bit
     continuation pointer and ``pad`` zeros.
+
+    The soundings are checked on the way (:func:`_check_seen`): ``seen[f] |=`` the OR of
+    integer field ``f``'s values as given (bits above its width: a value too large or
+    negative), ``seen[10] |= 1`` if a depth codes outside ``0 .. dlim - 1``.
     """
     cm = _mask(cnb)
     nl = max(1, (item_end + 63) >> 6)           # words per sounding
@@ -712,22 +748,23 @@ def _k_pack_soundings(file_, line, ping, beam, xo, yo, val, depth, herr, verr, a
                 for k in range(nl):
                     lanes[k, :m] = 0
                 if nbits[0]:
-                    _col_or_raw(lanes, m, file_, kinds[0], lo, pos[0], nbits[0])
+                    seen[0] |= _col_or_raw(lanes, m, file_, kinds[0], lo, pos[0], nbits[0])
                 if nbits[1]:
-                    _col_or_raw(lanes, m, line, kinds[1], lo, pos[1], nbits[1])
+                    seen[1] |= _col_or_raw(lanes, m, line, kinds[1], lo, pos[1], nbits[1])
                 if nbits[2]:
-                    _col_or_raw(lanes, m, ping, kinds[2], lo, pos[2], nbits[2])
+                    seen[2] |= _col_or_raw(lanes, m, ping, kinds[2], lo, pos[2], nbits[2])
                 if nbits[3]:
-                    _col_or_raw(lanes, m, beam, kinds[3], lo, pos[3], nbits[3])
+                    seen[3] |= _col_or_raw(lanes, m, beam, kinds[3], lo, pos[3], nbits[3])
                 if nbits[4]:
-                    _code_depths_raw(tmp, m, depth, kinds[4], lo, doff, dscale)
+                    if not _code_depths_raw(tmp, m, depth, kinds[4], lo, doff, dscale, dlim):
+                        seen[10] |= np.uint64(1)
                     _col_or(lanes, m, tmp, pos[4], nbits[4])
                 if nbits[5]:
-                    _col_or_raw(lanes, m, xo, kinds[5], lo, pos[5], nbits[5])
+                    seen[5] |= _col_or_raw(lanes, m, xo, kinds[5], lo, pos[5], nbits[5])
                 if nbits[6]:
-                    _col_or_raw(lanes, m, yo, kinds[6], lo, pos[6], nbits[6])
+                    seen[6] |= _col_or_raw(lanes, m, yo, kinds[6], lo, pos[6], nbits[6])
                 if nbits[7]:
-                    _col_or_raw(lanes, m, val, kinds[7], lo, pos[7], nbits[7])
+                    seen[7] |= _col_or_raw(lanes, m, val, kinds[7], lo, pos[7], nbits[7])
                 if nbits[8]:
                     _code_errors_raw(tmp, m, herr, kinds[8], lo, hscale, hcap, hnull)
                     _col_or(lanes, m, tmp, pos[8], nbits[8])
@@ -789,14 +826,19 @@ def _raw_u64(raw, kind, i):
 
 
 def _put_raw(scratch, p, nb, raw, kind, i):
-    """:func:`_put` of integer value ``i`` of raw bytes (:func:`_raw_u64`), if the field has bits."""
+    """:func:`_put` of integer value ``i`` of raw bytes (:func:`_raw_u64`), if the field has bits;
+    returns the value as given (0 for a field without bits)."""
     if nb:
-        _put(scratch, p, nb, _raw_u64(raw, kind, i) & _mask(nb))
+        v = _raw_u64(raw, kind, i)
+        _put(scratch, p, nb, v & _mask(nb))
+        return v
+    return np.uint64(0)
 
 
 def _k_fill_slots(flat, rbytes, slot_bits, rec_row, slot0, first, cnt,
                   file_, line, ping, beam, xo, yo, val, depth, herr, verr, attrs, kinds, pos,
-                  nbits, apos, anb, doff, dscale, hscale, hcap, hnull, vscale, vcap, vnull, words):
+                  nbits, apos, anb, doff, dscale, dlim, hscale, hcap, hnull, vscale, vcap, vnull, words,
+                  seen):
     """Soundings into free slots of existing records, coded as :func:`_k_pack_soundings` codes them.
 
     Record ``g`` (bytes ``rec_row[g] * rbytes`` on of ``flat``) gets soundings
@@ -804,7 +846,7 @@ def _k_fill_slots(flat, rbytes, slot_bits, rec_row, slot0, first, cnt,
     bit of the record is kept. Each record is loaded once into the 64-bit words
     ``words``, the soundings' fields are put in there, and it is stored back: no
     overlapping unaligned stores and loads per field. Field order in ``kinds`` /
-    ``pos`` / ``nbits``: that of :func:`_k_pack_soundings`.
+    ``pos`` / ``nbits``, and the checks into ``seen``: those of :func:`_k_pack_soundings`.
     """
     full = rbytes >> 3
     rest = rbytes - 8 * full
@@ -824,16 +866,19 @@ def _k_fill_slots(flat, rbytes, slot_bits, rec_row, slot0, first, cnt,
             i = first[g] + t
             p0 = (slot0[g] + t) * slot_bits
             _clear(words, p0, slot_bits)
-            _put_raw(words, p0 + pos[0], nbits[0], file_, kinds[0], i)
-            _put_raw(words, p0 + pos[1], nbits[1], line, kinds[1], i)
-            _put_raw(words, p0 + pos[2], nbits[2], ping, kinds[2], i)
-            _put_raw(words, p0 + pos[3], nbits[3], beam, kinds[3], i)
+            seen[0] |= _put_raw(words, p0 + pos[0], nbits[0], file_, kinds[0], i)
+            seen[1] |= _put_raw(words, p0 + pos[1], nbits[1], line, kinds[1], i)
+            seen[2] |= _put_raw(words, p0 + pos[2], nbits[2], ping, kinds[2], i)
+            seen[3] |= _put_raw(words, p0 + pos[3], nbits[3], beam, kinds[3], i)
             if nbits[4]:
                 z = depth.view(np.float64)[i] if kinds[4] == 8 else np.float64(depth.view(np.float32)[i])
-                _put(words, p0 + pos[4], nbits[4], _depth_code(z, doff, dscale) & _mask(nbits[4]))
-            _put_raw(words, p0 + pos[5], nbits[5], xo, kinds[5], i)
-            _put_raw(words, p0 + pos[6], nbits[6], yo, kinds[6], i)
-            _put_raw(words, p0 + pos[7], nbits[7], val, kinds[7], i)
+                code, ok = _depth_code_in(z, doff, dscale, dlim)
+                if not ok:
+                    seen[10] |= np.uint64(1)
+                _put(words, p0 + pos[4], nbits[4], code & _mask(nbits[4]))
+            seen[5] |= _put_raw(words, p0 + pos[5], nbits[5], xo, kinds[5], i)
+            seen[6] |= _put_raw(words, p0 + pos[6], nbits[6], yo, kinds[6], i)
+            seen[7] |= _put_raw(words, p0 + pos[7], nbits[7], val, kinds[7], i)
             if nbits[8]:
                 e = np.float32(herr.view(np.float64)[i]) if kinds[8] == 8 else herr.view(np.float32)[i]
                 _put(words, p0 + pos[8], nbits[8], _err_code(e, hscale, hcap, hnull) & _mask(nbits[8]))
@@ -916,9 +961,9 @@ def _k_bits_clear(bits, pos):
         bits[p >> 3] &= np.uint8(~(1 << (7 - (p & 7))) & 255)
 
 
-def _k_bin_runs(b, nbins, starts):
-    """Start of every run of equal values in ``b``; -1 if a value is outside
-    0..nbins-1 or smaller than the one before it."""
+def _k_bin_runs(b, nbins, starts, values):
+    """Start (``starts``) and value (``values``) of every run of equal values in ``b``; -1 if a
+    value is outside 0..nbins-1 or smaller than the one before it."""
     nr = 0
     prev = np.int64(-1)
     for i in range(b.size):
@@ -927,6 +972,7 @@ def _k_bin_runs(b, nbins, starts):
             if x < prev or x < 0 or x >= nbins:
                 return -1
             starts[nr] = i
+            values[nr] = x
             nr += 1
             prev = x
     return nr
@@ -1017,14 +1063,15 @@ def _signature(name: str, T):
         "pack_items": (arr(u64, 2), ai, ai, ai, i64, i64, i64, i64, arr(u64, 2), ai, ai, i64,
                        out_u8, scratch),
         "pack_soundings": (arr(T.uint8),) * 10 + (arr(u64, 2), ai, ai, ai, ai, ai,
-                             f64, f64, f32, f32, u64, f32, f32, u64, ai, ai, ai, ai)
-                          + (i64,) * 12 + (arr(u64, 2, ro=False), scratch, out_u8, i64),
+                             f64, f64, f64, f32, f32, u64, f32, f32, u64, ai, ai, ai, ai)
+                          + (i64,) * 12 + (arr(u64, 2, ro=False), scratch, out_u8, i64, scratch),
         "fill_slots": (out_u8, i64, i64, ai, ai, ai, ai) + (arr(T.uint8),) * 10
-                      + (arr(u64, 2), ai, ai, ai, ai, ai, f64, f64, f32, f32, u64, f32, f32, u64, scratch),
+                      + (arr(u64, 2), ai, ai, ai, ai, ai, f64, f64, f64, f32, f32, u64, f32, f32, u64,
+                         scratch, scratch),
         "unpack_items": (arr(T.uint8), i64, i64, i64, ai, ai, ai, arr(u64, 2, ro=False)),
         "unpack_words": (arr(u64, 2, "A"), ai, ai, ai, arr(u64, 2, ro=False)),
         "to_words": (arr(T.uint8, 2, "A"), arr(u64, 2, ro=False)),
-        "bin_runs": (ai, i64, arr(i64, ro=False)),
+        "bin_runs": (ai, i64, arr(i64, ro=False), arr(i64, ro=False)),
         "pack_bits": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai, scratch),
         "unpack_at": (arr(T.uint8), ai, ai, ai, arr(u64, 2, ro=False)),
         "bits_all": (arr(T.uint8), ai),
@@ -1291,6 +1338,9 @@ def _pack_records_numpy(item_fields: Sequence[tuple[int, int]], item_values: Seq
 #: sounding fields coded inside :func:`pack_soundings`, in the kernel's order
 _SOUNDING_ORDER = ("file", "line", "ping", "beam", "depth", "x_off", "y_off", "validity",
                    "horizontal_error", "vertical_error")
+_FLOAT_FIELDS = ("depth", "horizontal_error", "vertical_error")
+#: length of the ``check`` array of :func:`pack_soundings` and :func:`fill_slots`
+CHECK_SIZE = 11
 
 
 @dataclass(frozen=True)
@@ -1311,13 +1361,20 @@ class SoundingCoding:
     horizontal_error_null: int
     vertical_error_scale: float
     vertical_error_null: int
+    #: the largest depth code allowed (the null depth's code, or the field's maximum)
+    depth_code_max: int = 1 << 62
 
     @classmethod
     def from_header(cls, h) -> "SoundingCoding":
-        """The coding of a :class:`PfmHeader` (float32 header fields, error nulls from the bit widths)."""
+        """The coding of a :class:`PfmHeader` (float32 header fields, error nulls from the bit widths,
+        depth codes up to the NULL DEPTH's code and the DEPTH BITS' maximum)."""
+        from .._numeric import scaled_code_f64
+
+        null_code = int(scaled_code_f64(h.null_depth, h.depth_offset, h.depth_scale))
         return cls(float(np.float32(h.depth_offset)), float(np.float32(h.depth_scale)),
                    float(np.float32(h.horizontal_error_scale)), (1 << h.horizontal_error_bits) - 1,
-                   float(np.float32(h.vertical_error_scale)), (1 << h.vertical_error_bits) - 1)
+                   float(np.float32(h.vertical_error_scale)), (1 << h.vertical_error_bits) - 1,
+                   min(null_code, (1 << h.depth_bits) - 1))
 
 
 def _as_u64(v, n: int) -> np.ndarray:
@@ -1388,14 +1445,30 @@ class _SoundingArgs:
         raw = [a.view(np.uint8) for a in arrays]
         # file, line, ping, beam, x_off, y_off, validity, depth, errors (the kernels' argument order)
         self.args = (*raw[:4], raw[5], raw[6], raw[7], raw[4], raw[8], raw[9], attrs, kinds, pos, nbits,
-                     apos, anb, float(c.depth_offset), float(c.depth_scale),
+                     apos, anb, float(c.depth_offset), float(c.depth_scale), float(c.depth_code_max) + 1.0,
                      hs, hcap, _U64(c.horizontal_error_null), vs, vcap, _U64(c.vertical_error_null))
+        self.item_fields = item_fields
+
+
+def check_failures(check: np.ndarray, item_fields: Mapping[Hashable, tuple[int, int]]) -> list[str]:
+    """The sounding fields whose values :func:`pack_soundings` or :func:`fill_slots` saw out of
+    range, from their ``check`` array: integer fields (in the packing order) with a value wider
+    than their bits (a negative one included), then ``depth`` if one coded outside ``0 ..
+    depth_code_max``. Fields without bits are not checked."""
+    bad = []
+    for j, k in enumerate(_SOUNDING_ORDER):
+        nb = item_fields.get(k, (0, 0))[1]
+        if k not in _FLOAT_FIELDS and nb and int(check[j]) >> int(nb):
+            bad.append(k)
+    if item_fields.get("depth", (0, 0))[1] and check[10]:
+        bad.append("depth")
+    return bad
 
 
 def fill_slots(buf: np.ndarray, record_bytes: int, slots: int, slot_bits: int,
                item_fields: Mapping[Hashable, tuple[int, int]], values: Mapping[Hashable, np.ndarray],
                coding: SoundingCoding, rows: np.ndarray, slot0: np.ndarray, first: np.ndarray,
-               count: np.ndarray) -> None:
+               count: np.ndarray, *, check: np.ndarray | None = None) -> list[str]:
     """Code soundings into free slots of records held in ``buf``, in place (numba, one pass).
 
     ``buf`` is a flat writeable uint8 array of whole records of ``record_bytes``;
@@ -1405,6 +1478,12 @@ def fill_slots(buf: np.ndarray, record_bytes: int, slots: int, slot_bits: int,
     ``coding``); every other bit (the soundings already there, the continuation
     pointer) is kept. This is how new soundings fill the free slots of a bin's
     last record before new records are chained to it.
+
+    The soundings are checked as they are coded: returns the fields whose values
+    did not fit (integer fields wider than their bits or negative, depths coding
+    outside ``0 .. coding.depth_code_max``; such values are stored truncated, so
+    the caller must not keep the records); ``check`` (a uint64 array of
+    :data:`CHECK_SIZE`), if given, accumulates the raw findings over calls.
     """
     if not isinstance(buf, np.ndarray) or buf.dtype != np.uint8 or buf.ndim != 1 \
             or not buf.flags.c_contiguous or not buf.flags.writeable:
@@ -1414,7 +1493,7 @@ def fill_slots(buf: np.ndarray, record_bytes: int, slots: int, slot_bits: int,
         raise ValueError("rows, slot0, first and count differ in length")
     use = count > 0
     if not use.any():
-        return
+        return []
     a = _SoundingArgs(item_fields, values, coding)
     n_rec = buf.size // record_bytes
     if not 1 <= a.item_end <= slot_bits or slots * slot_bits > record_bytes * 8:
@@ -1424,15 +1503,20 @@ def fill_slots(buf: np.ndarray, record_bytes: int, slots: int, slot_bits: int,
             or (first + count)[use].max() > a.n_items):
         raise ValueError("slots outside the records, or soundings past the end of the values")
     words = np.zeros((record_bytes + 15) // 8, dtype=_U64)
+    seen = np.zeros(CHECK_SIZE, dtype=_U64)
     _kernel("fill_slots")(buf, int(record_bytes), int(slot_bits), rows, slot0, first, count,
-                          *a.args, words)
+                          *a.args, words, seen)
+    if check is not None:
+        check |= seen
+    return check_failures(seen, item_fields)
 
 
 def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapping[Hashable, np.ndarray],
                    coding: SoundingCoding, first: np.ndarray, count: np.ndarray, rec0: np.ndarray,
                    n_records: int, slots: int, slot_bits: int, cont_field: tuple[int, int],
                    cont_base: int, record_bytes: int, *, executor=None, out: np.ndarray | None = None,
-                   block: int = 8192, sink=None, chunk_bytes: int = 1 << 20) -> np.ndarray | None:
+                   block: int = 8192, sink=None, chunk_bytes: int = 1 << 20,
+                   check: np.ndarray | None = None) -> np.ndarray | None:
     """Code and pack soundings into new chained physical records (numba, one pass).
 
     Bin ``g`` gets records ``rec0[g] .. rec0[g] + ceil(count[g] / slots) - 1``
@@ -1464,6 +1548,13 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
     bytes)`` (``offset`` of the chunk's first record, from record 0) while the
     bytes are still in cache, e.g. to ``pwrite`` them, which then copies from
     cache instead of from memory.
+
+    The soundings are checked as they are coded, at no extra pass over memory:
+    ``check`` (a uint64 array of :data:`CHECK_SIZE`), if given, accumulates
+    what the kernels saw; ``_SoundingArgs.failures`` reads it (integer values
+    wider than their fields or negative, depths coding outside ``0 ..
+    coding.depth_code_max``: such soundings are packed truncated, so a caller
+    that gets failures must drop the records).
     """
     res_flat, res = _out_matrix(out if sink is None else np.zeros(0, np.uint8), n_records if sink is None else 0,
                                 record_bytes)
@@ -1490,30 +1581,35 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
 
     nlanes = max(1, (cursor + 63) >> 6)
 
-    def pack(r0: int, r1: int, buf: np.ndarray, obase: int, lanes: np.ndarray, tmp: np.ndarray) -> None:
+    def pack(r0: int, r1: int, buf: np.ndarray, obase: int, lanes: np.ndarray, tmp: np.ndarray,
+             seen: np.ndarray) -> None:
         g0 = int(np.searchsorted(rend, r0, side="right"))
         kern(*sa.args, first, count, rec0, rend, g0, r0, r1, slots, slot_bits, cursor,
              cpos - slots * slot_bits, cnb, record_bytes * 8 - cpos - cnb, int(cont_base), record_bytes,
-             sa.n_items, lanes, tmp, buf, obase)
+             sa.n_items, lanes, tmp, buf, obase, seen)
 
-    def job(r0: int, r1: int):
+    parts = 1 if executor is None else 4 * getattr(executor, "_max_workers", 2)
+    parts = max(1, min(parts, n_records * slots // (4 * block)))     # not for a few records
+    seen = np.zeros((parts, CHECK_SIZE), dtype=_U64)                  # one row per job: no sharing
+
+    def job(j: int, r0: int, r1: int):
         def do() -> None:
             lanes = np.empty((nlanes, block), dtype=_U64)
             tmp = np.empty(block, dtype=_U64)
             if sink is None:
-                pack(r0, r1, res_flat, 0, lanes, tmp)
+                pack(r0, r1, res_flat, 0, lanes, tmp, seen[j])
                 return
             step = max(1, chunk_bytes // record_bytes)
             buf = np.empty(step * record_bytes, dtype=np.uint8)
             for a in range(r0, r1, step):
                 b = min(a + step, r1)
-                pack(a, b, buf, a * record_bytes, lanes, tmp)
+                pack(a, b, buf, a * record_bytes, lanes, tmp, seen[j])
                 sink(a * record_bytes, buf[: (b - a) * record_bytes])
         return do
 
-    parts = 1 if executor is None else 4 * getattr(executor, "_max_workers", 2)
-    parts = max(1, min(parts, n_records * slots // (4 * block)))     # not for a few records
-    _run([job(a, b) for a, b in _split(n_records, parts)], executor)
+    _run([job(j, a, b) for j, (a, b) in enumerate(_split(n_records, parts))], executor)
+    if check is not None:
+        check |= np.bitwise_or.reduce(seen, axis=0)
     return None if sink is not None else res
 
 
@@ -1624,13 +1720,17 @@ def _unpack_records_numpy(records: np.ndarray, slots: int, slot_bits: int,
 # ---------------------------------------------------------------------------
 # Writer support
 
-def bin_runs(bin_index: np.ndarray, n_bins: int) -> np.ndarray | None:
+def bin_runs(bin_index: np.ndarray, n_bins: int, *, values: bool = False):
     """Start index of each run of equal bin indices, in one pass; ``None`` if any index is
-    outside ``0..n_bins-1`` or the indices are not sorted (the caller then says which)."""
+    outside ``0..n_bins-1`` or the indices are not sorted (the caller then says which).
+    With ``values``: ``(starts, bins)``, the bin of each run too (read in the same pass)."""
     b = np.ascontiguousarray(bin_index, dtype=np.int64)
     starts = np.empty(b.size, dtype=np.int64)       # only the pages written are touched
-    nr = _kernel("bin_runs")(b, int(n_bins), starts) if b.size else 0
-    return None if nr < 0 else starts[:nr]
+    vals = np.empty(b.size, dtype=np.int64)
+    nr = _kernel("bin_runs")(b, int(n_bins), starts, vals) if b.size else 0
+    if nr < 0:
+        return None
+    return (starts[:nr], vals[:nr]) if values else starts[:nr]
 
 
 def bits_all_set(bits: np.ndarray, positions: np.ndarray) -> bool:

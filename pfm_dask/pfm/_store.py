@@ -97,8 +97,8 @@ from .. import __version__ as _PKG_VERSION
 from .._numeric import nint, scaled_code_f32, scaled_code_f64
 from ..errors import ConfigError, PfmFormatError
 from . import validity as V
-from ._bitpack import (BitLayout, SoundingCoding, bin_runs, bits_all_set, clear_bits, fill_slots,
-                       pack_soundings, unpack_records)
+from ._bitpack import (CHECK_SIZE, BitLayout, SoundingCoding, bin_runs, bits_all_set, check_failures,
+                       clear_bits, fill_slots, pack_soundings, unpack_records)
 from ._coverage import (COV_HEADER_SIZE, create_coverage_file, read_coverage,
                         update_coverage)
 from ._header import (BIN_HEADER_SIZE, LIBRARY_VERSION, NUM_ATTR, WGS84_WKT, PfmHeader,
@@ -143,12 +143,10 @@ BIN_FIELDS = ("num_soundings", "std", "avg_filtered", "min_filtered", "max_filte
 _DEPTH_FIELDS = ("avg_filtered", "min_filtered", "max_filtered", "avg", "min", "max")
 
 _WRITE_CHUNK = 4 << 20           # bytes per os.pwrite of new records
-_ADD_CHUNK = 1 << 20             # soundings per internal add_sorted step
 _RMW_GAP = 4096                  # merge read-modify-write spans whose gap is at most this
 _MAX_SPAN = 32 << 20             # longest single read/write
 #: threads that pack records in parallel (the numba kernels release the GIL)
 PACK_THREADS = min(2, os.cpu_count() or 1)
-_PARALLEL_CHECKS = 1 << 18        # soundings from which add_sorted checks its inputs on the pack threads
 
 
 @dataclass(frozen=True)
@@ -266,10 +264,10 @@ class _Spans:
             return {k: np.empty(0, dtype=np.uint64) for k in keys}
         return layout.unpack_at(self.buf, self.pos, keys)
 
-    def pack(self, layout: BitLayout, values: dict) -> None:
+    def pack(self, layout: BitLayout, values: dict, executor=None) -> None:
         """Overwrite fields of every record in place in the span buffer (other bits kept)."""
         if self.offsets.size:
-            layout.pack_at(self.buf, self.pos, values)
+            layout.pack_at(self.buf, self.pos, values, executor=executor)
 
 
 def _pwrite_all(fd: int, data, offset: int) -> None:
@@ -516,27 +514,6 @@ def _ndx_layout(h: PfmHeader) -> tuple[BitLayout, int]:
             pos += nb
     f.append(("continuation", single * h.record_length, h.record_pointer_bits))
     return BitLayout(f), single
-
-
-class _Now:
-    """A call made at once, with its result or error kept for ``result()`` (a future without a pool)."""
-
-    def __init__(self, fn, *args):
-        try:
-            self._value, self._error = fn(*args), None
-        except Exception as exc:  # noqa: BLE001 - re-raised by result()
-            self._value, self._error = None, exc
-
-    def result(self):
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-def _depth_extremes(depth) -> tuple[np.ndarray, float, float]:
-    """Depths as float64 (as the library holds them) with their minimum and maximum."""
-    d = np.asarray(depth, dtype=np.float64)
-    return d, d.min(), d.max()
 
 
 def _as_array(name: str, a, n: int | None = None) -> np.ndarray:
@@ -1128,6 +1105,13 @@ class PfmFile:
         :class:`PfmFormatError`. Errors above their bit range, negative or
         NaN are stored as null. ``attributes``: one array per NDX attribute
         of the header (coded ``NINT((v - min) * scale)``), else zeros.
+
+        All or nothing: everything is prepared first (new records packed past
+        the end of the ``.ndx``, where nothing refers to them; old tail and bin
+        records changed in memory), the values being checked by the packing
+        kernels as they code them; only then are the changes written. A value
+        out of range raises before anything is written, and the ``.ndx`` is
+        cut back to where it was.
         """
         self._writable()
         t_start = time.perf_counter()
@@ -1146,34 +1130,8 @@ class PfmFile:
         herr = _as_array("horizontal_error", horizontal_error, n)
         verr = _as_array("vertical_error", vertical_error, n)
         nbins = self.width * self.height
-        # validate everything before writing anything. The passes over the arrays run at once on
-        # the pack threads for large inputs (numpy reductions and the kernels release the GIL);
-        # their results are taken, and errors raised, in the same order as one after the other.
-        pool = self._pool if n >= _PARALLEL_CHECKS else None
-
-        def later(fn, *args):
-            return pool.submit(fn, *args) if pool is not None else _Now(fn, *args)
-
-        runs = later(bin_runs, b, nbins)   # where each bin's soundings start; None if bad
-        zext = later(_depth_extremes, depth)
-        checks, not_int = [], None
-        limits = {"file": (self.max_file_number, "[FILE NUMBER BITS]"),
-                  "line": (self.max_line_number, "[LINE NUMBER BITS]"),
-                  "ping": (self.max_ping_number, "[PING NUMBER BITS]"),
-                  "beam": (self.max_beam_number, "[BEAM NUMBER BITS]"),
-                  "x_off": ((1 << h.offset_bits) - 1, "[OFFSET BITS]"),
-                  "y_off": ((1 << h.offset_bits) - 1, "[OFFSET BITS]"),
-                  "validity": ((1 << h.validity_bits) - 1, "[VALIDITY BITS]")}
-        for k, arr in list(cols.items()):
-            if not np.issubdtype(arr.dtype, np.integer):
-                if np.issubdtype(arr.dtype, np.floating) and np.all(np.mod(arr, 1) == 0):
-                    arr = cols[k] = arr.astype(np.int64)
-                else:
-                    not_int = PfmFormatError(f"{k} must be integers (got {arr.dtype})", path=self.path)
-                    break
-            lim, key = limits[k]
-            checks.append(later(self._check_range, k, arr, lim, key))
-        starts = runs.result()
+        runs = bin_runs(b, nbins, values=True)   # where each bin's soundings start, and the bin
+        starts, ub = runs if runs is not None else (None, None)
         if starts is None and (b.min() < 0 or b.max() >= nbins):
             bad = int(np.flatnonzero((b < 0) | (b >= nbins))[0])
             raise PfmFormatError(f"bin_index {b[bad]} (sounding {bad}) is outside the "
@@ -1181,22 +1139,21 @@ class PfmFile:
         if starts is None:
             bad = int(np.flatnonzero(b[1:] < b[:-1])[0]) + 1
             raise PfmFormatError(f"soundings are not sorted by bin_index (sounding {bad})", path=self.path)
-        for f in checks:                     # the first field out of range, in field order
-            f.result()
-        if not_int is not None:
-            raise not_int
-        depth, zlo, zhi = zext.result()      # the code is monotonic in z: check the extremes
-        null_code = int(scaled_code_f64(self.null_depth, h.depth_offset, h.depth_scale))
-        dmax = min(null_code, (1 << h.depth_bits) - 1)
-        if not (np.isfinite(zlo) and np.isfinite(zhi)
-                and int(scaled_code_f64(zlo, h.depth_offset, h.depth_scale)) >= 0
-                and int(scaled_code_f64(zhi, h.depth_offset, h.depth_scale)) <= dmax):
-            c = scaled_code_f64(depth, h.depth_offset, h.depth_scale)
-            bad = int(np.flatnonzero(~np.isfinite(depth) | (c < 0) | (c > dmax))[0])
-            raise PfmFormatError(
-                f"depth {depth[bad]} (sounding {bad}) is outside {-h.depth_offset:g} .. "
-                f"{self.null_depth:g} (DEPTH OFFSET / NULL DEPTH, {h.depth_bits} depth bits)",
-                path=self.path)
+        # integer fields: whole-number floats are taken as integers. The kernels check a field as
+        # they code it when a value out of range shows in bits above its width (unsigned types,
+        # or signed ones wider than the field); the others are checked here, in field order.
+        NL = self._ndx_layout
+        for i, (k, arr) in enumerate(list(cols.items())):
+            if not np.issubdtype(arr.dtype, np.integer):
+                if np.issubdtype(arr.dtype, np.floating) and np.all(np.mod(arr, 1) == 0):
+                    cols[k] = arr = arr.astype(np.int64)
+                else:
+                    for k_before in list(cols)[:i]:        # an earlier field's error comes first
+                        self._check_field(k_before, cols[k_before])
+                    raise PfmFormatError(f"{k} must be integers (got {arr.dtype})", path=self.path)
+            nb = NL.fields[(k, 0)].nbits
+            if not (nb and (arr.dtype.kind == "u" or 8 * arr.dtype.itemsize > nb)):
+                self._check_field(k, arr)
         attrs = {}
         for i in range(NUM_ATTR):
             nb = int(h.ndx_attribute_bits[i])
@@ -1207,32 +1164,61 @@ class PfmFile:
                 self._check_range(f"attribute {i}", c, (1 << nb) - 1, f"[NDX ATTRIBUTE BITS {i}]")
                 attrs[("attr", i)] = c.astype(np.uint64)
             elif nb:
-                attrs[("attr", i)] = None
+                attrs[("attr", i)] = np.zeros(n, np.uint64)
         self.timings["add_validate"] += time.perf_counter() - t_start
         self.timings["add_soundings"] += n
 
-        # split into steps at bin boundaries; encode and write step by step
-        cuts = [0]
-        if n > _ADD_CHUNK:
-            want = np.arange(_ADD_CHUNK, n, _ADD_CHUNK)
-            pos = np.searchsorted(starts, want)
-            cuts += sorted({int(x) for x in starts[pos[pos < starts.size]] if x > 0})
-        cuts.append(n)
-        for a, c in zip(cuts[:-1], cuts[1:]):
-            if c <= a:
-                continue
-            t = time.perf_counter()
-            # integer fields as they come (checked >= 0; the kernels read any integer type), the
-            # float fields as values: the kernels code them block by block (cache resident)
-            codes = {k: arr[a:c] for k, arr in cols.items()}
-            codes.update(depth=depth[a:c], horizontal_error=herr[a:c], vertical_error=verr[a:c])
-            for key, v in attrs.items():
-                codes[key] = v[a:c] if v is not None else np.zeros(c - a, np.uint64)
-            self.timings["add_encode"] += time.perf_counter() - t
-            j0, j1 = np.searchsorted(starts, [a, c])
-            self._add_step(b[a:c], codes, starts[j0:j1] - a)
+        # integer fields as they come (the kernels read any integer type), floats as values
+        codes = dict(cols, depth=depth, horizontal_error=herr, vertical_error=verr, **attrs)
+        check = np.zeros(CHECK_SIZE, dtype=np.uint64)
+        base = self.ndx_size
+        try:
+            step = self._prepare(ub, n, codes, starts, check)
+            bad = check_failures(check, step["item_fields"])
+            if bad:
+                k = bad[0]
+                if k == "depth":
+                    self._check_depths(depth)
+                self._check_field(k, cols[k])
+                raise PfmFormatError(f"{k} out of range (found while packing)", path=self.path)
+        except BaseException:
+            # nothing points to the records packed past the old end: cut them off again
+            os.ftruncate(self._fds["ndx"], base)
+            raise
+        self._commit(step)
 
-    def _add_step(self, b: np.ndarray, codes: dict, start: np.ndarray | None = None) -> None:
+    def _check_field(self, key: str, arr: np.ndarray) -> None:
+        """Raise naming the first value of integer field ``key`` outside its header limit."""
+        limits = {"file": (self.max_file_number, "[FILE NUMBER BITS]"),
+                  "line": (self.max_line_number, "[LINE NUMBER BITS]"),
+                  "ping": (self.max_ping_number, "[PING NUMBER BITS]"),
+                  "beam": (self.max_beam_number, "[BEAM NUMBER BITS]"),
+                  "x_off": ((1 << self.header.offset_bits) - 1, "[OFFSET BITS]"),
+                  "y_off": ((1 << self.header.offset_bits) - 1, "[OFFSET BITS]"),
+                  "validity": ((1 << self.header.validity_bits) - 1, "[VALIDITY BITS]")}
+        lim, key_name = limits[key]
+        self._check_range(key, arr, lim, key_name)
+
+    def _check_depths(self, depth: np.ndarray) -> None:
+        """Raise naming the first depth whose code is outside ``0 ..`` the NULL DEPTH's code."""
+        h = self.header
+        null_code = int(scaled_code_f64(self.null_depth, h.depth_offset, h.depth_scale))
+        dmax = min(null_code, (1 << h.depth_bits) - 1)
+        d = np.asarray(depth, dtype=np.float64)
+        c = scaled_code_f64(d, h.depth_offset, h.depth_scale)
+        bad = np.flatnonzero(~np.isfinite(d) | (c < 0) | (c > dmax))
+        if bad.size:
+            j = int(bad[0])
+            raise PfmFormatError(
+                f"depth {d[j]} (sounding {j}) is outside {-h.depth_offset:g} .. "
+                f"{self.null_depth:g} (DEPTH OFFSET / NULL DEPTH, {h.depth_bits} depth bits)",
+                path=self.path)
+
+    def _prepare(self, ub: np.ndarray, n: int, codes: dict, start: np.ndarray, check: np.ndarray) -> dict:
+        """Everything of :meth:`add_sorted` but the writes to existing data: the new records packed
+        past the end of the ``.ndx`` (values checked into ``check``), the old tail and bin records
+        read (their pre-images given to the undo log) and changed in memory. The ``n`` soundings
+        go to bins ``ub``, bin ``ub[j]``'s from ``start[j]`` on."""
         h = self.header
         L = self.record_length
         rsize = self.ndx_record_size
@@ -1240,13 +1226,10 @@ class PfmFile:
         BL, NL = self._bin_layout, self._ndx_layout
         tm = self.timings
         t = time.perf_counter()
-        n = b.size
-        if start is None:       # first sounding of each bin
-            start = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
         counts = np.diff(np.r_[start, n])
-        ub = b[start]
         nb = ub.size
         writer = self._writer
+        coding = SoundingCoding.from_header(h)
 
         # 1. the touched bin records (wait only if a queued write covers them)
         boff = self.bin_header_size + ub * bsize
@@ -1274,8 +1257,7 @@ class PfmFile:
             j = int(np.argmax(total > cmax))
             raise PfmFormatError(f"bin {int(ub[j])} would hold {int(total[j])} soundings, more than the "
                                  f"{cmax} of [COUNT BITS] = {h.count_bits}", path=self.path)
-        fresh = not c0.any()
-        if fresh:
+        if not c0.any():
             fill = np.zeros(nb, dtype=np.int64)
             used = fill
         else:
@@ -1288,35 +1270,32 @@ class PfmFile:
         base = self.ndx_size
         first_new = base + cum_m * rsize
         last_new = base + (cum_m + m - 1) * rsize
-        any_fill = bool(fill.any())
         item_fields = {k_: (NL.fields[(k_, 0)].offset, NL.fields[(k_, 0)].nbits) for k_ in codes}
         tm["add_bins_read"] += time.perf_counter() - t
 
-        # 2. new physical records, contiguous at the end of .ndx
+        # 2. new physical records, contiguous past the end of .ndx
         t = time.perf_counter()
         if M:
             # one numba pass codes the soundings and packs the chained records (bin by bin:
             # the soundings not filling old tails, from start + fill on, in records cum_m ..).
             # The pack threads write each ~1 MiB of records themselves as soon as it is packed,
-            # past the end of the .ndx (nothing reads there yet): pwrite then copies from cache,
-            # and the writes are done before the tails and bin records that point to them.
+            # past the end of the .ndx (nothing reads there yet): pwrite then copies from cache.
             cf = NL.fields["continuation"]
             fd = self._fds["ndx"]
-            pack_soundings(item_fields, codes, SoundingCoding.from_header(h), start + fill, rem, cum_m, M, L,
+            pack_soundings(item_fields, codes, coding, start + fill, rem, cum_m, M, L,
                            self._single_bits, (cf.offset, cf.nbits), base, rsize,
-                           executor=self._pool, sink=lambda off, data: _pwrite_all(fd, data, base + off))
+                           executor=self._pool, sink=lambda off, data: _pwrite_all(fd, data, base + off),
+                           check=check)
             writer.start_writeback(fd, base, M * rsize)
             tm["add_pack"] += time.perf_counter() - t
 
-        # 3. old tails: fill free slots and/or link to the new run
+        # 3. old tails: fill free slots and/or link to the new run (in memory)
         t = time.perf_counter()
+        tspans = None
         need_tail = (c0 > 0) & ((fill > 0) | (m > 0))
         if need_tail.any():
             tb = np.flatnonzero(need_tail)
-            order = np.argsort(t0[tb], kind="stable")
-            tb = tb[order]
-            row_of_bin = np.full(nb, -1, dtype=np.int64)
-            row_of_bin[tb] = np.arange(tb.size)
+            tb = tb[np.argsort(t0[tb], kind="stable")]
             writer.wait_for(self._fds["ndx"], int(t0[tb[0]]), int(t0[tb[-1]]) + rsize)
             tspans = _Spans(self._fds["ndx"], t0[tb], rsize, max_gap=_RMW_GAP,
                             path=self.ndx_path, what="tail record")
@@ -1330,33 +1309,42 @@ class PfmFile:
                 j = int(np.flatnonzero(cont_old != 0)[0])
                 raise PfmFormatError(f"tail record of bin {int(ub[tb[j]])} has a non-zero continuation "
                                      "pointer (chain corrupted)", path=self.ndx_path, offset=int(t0[tb[j]]))
-            if any_fill:
+            if fill.any():
                 # the first fill[b] soundings of bin b go to the free slots of its tail record
-                # (row row_of_bin[b] of trecs), coded and packed in one kernel pass
-                fill_slots(flat, rsize, L, self._single_bits, item_fields, codes,
-                           SoundingCoding.from_header(h), row_of_bin[tb], used[tb], start[tb], fill[tb])
+                # (row j of trecs for tb[j]), coded, checked and packed in one kernel pass
+                fill_slots(flat, rsize, L, self._single_bits, item_fields, codes, coding,
+                           np.arange(tb.size, dtype=np.int64), used[tb], start[tb], fill[tb],
+                           check=check)
             link = m[tb] > 0
             if link.any():
                 NL.pack_at(flat, row_at[link], {"continuation": first_new[tb[link]].astype(np.uint64)})
             tspans.store(trecs)
-            if self.undo is not None:
-                self.undo.commit()
-            tspans.write(writer)
         tm["add_tails"] += time.perf_counter() - t
 
-        # 4. bin records
+        # 4. bin records (in memory)
         t = time.perf_counter()
         vor = np.bitwise_or.reduceat(codes["validity"], start).astype(np.uint64)
         new_val = (cur["validity"] | vor) & np.uint64(((1 << h.validity_bits) - 1) & ~V.CHECKED)
         new_head = np.where(c0 == 0, first_new, h0)
         new_tail = np.where(m > 0, last_new, t0)
         bspans.pack(BL, {"num_soundings": total.astype(np.uint64), "validity": new_val,
-                         "head": new_head.astype(np.uint64), "tail": new_tail.astype(np.uint64)})
+                         "head": new_head.astype(np.uint64), "tail": new_tail.astype(np.uint64)},
+                    executor=self._pool)
+        tm["add_bins_write"] += time.perf_counter() - t
+        return {"item_fields": item_fields, "tspans": tspans, "bspans": bspans,
+                "ndx_size": base + M * rsize}
+
+    def _commit(self, step: dict) -> None:
+        """Write what :meth:`_prepare` changed: the undo log made durable first, then the old tail
+        records (now pointing to the new ones) and the bin records, on the write-behind thread."""
+        t = time.perf_counter()
         if self.undo is not None:
             self.undo.commit()
-        bspans.write(writer)
-        self.ndx_size = base + M * rsize
-        tm["add_bins_write"] += time.perf_counter() - t
+        if step["tspans"] is not None:
+            step["tspans"].write(self._writer)
+        step["bspans"].write(self._writer)
+        self.ndx_size = step["ndx_size"]
+        self.timings["add_bins_write"] += time.perf_counter() - t
 
     # ------------------------------------------------------------------ reading bins
     def _rect(self, row0, row1, col0, col1):

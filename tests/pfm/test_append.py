@@ -1,5 +1,6 @@
 """Appending: repeated add_sorted into the same bins (tail filling), reopen and append."""
 
+import os
 from collections import Counter
 
 import numpy as np
@@ -127,21 +128,43 @@ def test_append_after_reopen_keeps_old_content(tmp_path):
     RefPfm(path).check_chains()
 
 
-def test_large_add_spans_several_steps(tmp_path, monkeypatch):
-    """Steps of the internal loop cut at bin boundaries; the result is the same as one step."""
-    import pfm_dask.pfm._store as store
-
-    monkeypatch.setattr(store, "_ADD_CHUNK", 50)
+@pytest.mark.parametrize("where", ["old tail", "new record", "old tail only"])
+@pytest.mark.parametrize("field,value", [("ping", -1), ("beam", 1 << 20), ("depth", 1.0e9),
+                                         ("depth", float("nan")), ("validity", 1 << 40)])
+def test_a_bad_value_changes_nothing(tmp_path, field, value, where):
+    """A value out of range anywhere in a call (in the last bin: a sounding that fills a free
+    slot of its old tail record, or one that goes to a new record) raises and leaves every
+    file byte as it was; the next good call then appends as if the bad one had not been made."""
     g = small_grid(9, 6)
     rng = np.random.default_rng(4)
     nb = g.width * g.height
-    d = make_soundings(rng, np.arange(nb), rng.integers(0, 30, nb))
     path = str(tmp_path / "s.pfm")
+    data = os.path.join(path + ".data", "s.pfm")
     with create(path, g) as f:
-        f.add_sorted(**d)
-        f.add_sorted(**make_soundings(rng, np.arange(0, nb, 3), np.full(len(range(0, nb, 3)), 5)))
+        counts = rng.integers(1, 30, nb)
+        counts[nb - 1 - (nb - 1) % 3] = 7          # the last bin written below: 5 free slots
+        first = make_soundings(rng, np.arange(nb), counts)
+        f.add_sorted(**first)
+        f.flush()
+        before = {p: open(data + p, "rb").read() for p in (".ndx", ".bin")}
+        last = nb - 1 - (nb - 1) % 3
+        if where == "old tail only":       # no new record at all: the tail's free slots take all
+            bad = make_soundings(rng, [last], [3])
+        else:
+            bad = make_soundings(rng, np.arange(0, nb, 3), np.full(len(range(0, nb, 3)), 9))
+        if field == "depth":
+            bad[field] = bad[field].astype(np.float64)
+        else:
+            bad[field] = bad[field].astype(np.int64)
+        bad[field][{"old tail": -9, "new record": -1, "old tail only": 0}[where]] = value
+        with pytest.raises(PfmFormatError, match=field):
+            f.add_sorted(**bad)
+        f.flush()
+        assert {p: open(data + p, "rb").read() for p in (".ndx", ".bin")} == before
+        good = make_soundings(rng, np.arange(0, nb, 3), np.full(len(range(0, nb, 3)), 5))
+        f.add_sorted(**good)
         s = f.read_soundings(0, g.height)
-    assert sum(np.bincount(s["bin_index"])) == len(d["bin_index"]) + 5 * len(range(0, nb, 3))
+    assert len(s["bin_index"]) == len(first["bin_index"]) + len(good["bin_index"])
     RefPfm(path).check_chains()
 
 

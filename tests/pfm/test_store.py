@@ -493,7 +493,7 @@ def test_bin_fields_use_single_precision(tmp_path):
 
 
 def test_new_records_handed_to_writeback(tmp_path, monkeypatch):
-    """Each step's new .ndx records are handed to the kernel's write-out as they are written
+    """Each call's new .ndx records are handed to the kernel's write-out as they are written
     (so a large load does not end with the whole file still to flush): the ranges asked for
     cover the records exactly, in order."""
     import sys
@@ -511,17 +511,16 @@ def test_new_records_handed_to_writeback(tmp_path, monkeypatch):
         assert _store._sync_file_range not in (None, False)
     asked = []
     monkeypatch.setattr(_store, "_start_writeback", lambda fd, off, n: asked.append((off, n)))
-    monkeypatch.setattr(_store, "_ADD_CHUNK", 50)
     rng = np.random.default_rng(5)
-    d = make_soundings(rng, range(20), rng.integers(1, 30, 20))
     p = str(tmp_path / "w.pfm")
     with create(p, small_grid(7, 5), max_files=8, max_lines=64) as f:
-        f.add_sorted(**d)
-        end = f.ndx_size
+        ends = []
+        for _ in range(3):
+            f.add_sorted(**make_soundings(rng, range(20), rng.integers(1, 30, 20)))
+            ends.append(f.ndx_size)
         rsize = f.ndx_record_size
-    assert len(asked) > 1                      # one per internal step
+    assert len(asked) == 3                     # one per call, for the records it added
     pos = 0
-    for off, n in asked:
-        assert off == pos and n > 0 and n % rsize == 0
+    for (off, n), end in zip(asked, ends):
+        assert off == pos and n > 0 and n % rsize == 0 and off + n == end
         pos += n
-    assert pos == end
