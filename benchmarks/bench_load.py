@@ -7,10 +7,13 @@ machine minutes apart. Each mode runs ``--repeat`` times; the median is kept.
     python -m benchmarks.bench_load              # >= 1 GB survey, the issue's figures
     python -m benchmarks.bench_load --quick      # seconds; CI runs this to keep it working
 
-Phases reported: decode, place/filter/bin and sort (summed over tasks: CPU time
-spent in workers), transfer (tasks waiting for the writer to accept a piece),
-write (the writer's time in ``add_sorted``), area filter, recompute and check
-(the serial final step), and the wall time of each stage.
+Phases reported: decode, place/filter/bin and sort (seconds summed over the
+tasks; the keys end in ``_cpu`` for history, but they are the tasks' wall
+times, which grow when the cores are shared), the tasks' and the writer
+thread's own CPU seconds (``task_thread_cpu``, ``writer_thread_cpu``), transfer
+(tasks waiting for the writer to accept a piece), write (the writer's wall time
+per piece), area filter, recompute and check (the serial final step), and the
+wall time of each stage.
 """
 
 from __future__ import annotations
@@ -72,6 +75,8 @@ def run_once(paths, mode: str, workers: int, cfg: LoadConfig, tag: str,
             "sort_cpu": tm.get("task_sort_pack", 0.0),
             "transfer": tm.get("task_transfer", 0.0),
             "write": tm.get("write", 0.0),
+            "task_thread_cpu": tm.get("task_cpu", 0.0),
+            "writer_thread_cpu": tm.get("write_cpu", 0.0),
             "area_filter": tm.get("area_filter", 0.0),
             "recompute": tm.get("recompute", 0.0),
             "check": tm.get("check", 0.0),

@@ -492,15 +492,9 @@ def _get(buf, n, p, nb):
     return x >> np.uint64(64 - nb)
 
 
-def _depth_code(z, off, scale):
-    """``NINT((z + offset) * scale)`` in double for a checked z (the sum is >= -0.5)."""
-    t = (z + off) * scale
-    t += 0.5
-    return np.uint64(t)
-
-
 def _depth_code_in(z, off, scale, lim):
-    """``(code, ok)``: the depth code as :func:`_depth_code`, and whether it lies in ``0 .. lim - 1``.
+    """``(code, ok)``: the depth code ``NINT((z + offset) * scale)`` in double, and whether it lies
+    in ``0 .. lim - 1``.
 
     With ``t = (z + offset) * scale + 0.5`` (the packer's own arithmetic), NINT is ``>= 0``
     exactly when ``t > 0`` and at most ``lim - 1`` exactly when ``t < lim``; NaN fails both.
@@ -526,10 +520,9 @@ def _err_code(e, scale, cap, null):
     return c if ok else null
 
 
-_HELPERS = ("_mask", "_put", "_emit", "_load_be", "_get", "_depth_code", "_depth_code_in", "_err_code",
-            "_bw_put",
-            "_bw_skip", "_col_or", "_col_or_raw", "_code_depths_raw", "_code_errors_raw", "_clear",
-            "_raw_u64", "_put_raw")
+_HELPERS = ("_mask", "_put", "_emit", "_load_be", "_get", "_depth_code_in", "_err_code",
+            "_bw_put", "_bw_skip", "_col_or", "_col_or_raw", "_code_depths_raw", "_code_errors_raw",
+            "_clear", "_raw_u64", "_put_raw")
 # unaligned big-endian 64-bit store/load of ``arr[i:i + 8]`` (uint8 array), numba intrinsics
 # made by _make_intrinsics() when the first kernel compiles
 _st_be64 = None
@@ -716,7 +709,7 @@ def _k_pack_soundings(file_, line, ping, beam, xo, yo, val, depth, herr, verr, a
     rest of each slot and for empty slots, ``cgap`` zeros, the ``cnb``-bit
     continuation pointer and ``pad`` zeros.
 
-    The soundings are checked on the way (:func:`_check_seen`): ``seen[f] |=`` the OR of
+    The soundings are checked on the way (read by :func:`check_failures`): ``seen[f] |=`` the OR of
     integer field ``f``'s values as given (bits above its width: a value too large or
     negative), ``seen[10] |= 1`` if a depth codes outside ``0 .. dlim - 1``.
     """

@@ -1175,11 +1175,12 @@ class PfmFile:
         try:
             step = self._prepare(ub, n, codes, starts, check)
             bad = check_failures(check, step["item_fields"])
-            if bad:
+            if bad:      # the message names the first bad sounding, found again with numpy
                 k = bad[0]
                 if k == "depth":
                     self._check_depths(depth)
-                self._check_field(k, cols[k])
+                else:
+                    self._check_field(k, cols[k])
                 raise PfmFormatError(f"{k} out of range (found while packing)", path=self.path)
         except BaseException:
             # nothing points to the records packed past the old end: cut them off again

@@ -617,3 +617,31 @@ def test_fill_slots_matches_a_bit_by_bit_reference(seed, int_type, f32_floats, n
                 rec |= v << (nbits - base - off - w)
         want[r * rbytes:(r + 1) * rbytes] = np.frombuffer(rec.to_bytes(rbytes, "big"), np.uint8)
     assert np.array_equal(buf, want)
+
+
+def test_packer_depth_check_equals_the_numpy_rule():
+    """A depth passes the packer's own check exactly when NINT((z + offset) * scale), computed
+    in double as the library does, lies in 0 .. depth_code_max: depths at both edges (a
+    hair either side of half a code), NaN and infinities, float32 and float64."""
+    from pfm_dask._numeric import scaled_code_f64
+    from pfm_dask.pfm._bitpack import CHECK_SIZE, check_failures
+
+    off, scale, cmax = f32(10.0), f32(100.0), 1_200_000
+    coding = SoundingCoding(off, scale, 100.0, 4095, 100.0, 4095, cmax)
+    lo_edge = -off - 0.5 / scale            # code -0.5 -> NINT -1: out
+    hi_edge = (cmax + 0.5) / scale - off    # code cmax + 0.5 -> NINT cmax + 1: out
+    zs = [lo_edge, hi_edge, float("nan"), float("inf"), float("-inf"), 0.0, -off]
+    for e in (lo_edge, hi_edge):
+        zs += list(np.nextafter(e, np.inf) + np.arange(-3, 4) * np.spacing(e))
+        zs += list(e + np.linspace(-2e-6, 2e-6, 9))
+    fields = {"depth": (0, 32), "validity": (32, 1)}
+    for dtype in (np.float64, np.float32):
+        for z in np.array(zs, dtype=dtype):
+            z64 = np.float64(z)
+            c = scaled_code_f64(z64, off, scale)
+            want_ok = bool(np.isfinite(z64) and 0 <= c <= cmax)
+            check = np.zeros(CHECK_SIZE, np.uint64)
+            pack_soundings(fields, {"depth": np.array([z]), "validity": np.zeros(1, np.uint8)}, coding,
+                           np.array([0]), np.array([1]), np.array([0]), 1, 1, 33, (33, 31), 0, 8,
+                           check=check)
+            assert (check_failures(check, fields) == []) == want_ok, (dtype, float(z), int(c))
