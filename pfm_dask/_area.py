@@ -3,7 +3,8 @@
 pfmLoader (``abe-pfmLoader : pfmFilter.cpp``; PFM_NOTES 3.5) compares every sounding of a bin
 with the mean of the 3 x 3 block of bins around it and cuts those more than
 ``cellstd x 2 x spread`` deeper (or, two-sided, away). This module runs the same algorithm one
-bin row at a time from caller callbacks, holding at most three rows, vectorised within a row.
+bin row at a time from caller callbacks, holding at most three rows; a compiled kernel walks
+each row in pfmLoader's raster order (a loop per bin, one pass).
 Fixed relative to pfmLoader (PFM_NOTES 3.6): the first and last rows are filtered (the block is
 clipped at the grid edges), a zero or undefined spread cuts nothing, and statistics are computed
 in double precision with a two-pass variance. Bins are not recomputed here: the kernel reports
@@ -13,6 +14,7 @@ See ``docs/filters.md``.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator
 
@@ -24,11 +26,11 @@ from .pfm import validity as V
 __all__ = ["AreaFilter", "AreaFilterSummary", "RowResult", "RowSoundings"]
 
 _CUT = np.uint32(V.FILTER_INVAL | V.MODIFIED)
-_SKIP = np.uint32(V.INVAL | V.DELETED)
+_SKIP = np.uint32(V.INVAL | V.DELETED)          # left out of pfmLoader's filter statistics
+_POST_SKIP = np.uint32(V.INVAL | V.DELETED | V.REFERENCE)   # and of the library's bin statistics
 
 # The 3 x 3 block in pfmLoader's summation order (row y-1, y, y+1; column x-1, x, x+1).
 _BLOCK = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
-_CENTRE = 4
 
 
 @dataclass(frozen=True)
@@ -93,60 +95,201 @@ class AreaFilterSummary:
     bins_sparse: int = 0
     bins_no_spread: int = 0
     rows: int = 0
-    raster_passes: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-@dataclass
 class _Stats:
     """Per-bin statistics of one row as the filter sees them (no data => avg = std = 0)."""
 
-    data: np.ndarray
-    avg: np.ndarray
-    std: np.ndarray
+    __slots__ = ("data", "avg", "std")
+
+    def __init__(self, data: np.ndarray, avg: np.ndarray, std: np.ndarray):
+        self.data, self.avg, self.std = data, avg, std
 
     @classmethod
     def none(cls, width: int) -> "_Stats":
-        return cls(np.zeros(width, bool), np.zeros(width), np.zeros(width))
-
-    def take(self, mask: np.ndarray, other: "_Stats") -> "_Stats":
-        """These statistics where ``mask`` is False, ``other``'s where it is True."""
-        return _Stats(np.where(mask, other.data, self.data), np.where(mask, other.avg, self.avg),
-                      np.where(mask, other.std, self.std))
-
-    def differs(self, other: "_Stats") -> np.ndarray:
-        return (self.data != other.data) | (self.data & ((self.avg != other.avg)
-                                                         | (self.std != other.std)))
+        return cls(np.zeros(width, np.bool_), np.zeros(width), np.zeros(width))
 
 
-def _bin_stats(col: np.ndarray, z: np.ndarray, use: np.ndarray, width: int) -> _Stats:
-    """Mean and sample standard deviation (two-pass, 0 when n <= 1) of ``z[use]`` per column.
+# ---------------------------------------------------------------------------------- kernels
+# Compiled with numba on first use (cached on disk), without fastmath: every sum is the plain
+# IEEE double operation in the order written, the order pfmLoader's loops and the test's
+# reference use. nogil: the writer's other threads run meanwhile.
 
-    Sums run in sounding order (``bincount``), so a plain loop reproduces them bit for bit.
+def _k_row_stats(col, z, v, skip, null_depth, data, avg, std):
+    """Mean and sample std (two-pass, 0 when n <= 1) per column of the soundings carrying no
+    bit of ``skip`` and shallower than ``null_depth``; sums in sounding order."""
+    w = data.shape[0]
+    n = np.zeros(w, np.int64)
+    s = np.zeros(w)
+    for i in range(col.shape[0]):
+        if (v[i] & skip) == 0 and z[i] < null_depth:
+            n[col[i]] += 1
+            s[col[i]] += z[i]
+    for x in range(w):
+        data[x] = n[x] > 0
+        avg[x] = s[x] / n[x] if n[x] > 0 else 0.0
+        s[x] = 0.0
+    for i in range(col.shape[0]):
+        if (v[i] & skip) == 0 and z[i] < null_depth:
+            d = z[i] - avg[col[i]]
+            s[col[i]] += d * d
+    for x in range(w):
+        std[x] = np.sqrt(s[x] / (n[x] - 1)) if n[x] > 1 else 0.0
+
+
+def _k_filter_row(col, z, v, active, a_data, a_avg, a_std, p_data, p_avg, p_std,
+                  b_data, b_avg, b_std, dxs, cellstd, max_slope, null_depth, deep_only,
+                  exact_raster, min_cells, cut_reference, skip, post_skip, cut_bits, ref_bit,
+                  cut, q_data, q_avg, q_std, counts):
+    """One row of the area filter in pfmLoader's raster order (PFM_NOTES 3.5, bugs fixed).
+
+    Row y-1's post-filter statistics ``a_*``, this row's pre-filter ``p_*``, row y+1's
+    pre-filter ``b_*``; bin x sees bin x-1 after filtering (``exact_raster``) or before.
+    Writes ``cut`` (1 per sounding cut), this row's post-filter statistics ``q_*`` (the
+    library's: REFERENCE and null depths left out, for bins that were filtered; the pre-filter
+    ones elsewhere) and ``counts``: examined, bad, cut, bins filtered, sparse, no spread.
     """
-    c = col[use]
-    zz = z[use]
-    n = np.bincount(c, minlength=width)
-    s = np.bincount(c, weights=zz, minlength=width)
-    data = n > 0
-    avg = np.where(data, s / np.maximum(n, 1), 0.0)
-    dev = zz - avg[c]
-    ss = np.bincount(c, weights=dev * dev, minlength=width)
-    std = np.where(n > 1, np.sqrt(ss / np.maximum(n - 1, 1)), 0.0)
-    return _Stats(data, avg, std)
+    w = p_data.shape[0]
+    n_snd = col.shape[0]
+    # the soundings of each column, in their order (a stable counting sort)
+    first = np.zeros(w + 1, np.int64)
+    for i in range(n_snd):
+        first[col[i] + 1] += 1
+    for x in range(w):
+        first[x + 1] += first[x]
+    order = np.empty(n_snd, np.int64)
+    fill = first[:w].copy()
+    for i in range(n_snd):
+        order[fill[col[i]]] = i
+        fill[col[i]] += 1
+    for x in range(w):
+        q_data[x] = p_data[x]
+        q_avg[x] = p_avg[x]
+        q_std[x] = p_std[x]
+    c_data = np.zeros(9, np.bool_)
+    c_avg = np.zeros(9)
+    c_std = np.zeros(9)
+    for x in range(w):
+        if not (active[x] and p_data[x]):
+            continue
+        # the 3 x 3 block in pfmLoader's order: rows y-1, y, y+1; columns x-1, x, x+1
+        count = 0
+        avgsum = 0.0
+        stdsum = 0.0
+        for k in range(9):
+            dy = k // 3 - 1
+            j = x + k % 3 - 1
+            if j < 0 or j >= w:
+                c_data[k] = False
+            elif dy == -1:
+                c_data[k], c_avg[k], c_std[k] = a_data[j], a_avg[j], a_std[j]
+            elif dy == 1:
+                c_data[k], c_avg[k], c_std[k] = b_data[j], b_avg[j], b_std[j]
+            elif j < x and exact_raster:
+                c_data[k], c_avg[k], c_std[k] = q_data[j], q_avg[j], q_std[j]
+            else:
+                c_data[k], c_avg[k], c_std[k] = p_data[j], p_avg[j], p_std[j]
+            if c_data[k]:
+                count += 1
+                avgsum = avgsum + c_avg[k]
+                stdsum = stdsum + c_std[k]
+        if count < min_cells:
+            counts[4] += 1
+            continue
+        mean = avgsum / count
+        flat = True
+        ss = 0.0
+        for k in range(9):
+            if c_data[k]:
+                if k != 4 and np.abs(c_avg[4] - c_avg[k]) / dxs[k] > max_slope:
+                    flat = False
+                d = c_avg[k] - mean
+                ss = ss + d * d
+        if flat:
+            spread = 2.0 * (stdsum / count)
+        else:
+            spread = 2.0 * np.sqrt(ss / max(count - 1, 1))
+        thr = cellstd * spread
+        ok = np.isfinite(thr) and thr > 0
+        counts[3] += 1
+        if not ok:
+            counts[5] += 1
+        # cut, then the bin's post-filter statistics (two-pass, in sounding order)
+        n = 0
+        s = 0.0
+        for r in range(first[x], first[x + 1]):
+            i = order[r]
+            vi = v[i]
+            if ok and (vi & skip) == 0 and (cut_reference or (vi & ref_bit) == 0):
+                dev = z[i] - mean
+                if (dev >= thr) if deep_only else (np.abs(dev) >= thr):
+                    cut[i] = 1
+                    vi = vi | cut_bits
+                    counts[2] += 1
+            counts[0] += 1
+            if (vi & skip) != 0:
+                counts[1] += 1
+            if (vi & post_skip) == 0 and z[i] < null_depth:
+                n += 1
+                s += z[i]
+        avg = s / n if n > 0 else 0.0
+        ss = 0.0
+        for r in range(first[x], first[x + 1]):
+            i = order[r]
+            vi = v[i] | cut_bits if cut[i] else v[i]
+            if (vi & post_skip) == 0 and z[i] < null_depth:
+                d = z[i] - avg
+                ss += d * d
+        q_data[x] = n > 0
+        q_avg[x] = avg
+        q_std[x] = np.sqrt(ss / (n - 1)) if n > 1 else 0.0
 
 
-def _shift(a: np.ndarray, dx: int, fill) -> np.ndarray:
-    """``out[x] = a[x + dx]``, ``fill`` outside the row."""
-    out = np.full_like(a, fill)
-    if dx == 0:
-        out[:] = a
-    elif dx > 0:
-        out[:-dx] = a[dx:]
-    else:
-        out[-dx:] = a[:dx]
+_KERNEL_LOCK = threading.Lock()
+_KERNELS: dict = {}
+
+
+def _kernel(name: str):
+    """The numba-compiled ``_k_<name>`` (compiled, or loaded from the on-disk cache, on first use)."""
+    k = _KERNELS.get(name)
+    if k is None:
+        with _KERNEL_LOCK:
+            k = _KERNELS.get(name)
+            if k is None:
+                import numba
+
+                T = numba.types
+                ro = dict(readonly=True)
+                i8r, f8r = T.Array(T.int64, 1, "C", **ro), T.Array(T.float64, 1, "C", **ro)
+                u4r, br = T.Array(T.uint32, 1, "C", **ro), T.Array(T.bool_, 1, "C", **ro)
+                f8, b1, u1 = T.Array(T.float64, 1, "C"), T.Array(T.bool_, 1, "C"), T.Array(T.uint8, 1, "C")
+                i8 = T.Array(T.int64, 1, "C")
+                sigs = {
+                    "row_stats": T.void(i8r, f8r, u4r, T.uint32, T.float64, b1, f8, f8),
+                    "filter_row": T.void(i8r, f8r, u4r, br, br, f8r, f8r, br, f8r, f8r, br, f8r, f8r,
+                                         f8r, T.float64, T.float64, T.float64, T.boolean, T.boolean,
+                                         T.int64, T.boolean, T.uint32, T.uint32, T.uint32, T.uint32,
+                                         u1, b1, f8, f8, i8),
+                }
+                fn = globals()["_k_" + name]
+                opts = dict(nogil=True, error_model="numpy")
+                try:
+                    k = numba.njit(sigs[name], cache=True, **opts)(fn)
+                except RuntimeError as exc:  # no writable cache directory
+                    if "cannot cache" not in str(exc):
+                        raise
+                    k = numba.njit(sigs[name], **opts)(fn)
+                _KERNELS[name] = k
+    return k
+
+
+def _row_stats(row: "RowSoundings", skip: int, width: int, null_depth: float = np.inf) -> _Stats:
+    out = _Stats(np.empty(width, np.bool_), np.empty(width), np.empty(width))
+    _kernel("row_stats")(row.col, row.depth, row.validity, np.uint32(skip), float(null_depth),
+                         out.data, out.avg, out.std)
     return out
 
 
@@ -202,7 +345,9 @@ class AreaFilter:
         self.summary = AreaFilterSummary()
         # dx per block cell: diagonals use the diagonal; pfmLoader uses it for all when size is 0.
         side = self.bin_size_xy if self.bin_size_xy > 0 else self.bin_diagonal
-        self._dx = [self.bin_diagonal if (dy and dx) else side for dy, dx in _BLOCK]
+        self._dxs = np.array([self.bin_diagonal if (dy and dx) else side for dy, dx in _BLOCK])
+        self._null = np.inf if null_depth is None else float(null_depth)
+        self._all_active = np.ones(self.width, np.bool_)
 
     # ------------------------------------------------------------------ driving
     def run(self, read_row: Callable[[int], RowSoundings | None],
@@ -239,125 +384,55 @@ class AreaFilter:
     def _check(self, row: RowSoundings | None, y: int) -> RowSoundings:
         if row is None:
             return RowSoundings.empty()
-        col = np.asarray(row.col)
+        col = np.ascontiguousarray(row.col, dtype=np.int64)
         n = col.shape[0]
-        depth = np.asarray(row.depth, dtype=np.float64)
-        val = np.asarray(row.validity, dtype=np.uint32)
+        depth = np.ascontiguousarray(row.depth, dtype=np.float64)
+        val = np.ascontiguousarray(row.validity, dtype=np.uint32)
         if depth.shape != (n,) or val.shape != (n,):
             raise ValueError(f"row {y}: col, depth and validity must have the same length")
         if n and (col.min() < 0 or col.max() >= self.width):
             raise ValueError(f"row {y}: bin column outside 0..{self.width - 1}")
         active = row.active
         if active is not None:
-            active = np.asarray(active, dtype=bool)
+            active = np.ascontiguousarray(active, dtype=np.bool_)
             if active.shape != (self.width,):
                 raise ValueError(f"row {y}: active must have one entry per bin column")
-        return RowSoundings(col.astype(np.int64, copy=False), depth, val, row.address, active)
+        return RowSoundings(col, depth, val, row.address, active)
 
     def _pre(self, row: RowSoundings) -> _Stats:
         """pfmLoader's filter statistics: soundings neither INVAL nor DELETED, REFERENCE included."""
-        return _bin_stats(row.col, row.depth, (row.validity & _SKIP) == 0, self.width)
-
-    def _decide(self, above: _Stats, cur_pre: _Stats, left: _Stats, below: _Stats):
-        """Per bin of the row: (filterable, mean of the block, threshold T)."""
-        rows = {-1: above, 0: cur_pre, 1: below}
-        data, avg, std = [], [], []
-        for dy, dx in _BLOCK:
-            src = left if (dy == 0 and dx == -1) else rows[dy]
-            data.append(_shift(src.data, dx, False))
-            avg.append(_shift(src.avg, dx, 0.0))
-            std.append(_shift(src.std, dx, 0.0))
-        count = np.zeros(self.width, np.int64)
-        avgsum = np.zeros(self.width)
-        stdsum = np.zeros(self.width)
-        for k in range(9):      # pfmLoader's order, so a per-bin loop gives the same sums
-            count += data[k]
-            avgsum = avgsum + np.where(data[k], avg[k], 0.0)
-            stdsum = stdsum + np.where(data[k], std[k], 0.0)
-        n = np.maximum(count, 1)
-        mean = avgsum / n
-        flat = np.ones(self.width, bool)
-        centre = avg[_CENTRE]
-        ss = np.zeros(self.width)
-        for k in range(9):
-            if k != _CENTRE:
-                slope = np.abs(centre - avg[k]) / self._dx[k]
-                flat &= ~(data[k] & (slope > self.max_slope))
-            d = np.where(data[k], avg[k] - mean, 0.0)
-            ss = ss + d * d
-        sd_avg = np.sqrt(ss / np.maximum(count - 1, 1))
-        spread = 2.0 * np.where(flat, stdsum / n, sd_avg)
-        thr = self.cellstd * spread
-        filterable = data[_CENTRE] & (count >= self.min_cells)
-        return filterable, mean, thr
+        return _row_stats(row, int(_SKIP), self.width)
 
     def _process(self, y: int, row: RowSoundings, above: _Stats, cur_pre: _Stats,
                  below: _Stats):
+        """Filter row ``y`` (one pass of :func:`_k_filter_row` in raster order)."""
         w = self.width
         col = row.col
-        active = np.ones(w, bool) if row.active is None else row.active
-        candidates = (row.validity & _SKIP) == 0
-        if not self.cut_reference:
-            candidates &= (row.validity & np.uint32(V.REFERENCE)) == 0
-
-        # shown[j]: bin j's statistics as bin j+1 sees them. pfmLoader's raster order shows
-        # the post-filter state; a first, row-wide pass shows the pre-filter state and later
-        # passes redo only the bins whose left neighbour turned out different (see docs).
-        shown = cur_pre
-        post = cur_pre
-        cut = np.zeros(col.shape[0], bool)
-        filterable = np.zeros(w, bool)
-        no_spread = np.zeros(w, bool)
-        sel = np.arange(col.shape[0])          # soundings of the bins being (re)decided
-        todo = np.ones(w, bool)
-        passes = 0
-        while True:
-            passes += 1
-            f, mean, thr = self._decide(above, cur_pre, shown, below)
-            f &= active
-            ok_thr = np.isfinite(thr) & (thr > 0)
-            filterable = np.where(todo, f, filterable)
-            no_spread = np.where(todo, f & ~ok_thr, no_spread)
-            cutting = f & ok_thr
-            c = col[sel]
-            dev = row.depth[sel] - mean[c]
-            hit = (dev >= thr[c]) if self.deep_only else (np.abs(dev) >= thr[c])
-            cut[sel] = cutting[c] & candidates[sel] & hit
-            val_sel = np.where(cut[sel], row.validity[sel] | _CUT, row.validity[sel])
-            use = (val_sel & np.uint32(V.INVAL | V.DELETED | V.REFERENCE)) == 0
-            if self.null_depth is not None:
-                use &= row.depth[sel] < self.null_depth
-            lib = _bin_stats(c, row.depth[sel], use, w)
-            post = post.take(todo, cur_pre.take(filterable, lib))
-            if not self.exact_raster:
-                break
-            changed = todo & post.differs(shown)
-            changed[-1] = False
-            if not changed.any():
-                break
-            shown = shown.take(changed, post)
-            todo = np.zeros(w, bool)
-            todo[1:] = changed[:-1]
-            sel = np.flatnonzero(todo[col])
-        val = np.where(cut, row.validity | _CUT, row.validity)
+        active = self._all_active if row.active is None else row.active
+        cut = np.zeros(col.shape[0], np.uint8)
+        post = _Stats(np.empty(w, np.bool_), np.empty(w), np.empty(w))
+        counts = np.zeros(6, np.int64)
+        _kernel("filter_row")(
+            col, row.depth, row.validity, active, above.data, above.avg, above.std,
+            cur_pre.data, cur_pre.avg, cur_pre.std, below.data, below.avg, below.std, self._dxs,
+            self.cellstd, self.max_slope, self._null, self.deep_only, self.exact_raster,
+            self.min_cells, self.cut_reference, _SKIP, _POST_SKIP, _CUT, np.uint32(V.REFERENCE),
+            cut, post.data, post.avg, post.std, counts)
         idx = np.flatnonzero(cut)
-        examined_mask = filterable[col]
-        examined = int(examined_mask.sum())
-        bad = int((examined_mask & ((val & _SKIP) != 0)).sum())
+        examined, bad, n_cut, filtered, sparse, no_spread = (int(c) for c in counts)
         addr = row.address
         if isinstance(addr, np.ndarray) and addr.shape[:1] == col.shape:
             addr = addr[idx]
-        res = RowResult(row=y, index=idx, validity=val[idx], address=addr,
+        res = RowResult(row=y, index=idx, validity=row.validity[idx] | _CUT, address=addr,
                         changed_cols=np.unique(col[idx]), examined=examined,
                         good=examined - bad, bad=bad)
         s = self.summary
         s.total += examined
         s.good += examined - bad
         s.bad += bad
-        s.cut += int(idx.shape[0])
-        s.bins_filtered += int(filterable.sum())
-        s.bins_sparse += int((active & cur_pre.data & ~filterable).sum())
-        s.bins_no_spread += int(no_spread.sum())
+        s.cut += n_cut
+        s.bins_filtered += filtered
+        s.bins_sparse += sparse
+        s.bins_no_spread += no_spread
         s.rows += 1
-        s.raster_passes += passes
         return res, post
