@@ -659,24 +659,26 @@ class PfmWriter:
                           deep_only=self.cfg.deep_only, null_depth=self.cfg.null_depth)
 
         # Rows are read a band at a time (one chain walk and one map of the .ndx per band,
-        # about _AREA_BAND_SOUNDINGS soundings; row by row cost 8x as much per sounding)
-        # and handed to the filter one by one, in the same order as a row read alone.
-        ahead: dict[int, dict] = {}
-        band = {"rows": 8}
+        # about _AREA_BAND_SOUNDINGS soundings; row by row cost 8x as much per sounding), up
+        # to ``threads`` bands ahead on the writer's threads while the filter works (one
+        # thread, as in --serial: in order, no pool), and handed to the filter row by row.
         fields = ("row", "col", "depth", "validity", "record_offset", "slot")
+
+        def read_band(band):
+            y0, y1 = band
+            s = self.pfm.read_soundings(y0, y1, fields=fields)
+            cut = np.searchsorted(s["row"], np.arange(y0, y1 + 1))
+            return y0, y1, [{k: v[cut[r]:cut[r + 1]] for k, v in s.items()} for r in range(y1 - y0)]
+
+        bands = pfm.ordered_imap(read_band, self._area_bands(needed), self.threads or pfm.THREADS)
+        ahead: dict[int, dict] = {}
 
         def read_row(y: int):
             if not needed[y]:
-                ahead.pop(y, None)
                 return None
-            if y not in ahead:
-                y1 = min(h, y + band["rows"])
-                s = self.pfm.read_soundings(y, y1, fields=fields)
-                cut = np.searchsorted(s["row"], np.arange(y, y1 + 1))
-                for r in range(y, y1):
-                    ahead[r] = {k: v[cut[r - y]:cut[r - y + 1]] for k, v in s.items()}
-                per_row = max(1.0, s["row"].size / (y1 - y))
-                band["rows"] = int(min(256, max(1, _AREA_BAND_SOUNDINGS // per_row)))
+            while y not in ahead:
+                y0, y1, rows = next(bands)
+                ahead.update(zip(range(y0, y1), rows))
             s = ahead.pop(y)
             return RowSoundings(col=s["col"].astype(np.int64), depth=s["depth"],
                                 validity=s["validity"].astype(np.uint32),
@@ -707,11 +709,42 @@ class PfmWriter:
             summary = filt.run(read_row, write_row)
             os.fsync(fd)
         finally:
+            bands.close()
             os.close(fd)
         out = summary.as_dict()
         out["flagged"] = out.get("cut", 0)
         out = json.loads(json.dumps(out, default=_plain))
         return out, {"file": J.REDO_NAME, **acc}
+
+    def _area_bands(self, needed: np.ndarray):
+        """Bands ``(row0, row1)`` of consecutive needed rows holding about
+        ``_AREA_BAND_SOUNDINGS`` soundings (a heavier row is a band of its own), planned from
+        the bin records' counts a block of rows at a time."""
+        w, h = self.pfm.width, self.pfm.height
+        step = max(1, (1 << 20) // w)
+        start, tot = None, 0
+        for r0 in range(0, h, step):
+            r1 = min(h, r0 + step)
+            if not needed[r0:r1].any():
+                per_row = np.zeros(r1 - r0, np.int64)
+            else:
+                cnt = self.pfm.read_bin_records(r0, r1, fields=("num_soundings",))["num_soundings"]
+                per_row = cnt.reshape(r1 - r0, w).sum(axis=1, dtype=np.int64)
+            for y in range(r0, r1):
+                if not needed[y]:
+                    if start is not None:
+                        yield start, y
+                        start = None
+                    continue
+                n = int(per_row[y - r0])
+                if start is not None and tot + n > _AREA_BAND_SOUNDINGS:
+                    yield start, y
+                    start = None
+                if start is None:
+                    start, tot = y, 0
+                tot += n
+        if start is not None:
+            yield start, h
 
     def _apply_redo(self, redo: dict) -> None:
         """Write the area filter's result into the PFM (idempotent: fixed values at fixed places)."""

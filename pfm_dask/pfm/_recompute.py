@@ -49,6 +49,8 @@ __all__ = [
     "EXTREMA_START",
     "compute_bin_stats",
     "grouped_bin_stats",
+    "ordered_imap",
+    "THREADS",
     "recompute",
     "THREADS",
 ]
@@ -579,20 +581,21 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
         pfm_file.write_bin_records(ub, **fields)
         ext.update(ub, stats, null32)
 
-    _ordered_map(compute, bands(), store, THREADS if threads is None else threads)
+    for result in ordered_imap(compute, bands(), THREADS if threads is None else threads):
+        store(result)
     return ext.result()
 
 
-def _ordered_map(fn, items, consume, threads: int) -> None:
-    """``consume(fn(item))`` for every item, in order; ``fn`` runs on up to ``threads`` threads.
+def ordered_imap(fn, items, threads: int):
+    """Yield ``fn(item)`` for every item, in order, ``fn`` running on up to ``threads`` threads.
 
-    At most ``threads + 1`` results are in flight (bounded memory); ``consume``
-    runs on the calling thread. The first error stops the work and is raised.
+    At most ``threads + 1`` results are in flight (bounded memory); the caller consumes them
+    on its own thread. The first error stops the work and is raised. One thread: no pool.
     """
     threads = max(1, int(threads))
     if threads == 1:
         for item in items:
-            consume(fn(item))
+            yield fn(item)
         return
     from collections import deque
     from concurrent.futures import ThreadPoolExecutor
@@ -603,9 +606,10 @@ def _ordered_map(fn, items, consume, threads: int) -> None:
             for item in items:
                 pending.append(pool.submit(fn, item))
                 if len(pending) > threads:
-                    consume(pending.popleft().result())
+                    yield pending.popleft().result()
             while pending:
-                consume(pending.popleft().result())
+                yield pending.popleft().result()
         finally:
             for fut in pending:
                 fut.cancel()
+

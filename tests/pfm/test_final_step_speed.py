@@ -352,7 +352,10 @@ def test_recompute_threads_give_the_same_bytes(tmp_path, subset):
         assert data == results[0][1]
 
 
-def test_ordered_map_stops_at_the_first_error():
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_ordered_imap_keeps_order_and_stops_at_the_first_error(threads):
+    assert list(_recompute.ordered_imap(lambda x: x * x, range(20), threads)) == \
+        [x * x for x in range(20)]
     seen = []
 
     def fn(x):
@@ -361,7 +364,8 @@ def test_ordered_map_stops_at_the_first_error():
         return x
 
     with pytest.raises(ValueError, match="three"):
-        _recompute._ordered_map(fn, range(10), seen.append, 2)
+        for r in _recompute.ordered_imap(fn, range(10), threads):
+            seen.append(r)
     assert seen == [0, 1, 2]
 
 
