@@ -272,7 +272,7 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
         L.append(f"Median of {cfg.get('repeat')} runs each. Pfm_loader's best figures (up to 16 "
                  "processors) for comparison: " + ", ".join(
                      f"{SETUP_TITLES[s]} {v}x" for s, v in seed["best_speedup"].items()) + ".\n")
-        head = ["files"] + [f"{s}: 1 w / 2 w" for s in setups]
+        head = ["files"] + [f"{s}: 1 w / 2 w" for s in setups] + ["code measured"]
         rows = []
         for k in keys:
             row = [k]
@@ -280,8 +280,15 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
                 c = loads[k]["setups"].get(s)
                 row.append("–" if c is None else
                            f"{_x(c['speedup']['dask_1'])} / {_x(c['speedup']['dask_2'])}")
+            commits = sorted({(c.get("code") or cfg.get("code") or {}).get("commit") or "?"
+                              for c in loads[k]["setups"].values()})
+            row.append(", ".join(x[:7] for x in commits))
             rows.append(row)
         L.append(_table(head, rows) + "\n")
+        if len({r[-1] for r in rows}) > 1:
+            L.append("Loads measured at different commits compare within a row (every cell "
+                     "times its three modes interleaved on the same code), not across rows "
+                     "as a trend of one code.\n")
         L.append(img("speedup", "speedup against load") + "\n")
         L.append("Median wall times, seconds (serial / 1 worker / 2 workers):\n")
         rows = []

@@ -128,7 +128,7 @@ def measure_matrix(folder: Path, loads, setups, repeat: int, bin_size: float, wo
                     print(f"{n:3d} files {setup:5s} run {r + 1}/{repeat} {key:6s}: "
                           f"{one['wall_s']:7.1f} s  cpu {one['cpu_s']:7.1f} s  "
                           f"load {one['load_average_1m']:.1f}", flush=True)
-            cell = {"modes": {k: _median_run(v) for k, v in runs.items()}}
+            cell = {"modes": {k: _median_run(v) for k, v in runs.items()}, "code": _code_version()}
             t_serial = cell["modes"]["serial"]["wall_median_s"]
             cell["speedup"] = {k: t_serial / cell["modes"][k]["wall_median_s"]
                                for k in MODES if k != "serial"}
