@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from ._numeric import njit_cached
 from .errors import ConfigError
 from .pfm import validity as V
 
@@ -274,14 +275,7 @@ def _kernel(name: str):
                                          T.int64, T.boolean, T.uint32, T.uint32, T.uint32, T.uint32,
                                          u1, b1, f8, f8, i8),
                 }
-                fn = globals()["_k_" + name]
-                opts = dict(nogil=True, error_model="numpy")
-                try:
-                    k = numba.njit(sigs[name], cache=True, **opts)(fn)
-                except RuntimeError as exc:  # no writable cache directory
-                    if "cannot cache" not in str(exc):
-                        raise
-                    k = numba.njit(sigs[name], **opts)(fn)
+                k = njit_cached(globals()["_k_" + name], sigs[name])
                 _KERNELS[name] = k
     return k
 

@@ -28,6 +28,7 @@ __all__ = [
     "to_f32",
     "scaled_code_f32",
     "scaled_code_f64",
+    "njit_cached",
 ]
 
 
@@ -106,3 +107,18 @@ def scaled_code_f64(value, offset, scale) -> np.ndarray | np.int64:
     with np.errstate(over="ignore", invalid="ignore"):
         prod = (v + o) * s
     return nint(prod)
+
+
+def njit_cached(fn, sig):
+    """``fn`` compiled by numba for signature ``sig`` (nogil, numpy's error model, no fastmath:
+    every double operation as written), from the on-disk cache when a cache directory is
+    writable, else compiled in memory."""
+    import numba
+
+    opts = dict(nogil=True, error_model="numpy")
+    try:
+        return numba.njit(sig, cache=True, **opts)(fn)
+    except RuntimeError as exc:  # no writable cache directory
+        if "cannot cache" not in str(exc):
+            raise
+        return numba.njit(sig, **opts)(fn)

@@ -41,6 +41,7 @@ import threading
 import numpy as np
 
 from .._arrays import unique_sorted
+from .._numeric import njit_cached
 from ..errors import PfmFormatError
 from . import validity as V
 
@@ -184,13 +185,7 @@ def _kernel(name: str):
                 f8, i8 = T.Array(T.float64, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro)
                 sigs = {"group_pass": T.void(f8, i8, i8, i8, T.float64, T.int64, T.int64,
                                              T.Array(T.float64, 2, "C"), T.Array(T.int64, 2, "C"))}
-                fn = globals()["_k_" + name]
-                try:
-                    k = numba.njit(sigs[name], nogil=True, cache=True, error_model="numpy")(fn)
-                except RuntimeError as exc:  # no writable cache directory
-                    if "cannot cache" not in str(exc):
-                        raise
-                    k = numba.njit(sigs[name], nogil=True, error_model="numpy")(fn)
+                k = njit_cached(globals()["_k_" + name], sigs[name])
                 _KERNELS[name] = k
     return k
 
