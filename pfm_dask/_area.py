@@ -14,13 +14,12 @@ See ``docs/filters.md``.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ._numeric import njit_cached
+from ._numeric import CompiledKernels
 from .errors import ConfigError
 from .pfm import validity as V
 
@@ -249,35 +248,23 @@ def _k_filter_row(col, z, v, active, a_data, a_avg, a_std, p_data, p_avg, p_std,
         q_std[x] = np.sqrt(ss / (n - 1)) if n > 1 else 0.0
 
 
-_KERNEL_LOCK = threading.Lock()
-_KERNELS: dict = {}
+def _signatures(T) -> dict:
+    ro = dict(readonly=True)
+    i8r, f8r = T.Array(T.int64, 1, "C", **ro), T.Array(T.float64, 1, "C", **ro)
+    u4r, br = T.Array(T.uint32, 1, "C", **ro), T.Array(T.bool_, 1, "C", **ro)
+    f8, b1, u1 = T.Array(T.float64, 1, "C"), T.Array(T.bool_, 1, "C"), T.Array(T.uint8, 1, "C")
+    i8 = T.Array(T.int64, 1, "C")
+    return {
+        "row_stats": T.void(i8r, f8r, u4r, T.uint32, T.float64, b1, f8, f8),
+        "filter_row": T.void(i8r, f8r, u4r, br, br, f8r, f8r, br, f8r, f8r, br, f8r, f8r,
+                             f8r, T.float64, T.float64, T.float64, T.boolean, T.boolean,
+                             T.int64, T.boolean, T.uint32, T.uint32, T.uint32, T.uint32,
+                             u1, b1, f8, f8, i8),
+    }
 
 
-def _kernel(name: str):
-    """The numba-compiled ``_k_<name>`` (compiled, or loaded from the on-disk cache, on first use)."""
-    k = _KERNELS.get(name)
-    if k is None:
-        with _KERNEL_LOCK:
-            k = _KERNELS.get(name)
-            if k is None:
-                import numba
-
-                T = numba.types
-                ro = dict(readonly=True)
-                i8r, f8r = T.Array(T.int64, 1, "C", **ro), T.Array(T.float64, 1, "C", **ro)
-                u4r, br = T.Array(T.uint32, 1, "C", **ro), T.Array(T.bool_, 1, "C", **ro)
-                f8, b1, u1 = T.Array(T.float64, 1, "C"), T.Array(T.bool_, 1, "C"), T.Array(T.uint8, 1, "C")
-                i8 = T.Array(T.int64, 1, "C")
-                sigs = {
-                    "row_stats": T.void(i8r, f8r, u4r, T.uint32, T.float64, b1, f8, f8),
-                    "filter_row": T.void(i8r, f8r, u4r, br, br, f8r, f8r, br, f8r, f8r, br, f8r, f8r,
-                                         f8r, T.float64, T.float64, T.float64, T.boolean, T.boolean,
-                                         T.int64, T.boolean, T.uint32, T.uint32, T.uint32, T.uint32,
-                                         u1, b1, f8, f8, i8),
-                }
-                k = njit_cached(globals()["_k_" + name], sigs[name])
-                _KERNELS[name] = k
-    return k
+#: the compiled ``_k_<name>`` (compiled, or loaded from the on-disk cache, on first use)
+_kernel = CompiledKernels(globals(), _signatures)
 
 
 def _row_stats(row: "RowSoundings", skip: int, width: int, null_depth: float = np.inf) -> _Stats:

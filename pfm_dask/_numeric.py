@@ -29,6 +29,7 @@ __all__ = [
     "scaled_code_f32",
     "scaled_code_f64",
     "njit_cached",
+    "CompiledKernels",
 ]
 
 
@@ -122,3 +123,30 @@ def njit_cached(fn, sig):
         if "cannot cache" not in str(exc):
             raise
         return numba.njit(sig, **opts)(fn)
+
+
+class CompiledKernels:
+    """A module's numba kernels ``_k_<name>``, each compiled (or loaded from the on-disk cache)
+    by :func:`njit_cached` on its first use, once per process, safely from several threads.
+
+    ``namespace``: the module's ``globals()``; ``signatures(numba.types)``: ``{name: signature}``.
+    """
+
+    def __init__(self, namespace: dict, signatures):
+        import threading
+
+        self._namespace, self._signatures = namespace, signatures
+        self._lock = threading.Lock()
+        self._compiled: dict = {}
+
+    def __call__(self, name: str):
+        k = self._compiled.get(name)
+        if k is None:
+            with self._lock:
+                k = self._compiled.get(name)
+                if k is None:
+                    import numba
+
+                    k = njit_cached(self._namespace["_k_" + name], self._signatures(numba.types)[name])
+                    self._compiled[name] = k
+        return k

@@ -36,12 +36,11 @@ on a few threads, writing the records in band order.
 from __future__ import annotations
 
 import os
-import threading
 
 import numpy as np
 
 from .._arrays import unique_sorted
-from .._numeric import njit_cached
+from .._numeric import CompiledKernels
 from ..errors import PfmFormatError
 from . import validity as V
 
@@ -161,33 +160,19 @@ def _k_group_pass(z, v, start, counts, null64, user_flag, or_mask, out_f, out_i)
         out_i[g, 3] = flags
 
 
-_KERNEL_LOCK = threading.Lock()
-_KERNELS: dict = {}
+def _signatures(T) -> dict:
+    ro = dict(readonly=True)
+    f8, i8 = T.Array(T.float64, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro)
+    return {"group_pass": T.void(f8, i8, i8, i8, T.float64, T.int64, T.int64,
+                                 T.Array(T.float64, 2, "C"), T.Array(T.int64, 2, "C"))}
 
 
-def _kernel(name: str):
-    """The numba-compiled ``_k_<name>`` (compiled, or loaded from the on-disk cache, on first use).
-
-    Compiled without fastmath, so every addition and multiplication is the
-    plain IEEE double operation in the order written (no reassociation, no
-    fused multiply-add): the sums are the library's running sums exactly.
-    ``nogil``: the recompute's and the check's threads run in parallel.
-    """
-    k = _KERNELS.get(name)
-    if k is None:
-        with _KERNEL_LOCK:
-            k = _KERNELS.get(name)
-            if k is None:
-                import numba
-
-                T = numba.types
-                ro = dict(readonly=True)
-                f8, i8 = T.Array(T.float64, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro)
-                sigs = {"group_pass": T.void(f8, i8, i8, i8, T.float64, T.int64, T.int64,
-                                             T.Array(T.float64, 2, "C"), T.Array(T.int64, 2, "C"))}
-                k = njit_cached(globals()["_k_" + name], sigs[name])
-                _KERNELS[name] = k
-    return k
+#: The numba-compiled ``_k_<name>`` (compiled, or loaded from the on-disk cache, on first use).
+#: Compiled without fastmath, so every addition and multiplication is the plain IEEE double
+#: operation in the order written (no reassociation, no fused multiply-add): the sums are the
+#: library's running sums exactly. ``nogil``: the recompute's and the check's threads run in
+#: parallel.
+_kernel = CompiledKernels(globals(), _signatures)
 
 
 def _group_pass(z: np.ndarray, v: np.ndarray, start: np.ndarray, counts: np.ndarray, null64: float,
