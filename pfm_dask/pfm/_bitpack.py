@@ -522,7 +522,7 @@ def _err_code(e, scale, cap, null):
 
 _HELPERS = ("_mask", "_put", "_emit", "_load_be", "_get", "_depth_code_in", "_err_code",
             "_bw_put", "_bw_skip", "_col_or", "_col_or_raw", "_code_depths_raw", "_code_errors_raw",
-            "_clear", "_raw_u64", "_put_raw")
+            "_clear", "_raw_u64", "_put_raw", "_runs_or")
 # unaligned big-endian 64-bit store/load of ``arr[i:i + 8]`` (uint8 array), numba intrinsics
 # made by _make_intrinsics() when the first kernel compiles
 _st_be64 = None
@@ -954,9 +954,41 @@ def _k_bits_clear(bits, pos):
         bits[p >> 3] &= np.uint8(~(1 << (7 - (p & 7))) & 255)
 
 
-def _k_bin_runs(b, nbins, starts, values):
+def _runs_or(b, nbins, v, starts, values, ors):
+    """:func:`_k_bin_runs` with the OR of each run's values of ``v`` into ``ors``, in one pass."""
+    nr = 0
+    prev = np.int64(-1)
+    acc = np.uint64(0)
+    for i in range(b.size):
+        x = b[i]
+        if x != prev or i == 0:
+            if x < prev or x < 0 or x >= nbins:
+                return -1
+            if nr:
+                ors[nr - 1] = acc
+            acc = np.uint64(0)
+            starts[nr] = i
+            values[nr] = x
+            nr += 1
+            prev = x
+        acc |= np.uint64(v[i])
+    if nr:
+        ors[nr - 1] = acc
+    return nr
+
+
+def _k_bin_runs(b, nbins, vraw, vkind, starts, values, ors):
     """Start (``starts``) and value (``values``) of every run of equal values in ``b``; -1 if a
-    value is outside 0..nbins-1 or smaller than the one before it."""
+    value is outside 0..nbins-1 or smaller than the one before it. With ``vkind`` > 0, ``ors``
+    gets the OR of each run's integers in ``vraw`` (raw bytes, ``vkind`` bytes each)."""
+    if vkind == 8:
+        return _runs_or(b, nbins, vraw.view(np.uint64), starts, values, ors)
+    if vkind == 4:
+        return _runs_or(b, nbins, vraw.view(np.uint32), starts, values, ors)
+    if vkind == 2:
+        return _runs_or(b, nbins, vraw.view(np.uint16), starts, values, ors)
+    if vkind == 1:
+        return _runs_or(b, nbins, vraw, starts, values, ors)
     nr = 0
     prev = np.int64(-1)
     for i in range(b.size):
@@ -1064,7 +1096,7 @@ def _signature(name: str, T):
         "unpack_items": (arr(T.uint8), i64, i64, i64, ai, ai, ai, arr(u64, 2, ro=False)),
         "unpack_words": (arr(u64, 2, "A"), ai, ai, ai, arr(u64, 2, ro=False)),
         "to_words": (arr(T.uint8, 2, "A"), arr(u64, 2, ro=False)),
-        "bin_runs": (ai, i64, arr(i64, ro=False), arr(i64, ro=False)),
+        "bin_runs": (ai, i64, arr(T.uint8), i64, arr(i64, ro=False), arr(i64, ro=False), scratch),
         "pack_bits": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai, scratch),
         "unpack_at": (arr(T.uint8), ai, ai, ai, arr(u64, 2, ro=False)),
         "bits_all": (arr(T.uint8), ai),
@@ -1713,17 +1745,30 @@ def _unpack_records_numpy(records: np.ndarray, slots: int, slot_bits: int,
 # ---------------------------------------------------------------------------
 # Writer support
 
-def bin_runs(bin_index: np.ndarray, n_bins: int, *, values: bool = False):
+def bin_runs(bin_index: np.ndarray, n_bins: int, *, values: bool = False, or_of: np.ndarray | None = None):
     """Start index of each run of equal bin indices, in one pass; ``None`` if any index is
     outside ``0..n_bins-1`` or the indices are not sorted (the caller then says which).
-    With ``values``: ``(starts, bins)``, the bin of each run too (read in the same pass)."""
+    With ``values``: ``(starts, bins)``, the bin of each run too (read in the same pass).
+    With ``or_of`` (integers, one per index): the bitwise OR of each run's values (uint64, their
+    bits as unsigned) is appended to the result, so a writer gets each bin's validity flags in
+    the same pass (a separate ``np.bitwise_or.reduceat`` measured about twice the time)."""
     b = np.ascontiguousarray(bin_index, dtype=np.int64)
     starts = np.empty(b.size, dtype=np.int64)       # only the pages written are touched
     vals = np.empty(b.size, dtype=np.int64)
-    nr = _kernel("bin_runs")(b, int(n_bins), starts, vals) if b.size else 0
+    if or_of is None:
+        raw, kind, ors = np.zeros(0, np.uint8), 0, np.zeros(0, _U64)
+    else:
+        v = np.ascontiguousarray(or_of)
+        if not np.issubdtype(v.dtype, np.integer) or v.shape != b.shape:
+            raise ValueError("or_of must be integers, one per bin index")
+        raw, kind, ors = v.view(np.uint8).reshape(-1), v.dtype.itemsize, np.empty(b.size, _U64)
+    nr = _kernel("bin_runs")(b, int(n_bins), raw, kind, starts, vals, ors) if b.size else 0
     if nr < 0:
         return None
-    return (starts[:nr], vals[:nr]) if values else starts[:nr]
+    out = (starts[:nr], vals[:nr]) if values else (starts[:nr],)
+    if or_of is not None:
+        out += (ors[:nr],)
+    return out if len(out) > 1 else out[0]
 
 
 def bits_all_set(bits: np.ndarray, positions: np.ndarray) -> bool:

@@ -1130,8 +1130,12 @@ class PfmFile:
         herr = _as_array("horizontal_error", horizontal_error, n)
         verr = _as_array("vertical_error", vertical_error, n)
         nbins = self.width * self.height
-        runs = bin_runs(b, nbins, values=True)   # where each bin's soundings start, and the bin
-        starts, ub = runs if runs is not None else (None, None)
+        # where each bin's soundings start, the bin, and the OR of its soundings' validity
+        # (of whole-number floats too: validity is checked to be integers below, before use)
+        v_ = cols["validity"]
+        runs = bin_runs(b, nbins, values=True,
+                        or_of=v_ if np.issubdtype(v_.dtype, np.integer) else v_.astype(np.int64))
+        starts, ub, vor = runs if runs is not None else (None, None, None)
         if starts is None and (b.min() < 0 or b.max() >= nbins):
             bad = int(np.flatnonzero((b < 0) | (b >= nbins))[0])
             raise PfmFormatError(f"bin_index {b[bad]} (sounding {bad}) is outside the "
@@ -1173,7 +1177,7 @@ class PfmFile:
         check = np.zeros(CHECK_SIZE, dtype=np.uint64)
         base = self.ndx_size
         try:
-            step = self._prepare(ub, n, codes, starts, check)
+            step = self._prepare(ub, n, codes, starts, vor, check)
             bad = check_failures(check, step["item_fields"])
             if bad:      # the message names the first bad sounding, found again with numpy
                 k = bad[0]
@@ -1215,11 +1219,12 @@ class PfmFile:
                 f"{self.null_depth:g} (DEPTH OFFSET / NULL DEPTH, {h.depth_bits} depth bits)",
                 path=self.path)
 
-    def _prepare(self, ub: np.ndarray, n: int, codes: dict, start: np.ndarray, check: np.ndarray) -> dict:
+    def _prepare(self, ub: np.ndarray, n: int, codes: dict, start: np.ndarray, vor: np.ndarray,
+                 check: np.ndarray) -> dict:
         """Everything of :meth:`add_sorted` but the writes to existing data: the new records packed
         past the end of the ``.ndx`` (values checked into ``check``), the old tail and bin records
         read (their pre-images given to the undo log) and changed in memory. The ``n`` soundings
-        go to bins ``ub``, bin ``ub[j]``'s from ``start[j]`` on."""
+        go to bins ``ub``, bin ``ub[j]``'s from ``start[j]`` on, the OR of their validity ``vor[j]``."""
         h = self.header
         L = self.record_length
         rsize = self.ndx_record_size
@@ -1274,6 +1279,45 @@ class PfmFile:
         item_fields = {k_: (NL.fields[(k_, 0)].offset, NL.fields[(k_, 0)].nbits) for k_ in codes}
         tm["add_bins_read"] += time.perf_counter() - t
 
+        # 4. (first, on a pack thread while the soundings pack: it needs nothing of steps 2
+        # and 3) the new bin records, in memory
+        def bin_records() -> float:
+            t_ = time.perf_counter()
+            new_val = (cur["validity"] | vor) & np.uint64(((1 << h.validity_bits) - 1) & ~V.CHECKED)
+            new_head = np.where(c0 == 0, first_new, h0)
+            new_tail = np.where(m > 0, last_new, t0)
+            bspans.pack(BL, {"num_soundings": total.astype(np.uint64), "validity": new_val,
+                             "head": new_head.astype(np.uint64), "tail": new_tail.astype(np.uint64)})
+            return time.perf_counter() - t_
+
+        pool = self._pool
+        bins_done = pool.submit(bin_records) if pool is not None and M else None
+        try:
+            tspans = self._new_records_and_tails(
+                n, codes, coding, item_fields, start, counts, fill, used, rem, m, cum_m, M, c0, t0,
+                first_new, ub, check)
+        finally:
+            if bins_done is not None:     # never leave a pack thread on bspans behind an error
+                t = time.perf_counter()
+                tm["add_bins_overlapped"] += bins_done.result()
+                tm["add_bins_write"] += time.perf_counter() - t     # the wait for it only
+        if bins_done is None:
+            tm["add_bins_write"] += bin_records()
+        return {"item_fields": item_fields, "tspans": tspans, "bspans": bspans,
+                "ndx_size": base + M * rsize}
+
+    def _new_records_and_tails(self, n, codes, coding, item_fields, start, counts, fill, used, rem,
+                               m, cum_m, M, c0, t0, first_new, ub, check):
+        """Steps 2 and 3 of :meth:`_prepare`: the new physical records packed and written past
+        the end of the ``.ndx``; the old tail records read, filled and linked in memory (their
+        spans returned, or None)."""
+        L = self.record_length
+        rsize = self.ndx_record_size
+        NL = self._ndx_layout
+        tm = self.timings
+        writer = self._writer
+        base = self.ndx_size
+
         # 2. new physical records, contiguous past the end of .ndx
         t = time.perf_counter()
         if M:
@@ -1321,19 +1365,7 @@ class PfmFile:
                 NL.pack_at(flat, row_at[link], {"continuation": first_new[tb[link]].astype(np.uint64)})
             tspans.store(trecs)
         tm["add_tails"] += time.perf_counter() - t
-
-        # 4. bin records (in memory)
-        t = time.perf_counter()
-        vor = np.bitwise_or.reduceat(codes["validity"], start).astype(np.uint64)
-        new_val = (cur["validity"] | vor) & np.uint64(((1 << h.validity_bits) - 1) & ~V.CHECKED)
-        new_head = np.where(c0 == 0, first_new, h0)
-        new_tail = np.where(m > 0, last_new, t0)
-        bspans.pack(BL, {"num_soundings": total.astype(np.uint64), "validity": new_val,
-                         "head": new_head.astype(np.uint64), "tail": new_tail.astype(np.uint64)},
-                    executor=self._pool)
-        tm["add_bins_write"] += time.perf_counter() - t
-        return {"item_fields": item_fields, "tspans": tspans, "bspans": bspans,
-                "ndx_size": base + M * rsize}
+        return tspans
 
     def _commit(self, step: dict) -> None:
         """Write what :meth:`_prepare` changed: the undo log made durable first, then the old tail

@@ -183,6 +183,33 @@ def test_bits_helpers_and_bin_runs():
     assert bin_runs(np.zeros(0, np.int64), 10).tolist() == []
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=9)),
+                max_size=12),
+       st.sampled_from([np.uint8, np.uint16, np.uint32, np.int32, np.int64, np.uint64]))
+def test_bin_runs_or_of_matches_reduceat(runs, dtype):
+    """Each run's OR of values (the writer's bin validity) equals numpy's per-run reduce,
+    whatever the integer type; the starts and bins are those found without it."""
+    gaps = [g for g, _ in runs]
+    bins = np.cumsum(np.array([1 + g for g in gaps], dtype=np.int64)) if runs else np.zeros(0, np.int64)
+    b = np.repeat(bins, [len(v) for _, v in runs]).astype(np.int64)
+    mask = np.iinfo(dtype).max
+    v = np.array([x & mask for _, vals in runs for x in vals], dtype=dtype)
+    got = bin_runs(b, int(bins.max(initial=0)) + 1, values=True, or_of=v)
+    starts, ub, ors = got
+    assert starts.tolist() == bin_runs(b, int(bins.max(initial=0)) + 1).tolist()
+    assert ub.tolist() == bins.tolist()
+    want = [0] * len(runs)
+    for j, (_, vals) in enumerate(runs):
+        for x in vals:
+            want[j] |= x & mask
+    assert ors.dtype == np.uint64 and ors.tolist() == want
+    if b.size:
+        assert bin_runs(b[::-1].copy(), 100, or_of=v) is None or len(runs) == 1
+    with pytest.raises(ValueError):
+        bin_runs(b, 100, or_of=v.astype(np.float64))
+
+
 # ---------------------------------------------------------------------------
 # pack_records / unpack_records: numba vs numpy vs bit strings
 
