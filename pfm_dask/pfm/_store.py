@@ -1239,11 +1239,15 @@ class PfmFile:
 
         # 1. the touched bin records (wait only if a queued write covers them)
         boff = self.bin_header_size + ub * bsize
-        if self._all_zero(ub):
+        def zero_spans() -> _Spans:
             # records never written since creation: no need to read them back
             # no gap bytes: they belong to other bins whose bytes we have not read
-            bspans = _Spans(self._fds["bin"], boff, bsize, max_gap=0, path=self.bin_path,
-                            what="bin record", read=False)
+            return _Spans(self._fds["bin"], boff, bsize, max_gap=0, path=self.bin_path,
+                          what="bin record", read=False)
+
+        if self._all_zero(ub):
+            # made with the new bin records (step 4, on a pack thread) unless the undo log needs them
+            bspans = zero_spans() if self.undo is not None else None
             z = np.zeros(nb, dtype=np.uint64)
             cur = {"num_soundings": z, "validity": z, "head": z, "tail": z}
         else:
@@ -1281,13 +1285,17 @@ class PfmFile:
 
         # 4. (first, on a pack thread while the soundings pack: it needs nothing of steps 2
         # and 3) the new bin records, in memory
+        made = [bspans]
+
         def bin_records() -> float:
             t_ = time.perf_counter()
+            if made[0] is None:
+                made[0] = zero_spans()
             new_val = (cur["validity"] | vor) & np.uint64(((1 << h.validity_bits) - 1) & ~V.CHECKED)
             new_head = np.where(c0 == 0, first_new, h0)
             new_tail = np.where(m > 0, last_new, t0)
-            bspans.pack(BL, {"num_soundings": total.astype(np.uint64), "validity": new_val,
-                             "head": new_head.astype(np.uint64), "tail": new_tail.astype(np.uint64)})
+            made[0].pack(BL, {"num_soundings": total.astype(np.uint64), "validity": new_val,
+                              "head": new_head.astype(np.uint64), "tail": new_tail.astype(np.uint64)})
             return time.perf_counter() - t_
 
         pool = self._pool
@@ -1303,7 +1311,7 @@ class PfmFile:
                 tm["add_bins_write"] += time.perf_counter() - t     # the wait for it only
         if bins_done is None:
             tm["add_bins_write"] += bin_records()
-        return {"item_fields": item_fields, "tspans": tspans, "bspans": bspans,
+        return {"item_fields": item_fields, "tspans": tspans, "bspans": made[0],
                 "ndx_size": base + M * rsize}
 
     def _new_records_and_tails(self, n, codes, coding, item_fields, start, counts, fill, used, rem,
