@@ -954,8 +954,8 @@ def _k_bits_clear(bits, pos):
         bits[p >> 3] &= np.uint8(~(1 << (7 - (p & 7))) & 255)
 
 
-def _runs_or(b, nbins, v, starts, values, ors):
-    """:func:`_k_bin_runs` with the OR of each run's values of ``v`` into ``ors``, in one pass."""
+def _runs_or(b, nbins, v, with_or, starts, values, ors):
+    """:func:`_k_bin_runs` for values ``v`` of one type; the OR only ``with_or``."""
     nr = 0
     prev = np.int64(-1)
     acc = np.uint64(0)
@@ -964,15 +964,16 @@ def _runs_or(b, nbins, v, starts, values, ors):
         if x != prev or i == 0:
             if x < prev or x < 0 or x >= nbins:
                 return -1
-            if nr:
+            if with_or and nr:
                 ors[nr - 1] = acc
             acc = np.uint64(0)
             starts[nr] = i
             values[nr] = x
             nr += 1
             prev = x
-        acc |= np.uint64(v[i])
-    if nr:
+        if with_or:
+            acc |= np.uint64(v[i])
+    if with_or and nr:
         ors[nr - 1] = acc
     return nr
 
@@ -980,27 +981,15 @@ def _runs_or(b, nbins, v, starts, values, ors):
 def _k_bin_runs(b, nbins, vraw, vkind, starts, values, ors):
     """Start (``starts``) and value (``values``) of every run of equal values in ``b``; -1 if a
     value is outside 0..nbins-1 or smaller than the one before it. With ``vkind`` > 0, ``ors``
-    gets the OR of each run's integers in ``vraw`` (raw bytes, ``vkind`` bytes each)."""
+    gets the OR of each run's integers in ``vraw`` (raw bytes, ``vkind`` bytes each), found in
+    the same pass."""
     if vkind == 8:
-        return _runs_or(b, nbins, vraw.view(np.uint64), starts, values, ors)
+        return _runs_or(b, nbins, vraw.view(np.uint64), True, starts, values, ors)
     if vkind == 4:
-        return _runs_or(b, nbins, vraw.view(np.uint32), starts, values, ors)
+        return _runs_or(b, nbins, vraw.view(np.uint32), True, starts, values, ors)
     if vkind == 2:
-        return _runs_or(b, nbins, vraw.view(np.uint16), starts, values, ors)
-    if vkind == 1:
-        return _runs_or(b, nbins, vraw, starts, values, ors)
-    nr = 0
-    prev = np.int64(-1)
-    for i in range(b.size):
-        x = b[i]
-        if x != prev or i == 0:
-            if x < prev or x < 0 or x >= nbins:
-                return -1
-            starts[nr] = i
-            values[nr] = x
-            nr += 1
-            prev = x
-    return nr
+        return _runs_or(b, nbins, vraw.view(np.uint16), True, starts, values, ors)
+    return _runs_or(b, nbins, vraw, vkind == 1, starts, values, ors)
 
 
 def _k_unpack_items(buf, rbytes, slots, slot_bits, select, foff, fnb, out):

@@ -187,8 +187,8 @@ def test_bits_helpers_and_bin_runs():
 @given(st.lists(st.tuples(st.integers(0, 5), st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=9)),
                 max_size=12),
        st.sampled_from([np.uint8, np.uint16, np.uint32, np.int32, np.int64, np.uint64]))
-def test_bin_runs_or_of_matches_reduceat(runs, dtype):
-    """Each run's OR of values (the writer's bin validity) equals numpy's per-run reduce,
+def test_bin_runs_or_of_matches_a_per_run_or(runs, dtype):
+    """Each run's OR of values (the writer's bin validity) equals a plain per-run OR,
     whatever the integer type; the starts and bins are those found without it."""
     gaps = [g for g, _ in runs]
     bins = np.cumsum(np.array([1 + g for g in gaps], dtype=np.int64)) if runs else np.zeros(0, np.int64)
