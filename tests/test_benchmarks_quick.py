@@ -47,3 +47,19 @@ def test_quick_run_writes_results_and_report(tmp_path):
     proc = _run(["--quick", "--report"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert (res / "RESULTS_quick.md").read_text() == md
+
+
+def test_results_name_each_commit_with_its_loads():
+    """Loads added later with --resume at other commits are named with their commit, not
+    passed off as the first run's code."""
+    from benchmarks.report_md import _codes_line
+
+    first = {"commit": "a" * 40, "snapshot": True}
+    cell = lambda c: {"code": {"commit": c, "snapshot": True}}     # noqa: E731
+    loads = {"7": {"setups": {"none": cell("a" * 40), "swath": cell("a" * 40)}},
+             "48": {"setups": {"none": cell("b" * 40)}},
+             "74": {"setups": {"none": cell("a" * 40)}}}
+    line = _codes_line(first, loads)
+    assert line.startswith("commits aaaaaaa (7, 74 files; disk, memory), bbbbbbb (48 files)")
+    one = {k: v for k, v in loads.items() if k != "48"}
+    assert _codes_line(first, one) == "commit aaaaaaaaaaaa (a frozen copy: every run on the same code)"
