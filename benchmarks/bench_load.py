@@ -13,7 +13,10 @@ times, which grow when the cores are shared), the tasks' and the writer
 thread's own CPU seconds (``task_thread_cpu``, ``writer_thread_cpu``), transfer
 (tasks waiting for the writer to accept a piece), write (the writer's wall time
 per piece), area filter, recompute and check (the serial final step), and the
-wall time of each stage.
+wall time of each stage. ``cpu_s``: the CPU seconds every process of the run spent
+(this one, and the cluster's worker processes), against which the wall time shows
+how many cores were busy: the speedup is bounded by the serial run's CPU over the
+Dask run's CPU per core.
 """
 
 from __future__ import annotations
@@ -56,8 +59,10 @@ def run_once(paths, mode: str, workers: int, cfg: LoadConfig, tag: str,
     if out.exists():
         out.unlink()
     t = time.perf_counter()
+    c0 = os.times()
     res = pipeline.run_load(paths, out, cfg, mode=mode, workers=workers)
     wall = time.perf_counter() - t
+    cpu = cpu_seconds(c0, os.times())
     if res.exit_code != 0:
         raise SystemExit(f"load failed ({mode}, {workers}):\n{res.summary()}")
     tm = res.timings
@@ -82,7 +87,22 @@ def run_once(paths, mode: str, workers: int, cfg: LoadConfig, tag: str,
             "check": tm.get("check", 0.0),
         },
         "peak_backlog_bytes": res.peak_backlog_bytes,
+        "cpu_s": cpu,
+        "cores_busy": cpu["total"] / wall,
     }
+
+
+def cpu_seconds(before: os.times_result, after: os.times_result) -> dict:
+    """CPU seconds of this process (``driver``: in Dask modes also the scheduler and the
+    nannies) and of its reaped children (``workers``: the embedded cluster's worker processes,
+    which the load closes and reaps before it returns), user and system, between two
+    :func:`os.times`; with the wall time they say how much more CPU a Dask run spends than
+    ``--serial`` does for the same work."""
+    out = {"driver_user": after.user - before.user, "driver_sys": after.system - before.system,
+           "workers_user": after.children_user - before.children_user,
+           "workers_sys": after.children_system - before.children_system}
+    out["total"] = sum(out.values())
+    return out
 
 
 def main(argv=None) -> dict:
@@ -112,7 +132,8 @@ def main(argv=None) -> dict:
             one = run_once(paths, mode, workers, cfg, name)
             runs[name].append(one)
             print(f"run {r + 1}/{args.repeat} {name}: {one['wall_s']:.2f}s "
-                  f"({one['soundings_per_s']:,.0f} soundings/s)")
+                  f"({one['soundings_per_s']:,.0f} soundings/s; {one['cpu_s']['total']:.1f} "
+                  f"CPU-s, {one['cores_busy']:.2f} cores busy)")
     results = {"gsf_bytes": gsf_bytes, "files": len(paths), "bin_size_m": args.bin_size,
                "filters": args.filters, "repeats": args.repeat, "modes": {}}
     for name in runs:
@@ -145,9 +166,20 @@ def main(argv=None) -> dict:
         ax.set_ylabel("speedup over --serial")
         ax.legend()
 
+    def plot_cpu(ax):
+        names = list(results["modes"])
+        bottom = [0.0] * len(names)
+        for k in ("driver_user", "driver_sys", "workers_user", "workers_sys"):
+            vals = [results["modes"][n]["cpu_s"][k] for n in names]
+            ax.bar(names, vals, bottom=bottom, label=k)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        ax.set_ylabel("CPU seconds (median run)")
+        ax.set_title("CPU spent on the same load")
+        ax.legend()
+
     suffix = "_quick" if args.quick else ("_filters" if args.filters else "")
     write_results(f"bench_load{suffix}", results,
-                  plots={"phases": plot_phases, "speedup": plot_speedup})
+                  plots={"phases": plot_phases, "speedup": plot_speedup, "cpu": plot_cpu})
     print(f"speedup with 2 workers: {results['speedup_2_workers']:.2f}x "
           f"(target 1.8x); 1 worker: {results['speedup_1_worker']:.2f}x")
     return results
