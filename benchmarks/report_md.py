@@ -613,7 +613,10 @@ def _others(results_dir: Path) -> str:
                                            f"{100 * r['ratio_pfm_to_sequential']:.0f} % of plain "
                                            "sequential writes"),
         ("bench_load.json", lambda r: f"bench_load: {r['speedup_2_workers']:.2f}x with 2 workers "
-                                      f"on {r['gsf_bytes'] / 1e9:.2f} GB"),
+                                      f"on {r['gsf_bytes'] / 1e9:.2f} GB, no filter"),
+        ("bench_load_filters.json", lambda r: f"bench_load --filters: {r['speedup_2_workers']:.2f}x "
+                                              f"with 2 workers on {r['gsf_bytes'] / 1e9:.2f} GB, "
+                                              "swath and area filters"),
     ):
         p = results_dir / fname
         try:

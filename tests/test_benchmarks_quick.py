@@ -63,3 +63,18 @@ def test_results_name_each_commit_with_its_loads():
     assert line.startswith("commits aaaaaaa (7, 74 files; disk, memory), bbbbbbb (48 files)")
     one = {k: v for k, v in loads.items() if k != "48"}
     assert _codes_line(first, one) == "commit aaaaaaaaaaaa (a frozen copy: every run on the same code)"
+
+
+def test_other_benchmarks_name_the_filter_setup(tmp_path):
+    """bench_load's two setups are listed apart, each with what it ran."""
+    import json
+
+    from benchmarks.report_md import _others
+
+    for name, speedup in (("bench_load.json", 1.42), ("bench_load_filters.json", 1.76)):
+        (tmp_path / name).write_text(json.dumps(
+            {"results": {"speedup_2_workers": speedup, "gsf_bytes": 1.1e9}}))
+    text = _others(tmp_path)
+    assert "- `bench_load.json`: bench_load: 1.42x with 2 workers on 1.10 GB, no filter" in text
+    assert ("- `bench_load_filters.json`: bench_load --filters: 1.76x with 2 workers on 1.10 GB, "
+            "swath and area filters") in text
