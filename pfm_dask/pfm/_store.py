@@ -87,6 +87,7 @@ import mmap
 import os
 import sys
 import time
+import threading
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -1335,10 +1336,17 @@ class PfmFile:
             # past the end of the .ndx (nothing reads there yet): pwrite then copies from cache.
             cf = NL.fields["continuation"]
             fd = self._fds["ndx"]
+            lock = threading.Lock()
+
+            def sink(off, data) -> None:
+                # one writer at a time: the kernel serialises writes to one file on its inode
+                # lock anyway, and a thread waiting there spins on a core; this one sleeps
+                with lock:
+                    _pwrite_all(fd, data, base + off)
+
             pack_soundings(item_fields, codes, coding, start + fill, rem, cum_m, M, L,
                            self._single_bits, (cf.offset, cf.nbits), base, rsize,
-                           executor=self._pool, sink=lambda off, data: _pwrite_all(fd, data, base + off),
-                           check=check)
+                           executor=self._pool, sink=sink, check=check)
             writer.start_writeback(fd, base, M * rsize)
             tm["add_pack"] += time.perf_counter() - t
 
