@@ -86,8 +86,8 @@ import math
 import mmap
 import os
 import sys
-import time
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
