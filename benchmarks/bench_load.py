@@ -17,11 +17,18 @@ wall time of each stage. ``cpu_s``: the CPU seconds every process of the run spe
 (this one, and the cluster's worker processes), against which the wall time shows
 how many cores were busy: the speedup is bounded by the serial run's CPU over the
 Dask run's CPU per core.
+
+``two_serial_halves`` (in the same rotation, ``--no-halves`` to leave it out): the
+survey's files split in two (alternate files), each half loaded ``--serial`` into a PFM
+of its own by a process of its own, both at once. Nothing is shared or coordinated, and
+the two halves together do the serial run's work, so its speedup over ``--serial`` is
+what two cores of this machine give this code at best: a ceiling for the Dask run.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import os
 import shutil
 import statistics
@@ -92,6 +99,80 @@ def run_once(paths, mode: str, workers: int, cfg: LoadConfig, tag: str,
     }
 
 
+def _half_child(paths, out, cfg, barrier, conn) -> None:
+    """One half of :func:`run_halves`, in a process of its own: warm up, wait, load, report."""
+    try:
+        warm = Path(str(out) + "-warm.pfm")
+        for p in (warm, out):
+            shutil.rmtree(str(p) + ".data", ignore_errors=True)
+            p.unlink(missing_ok=True)
+        # the compiled kernels are loaded before the clock starts, as in the runner
+        pipeline.run_load(paths[:1], warm, cfg, mode="serial", journal=False)
+        shutil.rmtree(str(warm) + ".data", ignore_errors=True)
+        warm.unlink(missing_ok=True)
+        barrier.wait()
+        t, c0 = time.perf_counter(), os.times()
+        res = pipeline.run_load(paths, out, cfg, mode="serial")
+        wall, c1 = time.perf_counter() - t, os.times()
+        conn.send({"wall_s": wall, "t0": t, "t1": t + wall, "exit_code": res.exit_code,
+                   "soundings_loaded": res.totals["loaded"],
+                   "user": c1.user - c0.user, "sys": c1.system - c0.system})
+    except BaseException as err:  # noqa: BLE001 - reported to the parent, which raises
+        try:
+            barrier.abort()
+        except Exception:  # noqa: BLE001
+            pass
+        conn.send({"error": f"{type(err).__name__}: {err}"})
+    finally:
+        conn.close()
+
+
+def run_halves(paths, cfg: LoadConfig, tag: str, work: Path | None = None) -> dict:
+    """Two ``--serial`` loads of alternate halves of ``paths``, in two processes at once.
+
+    The wall time runs from the first process's start (both are ready by then: imported,
+    kernels loaded, met at a barrier) to the last one's end, on the machine's monotonic clock; ``cpu_s`` adds up the two processes' user and system time.
+    """
+    work = WORK if work is None else Path(work)
+    halves = [list(paths[0::2]), list(paths[1::2])]
+    ctx = mp.get_context("spawn")  # nothing inherited from a runner that ran Dask
+    barrier = ctx.Barrier(3)
+    procs, conns = [], []
+    for i, half in enumerate(halves):
+        recv, send = ctx.Pipe(duplex=False)
+        pr = ctx.Process(target=_half_child, name=f"half-{i}",
+                         args=(half, work / f"{tag}-{i}.pfm", cfg, barrier, send))
+        pr.start()
+        send.close()
+        procs.append(pr)
+        conns.append(recv)
+    try:
+        barrier.wait(timeout=600)
+    except Exception:  # noqa: BLE001 - a child failed while warming up: its message below
+        pass
+    got = []
+    for recv in conns:
+        try:
+            got.append(recv.recv())
+        except EOFError:
+            got.append({"error": "the process died without a word"})
+    for pr in procs:
+        pr.join()
+    bad = [g["error"] if "error" in g else f"exit code {g['exit_code']}"
+           for g in got if "error" in g or g["exit_code"] != 0]
+    if bad:
+        raise SystemExit(f"two_serial_halves failed: {bad}")
+    # perf_counter is CLOCK_MONOTONIC, one clock for every process of the machine
+    wall = max(g["t1"] for g in got) - min(g["t0"] for g in got)
+    user, sys_ = sum(g["user"] for g in got), sum(g["sys"] for g in got)
+    loaded = sum(g["soundings_loaded"] for g in got)
+    cpu = {"driver_user": 0.0, "driver_sys": 0.0, "workers_user": user, "workers_sys": sys_,
+           "total": user + sys_}
+    return {"wall_s": wall, "soundings_loaded": loaded, "soundings_per_s": loaded / wall,
+            "halves_wall_s": [g["wall_s"] for g in got], "files": [len(h) for h in halves],
+            "phases_s": {}, "cpu_s": cpu, "cores_busy": cpu["total"] / wall}
+
+
 def cpu_seconds(before: os.times_result, after: os.times_result) -> dict:
     """CPU seconds of this process (``driver``: in Dask modes also the scheduler and the
     nannies) and of its reaped children (``workers``: the embedded cluster's worker processes,
@@ -115,6 +196,8 @@ def main(argv=None) -> dict:
                          "grid of tens of GB")
     ap.add_argument("--filters", action="store_true", help="swath and area filter on")
     ap.add_argument("--quick", action="store_true", help="a tiny survey, one repeat")
+    ap.add_argument("--no-halves", action="store_true",
+                    help="leave out the two_serial_halves ceiling (two --serial processes)")
     args = ap.parse_args(argv)
     if args.quick:
         args.gb, args.files, args.repeat = 0.004, 4, 1
@@ -126,10 +209,18 @@ def main(argv=None) -> dict:
                      swath=SwathFilterConfig(enabled=args.filters))
     modes = [("serial", "serial", 1), ("dask_1_worker", "local", 1),
              ("dask_2_workers", "local", 2)]
+    if not args.no_halves:
+        modes.append(("two_serial_halves", "halves", 2))
     runs: dict[str, list[dict]] = {m: [] for m, _, _ in modes}
+    # one untimed serial load of one file loads the compiled kernels in this process, as
+    # each fresh Dask worker and each half's process does before its first piece
+    run_once(paths[:1], "serial", 1, cfg, "warm-up")
     for r in range(args.repeat):
         for name, mode, workers in modes:  # interleaved, so drift hits every mode alike
-            one = run_once(paths, mode, workers, cfg, name)
+            if mode == "halves":
+                one = run_halves(paths, cfg, name)
+            else:
+                one = run_once(paths, mode, workers, cfg, name)
             runs[name].append(one)
             print(f"run {r + 1}/{args.repeat} {name}: {one['wall_s']:.2f}s "
                   f"({one['soundings_per_s']:,.0f} soundings/s; {one['cpu_s']['total']:.1f} "
@@ -145,10 +236,16 @@ def main(argv=None) -> dict:
     results["speedup_1_worker"] = t_serial / results["modes"]["dask_1_worker"]["wall_s"]
     results["speedup_2_workers"] = t_serial / results["modes"]["dask_2_workers"]["wall_s"]
     results["target_speedup_2_workers"] = 1.8
+    if "two_serial_halves" in results["modes"]:
+        t_halves = results["modes"]["two_serial_halves"]["wall_s"]
+        results["speedup_two_serial_halves"] = t_serial / t_halves
+        # the Dask run's speedup as a share of what two independent processes reach
+        results["dask_2_workers_of_ceiling"] = (results["speedup_2_workers"]
+                                                / results["speedup_two_serial_halves"])
     results["median_note"] = f"median of {args.repeat} runs per mode ({statistics.__name__})"
 
     def plot_phases(ax):
-        names = list(results["modes"])
+        names = [n for n in results["modes"] if results["modes"][n]["phases_s"]]
         keys = ["cluster_start", "prescan", "load_wall", "final_wall"]
         bottom = [0.0] * len(names)
         for k in keys:
@@ -163,6 +260,7 @@ def main(argv=None) -> dict:
         names = list(results["modes"])
         ax.bar(names, [t_serial / results["modes"][n]["wall_s"] for n in names])
         ax.axhline(1.8, color="k", ls="--", lw=1, label="target with 2 workers")
+        ax.tick_params(axis="x", labelrotation=15)
         ax.set_ylabel("speedup over --serial")
         ax.legend()
 
@@ -182,6 +280,11 @@ def main(argv=None) -> dict:
                   plots={"phases": plot_phases, "speedup": plot_speedup, "cpu": plot_cpu})
     print(f"speedup with 2 workers: {results['speedup_2_workers']:.2f}x "
           f"(target 1.8x); 1 worker: {results['speedup_1_worker']:.2f}x")
+    if "speedup_two_serial_halves" in results:
+        print(f"two --serial processes on half the files each: "
+              f"{results['speedup_two_serial_halves']:.2f}x (this machine's ceiling for two "
+              f"cores); the 2-worker run reaches {100 * results['dask_2_workers_of_ceiling']:.0f}%"
+              " of it")
     return results
 
 

@@ -601,6 +601,14 @@ def _summary(res: dict, titles: dict) -> str:
     return "\n".join(out)
 
 
+def _ceiling(r: dict) -> str:
+    """bench_load's two-core ceiling (two --serial processes on half the files each), if run."""
+    if "speedup_two_serial_halves" not in r:
+        return ""
+    return (f"; two --serial processes on half the files each: "
+            f"{r['speedup_two_serial_halves']:.2f}x")
+
+
 def _others(results_dir: Path) -> str:
     """One line for each earlier benchmark whose results are present."""
     import json
@@ -613,10 +621,11 @@ def _others(results_dir: Path) -> str:
                                            f"{100 * r['ratio_pfm_to_sequential']:.0f} % of plain "
                                            "sequential writes"),
         ("bench_load.json", lambda r: f"bench_load: {r['speedup_2_workers']:.2f}x with 2 workers "
-                                      f"on {r['gsf_bytes'] / 1e9:.2f} GB, no filter"),
+                                      f"on {r['gsf_bytes'] / 1e9:.2f} GB, no filter"
+                                      + _ceiling(r)),
         ("bench_load_filters.json", lambda r: f"bench_load --filters: {r['speedup_2_workers']:.2f}x "
                                               f"with 2 workers on {r['gsf_bytes'] / 1e9:.2f} GB, "
-                                              "swath and area filters"),
+                                              "swath and area filters" + _ceiling(r)),
     ):
         p = results_dir / fname
         try:

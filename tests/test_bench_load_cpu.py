@@ -50,3 +50,27 @@ def test_dask_run_counts_the_worker_processes(tiny_survey, tmp_path):
     # far more than a tick, and only there (the driver never decodes in this mode)
     assert cpu["workers_user"] > 0.2
     assert cpu["total"] == pytest.approx(sum(v for k, v in cpu.items() if k != "total"))
+
+
+def test_two_serial_halves_load_every_sounding_in_two_processes(tiny_survey, tmp_path):
+    """The ceiling mode: alternate files in two processes, the halves' soundings adding up
+    to the serial run's, both processes' CPU counted and none of it in this one."""
+    cfg = LoadConfig(bin_size_m=25.0)
+    serial = bench_load.run_once(tiny_survey, "serial", 1, cfg, "serial", work=tmp_path)
+    halves = bench_load.run_halves(tiny_survey, cfg, "halves", work=tmp_path)
+    assert halves["files"] == [2, 1]
+    assert halves["soundings_loaded"] == serial["soundings_loaded"]
+    assert len(halves["halves_wall_s"]) == 2
+    assert halves["wall_s"] >= max(halves["halves_wall_s"])
+    cpu = halves["cpu_s"]
+    assert cpu["workers_user"] > 0 and cpu["driver_user"] == 0
+    assert cpu["total"] == pytest.approx(cpu["workers_user"] + cpu["workers_sys"])
+    for i in (0, 1):  # each half wrote a sound PFM of its own
+        assert (tmp_path / f"halves-{i}.pfm").exists()
+
+
+def test_a_failing_half_stops_the_benchmark(tmp_path):
+    """A half whose load fails is reported, not timed (no ceiling from a broken run)."""
+    missing = [str(tmp_path / "nope-1.gsf"), str(tmp_path / "nope-2.gsf")]
+    with pytest.raises(SystemExit, match="two_serial_halves failed"):
+        bench_load.run_halves(missing, LoadConfig(bin_size_m=25.0), "bad", work=tmp_path)

@@ -78,3 +78,16 @@ def test_other_benchmarks_name_the_filter_setup(tmp_path):
     assert "- `bench_load.json`: bench_load: 1.42x with 2 workers on 1.10 GB, no filter" in text
     assert ("- `bench_load_filters.json`: bench_load --filters: 1.76x with 2 workers on 1.10 GB, "
             "swath and area filters") in text
+
+
+def test_other_benchmarks_give_the_two_core_ceiling_when_measured(tmp_path):
+    """With bench_load's two --serial halves in the results, the line says what they reached."""
+    import json
+
+    from benchmarks.report_md import _others
+
+    (tmp_path / "bench_load.json").write_text(json.dumps(
+        {"results": {"speedup_2_workers": 1.45, "gsf_bytes": 1.1e9,
+                     "speedup_two_serial_halves": 1.61}}))
+    assert ("bench_load: 1.45x with 2 workers on 1.10 GB, no filter; two --serial processes "
+            "on half the files each: 1.61x") in _others(tmp_path)
