@@ -543,6 +543,7 @@ class PfmFile:
         self.pack_threads = PACK_THREADS
         # bit per bin: 1 = record known to be all zero (set for a file created by this object)
         self._zero_bins: np.ndarray | None = None
+        self._touch_lock = threading.Lock()
         #: crash safety (pfm_dask.journal.UndoLog) or None: add_sorted hands it the records its
         #: in-place writes replace (save_records) and calls commit() before issuing them
         self.undo = None
@@ -880,10 +881,12 @@ class PfmFile:
         return bits_all_set(z, bins)
 
     def _touch(self, bins: np.ndarray) -> None:
-        """Forget that these bin records are zero."""
+        """Forget that these bin records are zero (under a lock: the recompute's band threads
+        write disjoint bins, but eight bins share a byte of the map)."""
         z = self._zero_bins
         if z is not None and bins.size:
-            clear_bits(z, bins)
+            with self._touch_lock:
+                clear_bits(z, bins)
 
     def _sync(self) -> None:
         """Wait for queued writes (before reading back or rewriting in place)."""
