@@ -131,7 +131,8 @@ def run_halves(paths, cfg: LoadConfig, tag: str, work: Path | None = None) -> di
     """Two ``--serial`` loads of alternate halves of ``paths``, in two processes at once.
 
     The wall time runs from the first process's start (both are ready by then: imported,
-    kernels loaded, met at a barrier) to the last one's end, on the machine's monotonic clock; ``cpu_s`` adds up the two processes' user and system time.
+    kernels loaded, met at a barrier) to the last one's end, on the machine's monotonic
+    clock; ``cpu_s`` adds up the two processes' user and system time.
     """
     work = WORK if work is None else Path(work)
     halves = [list(paths[0::2]), list(paths[1::2])]
