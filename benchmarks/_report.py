@@ -11,6 +11,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import shutil
 import sys
 from pathlib import Path
 from typing import Callable, Mapping
@@ -37,6 +38,13 @@ def cached_survey(out: Path, files: int, pings: int, beams: int, seed: int) -> d
         if not path.is_file() or path.stat().st_size != f["bytes"]:
             return None
     return meta
+
+
+def remove_pfm(out: str | os.PathLike) -> None:
+    """Remove the PFM whose handle file is ``out`` (and its ``.data`` directory), if there."""
+    out = Path(out)
+    shutil.rmtree(str(out) + ".data", ignore_errors=True)
+    out.unlink(missing_ok=True)
 
 
 def machine_facts() -> dict:

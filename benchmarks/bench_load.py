@@ -39,7 +39,7 @@ from pfm_dask import pipeline, synth
 from pfm_dask.config import LoadConfig, SwathFilterConfig
 from pfm_dask.inputs import expand_inputs
 
-from ._report import DATA_DIR, write_results
+from ._report import DATA_DIR, remove_pfm, write_results
 
 WORK = Path(__file__).resolve().parent / "_work"
 PING_BYTES = 8320  # bytes of one 432-beam synthetic ping record (measured)
@@ -62,9 +62,7 @@ def run_once(paths, mode: str, workers: int, cfg: LoadConfig, tag: str,
              work: Path | None = None) -> dict:
     """One load of ``paths`` into ``<work>/<tag>.pfm`` (default ``WORK``): wall time and phases."""
     out = (WORK if work is None else Path(work)) / f"{tag}.pfm"
-    shutil.rmtree(str(out) + ".data", ignore_errors=True)
-    if out.exists():
-        out.unlink()
+    remove_pfm(out)
     t = time.perf_counter()
     c0 = os.times()
     res = pipeline.run_load(paths, out, cfg, mode=mode, workers=workers)
@@ -103,13 +101,10 @@ def _half_child(paths, out, cfg, barrier, conn) -> None:
     """One half of :func:`run_halves`, in a process of its own: warm up, wait, load, report."""
     try:
         warm = Path(str(out) + "-warm.pfm")
-        for p in (warm, out):
-            shutil.rmtree(str(p) + ".data", ignore_errors=True)
-            p.unlink(missing_ok=True)
+        remove_pfm(out)
         # the compiled kernels are loaded before the clock starts, as in the runner
-        pipeline.run_load(paths[:1], warm, cfg, mode="serial", journal=False)
-        shutil.rmtree(str(warm) + ".data", ignore_errors=True)
-        warm.unlink(missing_ok=True)
+        run_once(paths[:1], "serial", 1, cfg, warm.stem, work=warm.parent)
+        remove_pfm(warm)
         barrier.wait()
         t, c0 = time.perf_counter(), os.times()
         res = pipeline.run_load(paths, out, cfg, mode="serial")

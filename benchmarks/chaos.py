@@ -41,7 +41,7 @@ from pfm_dask import pfm, pipeline, synth
 from pfm_dask.config import LoadConfig
 from pfm_dask.inputs import expand_inputs
 
-from ._report import DATA_DIR, write_results
+from ._report import DATA_DIR, remove_pfm, write_results
 
 WORK = Path(__file__).resolve().parent / "_work" / "chaos"
 OPTS = ["--bin-size", "50", "--area-filter", "--two-sided", "--cellstd", "2", "-q"]
@@ -55,12 +55,6 @@ def survey(files: int, pings: int, seed: int = 21) -> Path:
         shutil.rmtree(out, ignore_errors=True)
         synth.generate(out, files=files, pings=pings, beams=432, seed=seed)
     return out
-
-
-def _remove(out: Path) -> None:
-    shutil.rmtree(str(out) + ".data", ignore_errors=True)
-    if out.exists():
-        out.unlink()
 
 
 def _cmd(data: Path, out: Path, mode: str, extra: list[str]) -> list[str]:
@@ -179,7 +173,7 @@ def same(got: Path, ref: Path, ref_dump, tag: str) -> tuple[bool, str]:
 
 def reference(data: Path, mode: str, extra: list[str]) -> tuple[Path, float, dict]:
     out = WORK / f"ref-{mode}.pfm"
-    _remove(out)
+    remove_pfm(out)
     t = time.perf_counter()
     rc = _run(_cmd(data, out, mode, extra + ["--json"]), WORK / f"ref-{mode}.log", 3600)
     wall = time.perf_counter() - t
@@ -192,7 +186,7 @@ def reference(data: Path, mode: str, extra: list[str]) -> tuple[Path, float, dic
 def trial(i: int, data: Path, mode: str, target: str, at: float, extra: list[str], ref: Path,
           ref_dump, timeout: float) -> dict:
     out = WORK / f"trial-{i:03d}.pfm"
-    _remove(out)
+    remove_pfm(out)
     cmd = _cmd(data, out, mode, extra)
     log = WORK / f"trial-{i:03d}.log"
     with open(log, "w") as fh:
@@ -225,7 +219,7 @@ def trial(i: int, data: Path, mode: str, target: str, at: float, extra: list[str
     ok, why = same(out, ref, ref_dump, f"t{i}")
     rec["match"], rec["why"] = ok, why
     if ok:
-        _remove(out)
+        remove_pfm(out)
     return rec
 
 
@@ -244,7 +238,7 @@ def journal_cost(data: Path, repeat: int, checkpoint_seconds: float) -> dict:
     for r in range(repeat):
         for journal in (True, False):
             out = WORK / f"cost-{'on' if journal else 'off'}.pfm"
-            _remove(out)
+            remove_pfm(out)
             os.sync()
             t = time.perf_counter()
             res = pipeline.run_load(paths, out, CFG, mode="serial", journal=journal,
@@ -262,7 +256,7 @@ def journal_cost(data: Path, repeat: int, checkpoint_seconds: float) -> dict:
                 fsync_dir(out.parent)
                 off.append(wall)
                 off_durable.append(wall + time.perf_counter() - t)
-            _remove(out)
+            remove_pfm(out)
 
     def med(x):
         return sorted(x)[len(x) // 2]

@@ -31,6 +31,8 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from ._report import remove_pfm
+
 __all__ = ["peak_rss_serial", "peak_rss_dask", "fixed_grid"]
 
 _SAMPLER: dict = {}
@@ -104,13 +106,6 @@ def _phase_peaks(samples: list, t0: float, timings: dict) -> dict:
             "check_peak_bytes": peak(t_end_recompute, float("inf"))}
 
 
-def _fresh(out: Path) -> None:
-    import shutil
-
-    shutil.rmtree(str(out) + ".data", ignore_errors=True)
-    out.unlink(missing_ok=True)
-
-
 def _cfg_to_json(cfg) -> str:
     return json.dumps(asdict(cfg))
 
@@ -133,7 +128,7 @@ def peak_rss_serial(paths, cfg, out: Path) -> dict:
     if not _WARMED:  # fill the numba cache first (see the module docstring)
         _WARMED.append(True)
         peak_rss_serial(paths, cfg, out)
-    _fresh(out)
+    remove_pfm(out)
     job = json.dumps({"paths": [str(p) for p in paths], "out": str(out), "cfg": _cfg_to_json(cfg)})
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parent.parent)
@@ -144,7 +139,7 @@ def peak_rss_serial(paths, cfg, out: Path) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"serial child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     res = json.loads(proc.stdout.strip().splitlines()[-1])
-    _fresh(out)
+    remove_pfm(out)
     return res
 
 
@@ -176,7 +171,7 @@ def peak_rss_dask(paths, cfg, out: Path, workers: int = 2) -> dict:
 
     from pfm_dask import pipeline
 
-    _fresh(out)
+    remove_pfm(out)
     with pipeline.make_local_cluster(workers) as cluster, Client(cluster) as client:
         client.wait_for_workers(workers, timeout=120)
         before = client.run(_worker_memory)
@@ -186,7 +181,7 @@ def peak_rss_dask(paths, cfg, out: Path, workers: int = 2) -> dict:
         wall = time.perf_counter() - t
         samples = client.run(_stop_sampler)
         after = client.run(_worker_memory)
-    _fresh(out)
+    remove_pfm(out)
     if res.exit_code != 0:
         raise RuntimeError(res.summary())
     writer = res.writer_worker

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from . import alloc, datasets, disk, memory, model
-from ._report import BENCH_DIR, RESULTS_DIR, machine_facts, write_results
+from ._report import BENCH_DIR, RESULTS_DIR, machine_facts, remove_pfm, write_results
 
 __all__ = ["SETUPS", "MODES", "SEED_BEST", "main", "write_markdown"]
 
@@ -80,13 +80,8 @@ def one_run(paths, key: str, cfg, work: Path) -> dict:
     r["cpu_s"] = _cpu_s() - c0
     r["output_bytes"] = _output_bytes(work, tag)
     r["load_average_1m"] = os.getloadavg()[0]
-    _remove(work, tag)
+    remove_pfm(work / f"{tag}.pfm")
     return r
-
-
-def _remove(work: Path, tag: str) -> None:
-    shutil.rmtree(work / f"{tag}.pfm.data", ignore_errors=True)
-    (work / f"{tag}.pfm").unlink(missing_ok=True)
 
 
 def _median_run(runs: list[dict]) -> dict:

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import threading
 import time
-from pathlib import Path
 
 _EVERY = 0.1  # seconds between samples
 
@@ -102,6 +100,7 @@ def main(argv=None) -> None:
     from pfm_dask.inputs import expand_inputs
 
     from . import bench_load
+    from ._report import remove_pfm
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gb", type=float, default=1.1)
@@ -115,14 +114,8 @@ def main(argv=None) -> None:
                      swath=SwathFilterConfig(enabled=args.filters))
     bench_load.WORK.mkdir(parents=True, exist_ok=True)
     out = bench_load.WORK / "thread_cpu.pfm"
-
-    def fresh():
-        shutil.rmtree(str(out) + ".data", ignore_errors=True)
-        Path(out).unlink(missing_ok=True)
-
-    fresh()
-    pipeline.run_load(paths[:1], out, cfg, mode="serial")  # kernels loaded before the clock
-    fresh()
+    bench_load.run_once(paths[:1], "serial", 1, cfg, "warm-up")  # kernels loaded before the clock
+    remove_pfm(out)
     per_process: dict[str, list] = {}
     start_sampler()
     if args.serial:
