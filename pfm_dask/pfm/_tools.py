@@ -34,6 +34,7 @@ from .._numeric import nint, scaled_code_f32
 from ..errors import PfmDaskError, PfmFormatError
 from . import validity as V
 from ._bitpack import BitLayout, unpack_records
+from ._chains import visit, walk_clean
 from ._header import BIN_HEADER_SIZE, NUM_ATTR, PfmHeader, bits_for, version_number
 from ._recompute import THREADS, grouped_bin_stats
 
@@ -58,6 +59,8 @@ _BAND_BINS = 1 << 18          # bin records per check band
 _BAND_SOUNDINGS = 500_000     # soundings per check band (soft): bounds the check's memory
 _BITMAP_IN_MEMORY = 1 << 20   # bytes of visited map kept in memory; larger ones go to a file
 _DONTNEED = getattr(mmap, "MADV_DONTNEED", None)  # absent where mmap has no madvise (Windows)
+#: bands are first walked by the fast path (:func:`_fast_band`); False: the exact walk only
+_FAST_WALK = True
 _MAX_PER_KIND = 20            # problems reported per kind before a summary line
 _AVERAGE_NAMES = ("Average Filtered Depth", "Average Edited")
 
@@ -757,12 +760,8 @@ class _Walker:
         :attr:`KEYS` fields (uint64) of every sounding in those records.
         """
         count, nrec, reached_bin, reached_step, reached_idx = reached
-        L = self.lay
-        keys = {k: L.item_fields[k] for k in self.KEYS}
         if not reached_bin:
-            out = {k: np.zeros(0, dtype=np.uint64) for k in keys}
-            out["b"] = np.zeros(0, dtype=np.int64)
-            return out
+            return self._gather(count, *(np.zeros(0, dtype=np.int64),) * 3)
         # order the records reached by (bin, step): slot rstart[bin] + step of the full chains
         rstart = np.cumsum(nrec) - nrec
         R = int(nrec.sum())
@@ -775,6 +774,35 @@ class _Walker:
         rec_step = np.arange(R, dtype=np.int64) - np.repeat(rstart, nrec)
         if not present.all():
             rec_idx, rec_bin, rec_step = rec_idx[present], rec_bin[present], rec_step[present]
+        return self._gather(count, rec_idx, rec_bin, rec_step)
+
+    def walk_clean(self, count: np.ndarray, head: np.ndarray, tail: np.ndarray) -> np.ndarray | None:
+        """The records of a band's chains in (bin, step) order if nothing in them is wrong, else
+        ``None`` (:func:`._chains.walk_clean`; the visited map is neither read nor set).
+        Thread-safe; ``None`` too where the pointer is not in one 64-bit word of its record."""
+        if self.words is None and self.n_phys:
+            return None
+        L = self.lay
+        return walk_clean(self.recs.reshape(-1), L.phys, self.wstart, self.wshift,
+                          L.cont_field[1], self.size, count, head, tail, L.L)
+
+    def soundings_of_chains(self, count: np.ndarray, rec_idx: np.ndarray) -> dict:
+        """:meth:`soundings` of whole chains given by :meth:`walk_clean`."""
+        nrec = (count + self.lay.L - 1) // self.lay.L
+        R = rec_idx.size
+        rec_bin = np.repeat(np.arange(nrec.size, dtype=np.int64), nrec)
+        rec_step = np.arange(R, dtype=np.int64) - np.repeat(np.cumsum(nrec) - nrec, nrec)
+        return self._gather(count, rec_idx, rec_bin, rec_step)
+
+    def _gather(self, count, rec_idx, rec_bin, rec_step) -> dict:
+        """The :attr:`KEYS` fields of the soundings in records ``rec_idx`` (in that order), the
+        ``rec_step``-th records of the chains of bins ``rec_bin``."""
+        L = self.lay
+        keys = {k: L.item_fields[k] for k in self.KEYS}
+        if not rec_idx.size:
+            out = {k: np.zeros(0, dtype=np.uint64) for k in keys}
+            out["b"] = np.zeros(0, dtype=np.int64)
+            return out
         n_here = np.minimum(L.L, count[rec_bin] - rec_step * L.L)
         first = np.cumsum(n_here) - n_here
         # item positions in the whole .ndx: unpacked straight from the map
@@ -913,14 +941,17 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
                 pr: _Problems, threads: int = 1, budget: int | None = None) -> None:
     """The bin pass: bands of bins in raster order, then orphans and header extrema.
 
-    Each band is walked (:func:`_walk_band`, in order: the visited map spans
-    bands) and its soundings checked (:func:`_check_band_data`). With
-    ``threads`` > 1 the latter runs on a thread pool, each band collecting its
-    problems on its own; they are merged, and the extrema folded, in band order.
-    Once a band's soundings are checked, the pages of the ``.ndx`` map read so
-    far are handed back (:meth:`_Walker.drop_pages`): the resident memory stays
-    at the few bands in flight (:data:`_BAND_SOUNDINGS` soundings each), not the
-    whole ``.ndx``.
+    Each band is first checked by :func:`_fast_band` (on a thread pool of
+    ``threads`` when there is more than one), which assumes that its chains
+    are sound; in band order, the records it reached are then marked on the
+    visited map (:func:`._chains.visit`). A band the fast path gives up on, or
+    one that reaches a record reached before, is checked again exactly:
+    :func:`_walk_band` on the visited map as the bands before left it, then
+    :func:`_check_band_data`. Problems are merged, and the extrema folded, in
+    band order, so neither depends on the path or on ``threads``. Once a band
+    is merged, the pages of the ``.ndx`` map read so far are handed back
+    (:meth:`_Walker.drop_pages`): the resident memory stays at the few bands in
+    flight (:data:`_BAND_SOUNDINGS` soundings each), not the whole ``.ndx``.
     """
     W, H = int(h.bin_width), int(h.bin_height)
     hs = int(h.bin_header_size)
@@ -942,10 +973,19 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
             pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pfm-check")
 
         def merge_one() -> None:
-            slot, local, fut = pending.popleft()
-            args = fut.result()
-            pr.merge(local, slot)
-            ext.update(*args)
+            band, bidx, recs, local, fut = pending.popleft()
+            fast = fut.result() if pool is not None else fut
+            if fast is not None and visit(walker.visited.bits, fast[0]):
+                pr.merge(local, 2 * band + 1)
+                ext.update(*fast[1])
+            else:
+                # something to report in this band, or a record reached before: the
+                # exact walk, on the visited map as the bands before left it
+                pr.slot = 2 * band
+                walked = _walk_band(bidx, recs, ctx, pr)
+                pr.slot = 2 * band + 1
+                ext.update(*_check_band_data(walked, ctx, pr))
+                del walked
             walker.drop_pages()
 
         band = 0
@@ -961,19 +1001,12 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
                 cnt = lay.bin.unpack(recs, ["count"])["count"].astype(np.int64)
                 for a, b in _split_by_soundings(cnt, budget):
                     bidx = np.arange(b0 + a, b0 + b, dtype=np.int64)
-                    pr.slot = 2 * band
-                    walked = _walk_band(bidx, recs[a:b], ctx, pr)
-                    if pool is None:
-                        pr.slot = 2 * band + 1
-                        ext.update(*_check_band_data(walked, ctx, pr))
-                        del walked
-                        walker.drop_pages()
-                    else:
-                        local = _Problems()
-                        pending.append((2 * band + 1, local,
-                                        pool.submit(_check_band_data, walked, ctx, local)))
-                        while len(pending) > threads:
-                            merge_one()
+                    local = _Problems()
+                    fut = (pool.submit(_fast_band, bidx, recs[a:b], ctx, local) if pool is not None
+                           else _fast_band(bidx, recs[a:b], ctx, local))
+                    pending.append((band, bidx, recs[a:b], local, fut))
+                    while len(pending) > (threads if pool is not None else 0):
+                        merge_one()
                     band += 1
         while pending:
             merge_one()
@@ -988,7 +1021,7 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
         ext.compare(h, pr)
     finally:
         if pool is not None:
-            for _, _, fut in pending:
+            for *_, fut in pending:
                 fut.cancel()
             pool.shutdown(wait=True)
         walker.close()
@@ -1092,6 +1125,38 @@ def _walk_band(bidx, recs, ctx: _BandContext, pr: _Problems) -> dict:
     return {"bidx": bidx, "u": u, "cnt": cnt, "ok": ok, "reached": reached}
 
 
+def _fast_band(bidx, recs, ctx: _BandContext, pr: _Problems):
+    """A band checked on the assumption that its records and chains are sound (any thread).
+
+    Returns ``(records reached, the band's extrema arguments)`` when the bin
+    record checks of :func:`_walk_band` and the chain walk
+    (:meth:`_Walker.walk_clean`) find nothing, with the sounding checks'
+    problems in ``pr``; ``None`` whenever the exact walk has anything to say
+    (or this fast path cannot tell), and then the caller runs the exact one.
+    The records reached are still to be :func:`._chains.visit`\ ed in band order.
+    """
+    if not _FAST_WALK:
+        return None
+    try:
+        lay, walker = ctx.lay, ctx.walker
+        u = lay.bin.unpack(recs)
+        cnt = u["count"].astype(np.int64)
+        if ((cnt == 0) & recs.any(axis=1)).any():
+            return None
+        if walker.n_phys and (cnt > walker.n_phys * lay.L).any():
+            return None
+        if int(cnt.sum()) > 2 * ctx.budget:   # a heavy bin: validated first by the exact walk
+            return None
+        rec_idx = walker.walk_clean(cnt, u["head"].astype(np.int64), u["tail"].astype(np.int64))
+        if rec_idx is None:
+            return None
+        walked = {"bidx": bidx, "u": u, "cnt": cnt, "ok": np.ones(cnt.size, dtype=bool),
+                  "snd": walker.soundings_of_chains(cnt, rec_idx)}
+        return rec_idx, _check_band_data(walked, ctx, pr)
+    except Exception:  # noqa: BLE001 - the exact walk decides what is reported
+        return None
+
+
 def _check_band_data(walked: dict, ctx: _BandContext, pr: _Problems) -> tuple:
     """A band's sounding checks: file and line numbers, statistics, coverage.
 
@@ -1103,7 +1168,7 @@ def _check_band_data(walked: dict, ctx: _BandContext, pr: _Problems) -> tuple:
     scale32, off32, std32, null32 = ctx.scale32, ctx.off32, ctx.std32, ctx.null32
     class_type = ctx.class_type
     validity = u["validity"].astype(np.int64)
-    snd = ctx.walker.soundings(walked["reached"])
+    snd = walked["snd"] if "snd" in walked else ctx.walker.soundings(walked["reached"])
     has = cnt > 0
     # file and line numbers
     if snd["b"].size:

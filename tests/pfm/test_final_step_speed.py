@@ -600,6 +600,71 @@ def test_check_threads_and_bands_give_the_same_problems(sound, tmp_path, monkeyp
         assert P.check(p, threads=threads) == small
 
 
+@pytest.mark.parametrize("seed,many", [(0, False), (2, True), (5, False), (6, False), (8, False),
+                                       (9, True)])
+def test_fast_walk_gives_the_exact_walks_problems(sound, tmp_path, monkeypatch, seed, many):
+    """Bands walked off the main thread without the visited map, then marked in order, report
+    exactly what the exact walk alone reports, on any damage, threads and band sizes."""
+    p = _damaged_copy(sound, tmp_path / "f", seed, many)
+    for bands in ((1 << 18, 500_000), (11, 23), (3, 7)):
+        monkeypatch.setattr(_tools, "_BAND_BINS", bands[0])
+        monkeypatch.setattr(_tools, "_BAND_SOUNDINGS", bands[1])
+        monkeypatch.setattr(_tools, "_FAST_WALK", False)
+        want = P.check(p, threads=1)
+        assert want
+        monkeypatch.setattr(_tools, "_FAST_WALK", True)
+        for threads in (1, 2, 3):
+            assert P.check(p, threads=threads) == want, (bands, threads)
+
+
+def _count_exact_walks(monkeypatch) -> list:
+    calls = []
+    exact = _tools._walk_band
+
+    def counted(*args):
+        calls.append(args[0][0])
+        return exact(*args)
+
+    monkeypatch.setattr(_tools, "_walk_band", counted)
+    return calls
+
+
+def test_fast_walk_takes_every_band_of_a_sound_file(sound, monkeypatch):
+    monkeypatch.setattr(_tools, "_BAND_BINS", 64)
+    calls = _count_exact_walks(monkeypatch)
+    for threads in (1, 2):
+        assert P.check(sound, threads=threads) == []
+    assert calls == []
+
+
+def test_fast_walk_leaves_a_shared_record_to_the_exact_walk(sound, tmp_path, monkeypatch):
+    """Two bins of one band sharing a chain: each chain is sound on its own, so only the
+    visited map can tell; the band is walked again exactly and the sharing named."""
+    p = _copy(sound, os.fspath(tmp_path / "t.pfm"))
+    bf = BinFile(p)
+    (c1, r1), (c2, r2) = bf.bins_with()[:2]      # one band: the grid is small
+    for k in ("count", "head", "tail"):
+        bf.set(c2, r2, k, bf.get(c1, r1, k))
+    calls = _count_exact_walks(monkeypatch)
+    problems = P.check(p, threads=2)
+    assert any("shared" in x.what and f"({c2}, {r2})" in x.where for x in problems)
+    assert len(calls) == 1
+
+
+def test_visit_marks_in_order_and_undoes_a_conflict():
+    from pfm_dask.pfm._chains import visit
+
+    bits = np.zeros(4, dtype=np.uint8)
+    assert visit(bits, np.array([0, 9, 31]))
+    assert bits.tolist() == [1, 2, 0, 128]
+    before = bits.copy()
+    assert not visit(bits, np.array([3, 17, 9, 20]))      # 9 was reached before
+    assert np.array_equal(bits, before)
+    assert not visit(bits, np.array([4, 5, 4]))           # twice in one call
+    assert np.array_equal(bits, before)
+    assert visit(bits, np.zeros(0, dtype=np.int64))
+
+
 def test_check_threads_on_a_sound_file(sound, monkeypatch):
     monkeypatch.setattr(_tools, "_BAND_BINS", 5)
     monkeypatch.setattr(_tools, "_BAND_SOUNDINGS", 13)
@@ -628,13 +693,16 @@ def test_check_threads_on_random_damage(sound, tmp_path_factory, monkeypatch, ex
     monkeypatch.setattr(_tools, "_BAND_BINS", 9)
     monkeypatch.setattr(_tools, "_BAND_SOUNDINGS", 17)
 
-    def run(threads):
+    def run(threads, fast=True):
+        monkeypatch.setattr(_tools, "_FAST_WALK", fast)
         try:
             return P.check(p, threads=threads)
         except PfmDaskError as exc:
             return str(exc)
 
-    assert run(2) == run(1)
+    want = run(1, fast=False)
+    assert run(2) == want
+    assert run(1) == want
 
 
 # --- the problem list: per-band collectors merged in order == one collector ----------------------
