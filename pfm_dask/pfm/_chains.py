@@ -1,4 +1,9 @@
-"""The check's fast chain walk: a band's chains followed in one compiled pass, off the main thread.
+"""Chains of physical records followed in one compiled pass: the check's fast walk, the reader's.
+
+:func:`chain_records` gives the records of many bins' chains in (bin, step)
+order for the store's reader (the recompute, the area filter, dump), which
+trusts the file it reads but not blindly: anything out of place sends it to
+its step-by-step walk, which names the problem.
 
 ``check`` must find records reached twice across the whole ``.ndx`` (a cycle,
 or a record shared by two bins), so its exact walk (``_tools._Walker.walk``)
@@ -20,7 +25,7 @@ import numpy as np
 
 from .._numeric import CompiledKernels
 
-__all__ = ["walk_clean", "visit"]
+__all__ = ["walk_clean", "visit", "chain_records", "item_positions"]
 
 
 def _k_walk_clean(recs, phys, wstart, wshift, mask, size, count, head, tail, L, out):
@@ -77,6 +82,63 @@ def _k_visit(bits, idx):
     return -1
 
 
+def _k_chain_records(buf, rsize, wstart, wshift, mask, size, nrec, head, out):
+    """numba kernel: the byte address of every record of every chain, in (bin, step) order.
+
+    Returns -1, or the first bin whose chain has a record that is not a whole,
+    aligned record of the ``size`` bytes, or a continuation pointer of 0
+    before its ``nrec`` records.
+    """
+    k = 0
+    for b in range(nrec.size):
+        cur = head[b]
+        for s in range(nrec[b]):
+            if cur < 0 or (cur == 0 and s > 0) or cur % rsize != 0 or cur + rsize > size:
+                return b
+            out[k] = cur
+            k += 1
+            if s + 1 < nrec[b]:
+                p = cur + wstart
+                w = np.uint64(0)
+                for i in range(8):
+                    w = (w << np.uint64(8)) | np.uint64(buf[p + i])
+                cur = np.int64((w >> np.uint64(wshift)) & mask)
+    return -1
+
+
+def _k_item_positions(base, recaddr, nrec, cnt, bidx, L, width, pos, bin_index, row, col,
+                      rec_off, slot):
+    """numba kernel: per sounding of the chains, in chain order, its item position
+    (``base[k] * L + slot`` of its record k) and, for the outputs that are not empty, its bin,
+    the bin's row and column, its record's byte address and its slot in the record."""
+    want_b = bin_index.size > 0
+    want_rc = row.size > 0
+    want_a = rec_off.size > 0
+    i = 0
+    k = 0
+    for b in range(nrec.size):
+        c = cnt[b]
+        bi = bidx[b]
+        r = bi // width
+        cc = bi - r * width
+        for s in range(nrec[b]):
+            m = min(L, c - s * L)
+            p0 = base[k] * L
+            a = recaddr[k]
+            for j in range(m):
+                pos[i] = p0 + j
+                if want_b:
+                    bin_index[i] = bi
+                if want_rc:
+                    row[i] = r
+                    col[i] = cc
+                if want_a:
+                    rec_off[i] = a
+                    slot[i] = j
+                i += 1
+            k += 1
+
+
 def _signatures(T) -> dict:
     ro = dict(readonly=True)
     u1, i8 = T.Array(T.uint8, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro)
@@ -84,6 +146,10 @@ def _signatures(T) -> dict:
         "walk_clean": T.int64(u1, T.int64, T.int64, T.int64, T.uint64, T.int64, i8, i8, i8,
                               T.int64, T.Array(T.int64, 1, "C")),
         "visit": T.int64(T.Array(T.uint8, 1, "C"), i8),
+        "item_positions": T.void(i8, i8, i8, i8, i8, T.int64, T.int64,
+                                 *(T.Array(T.int64, 1, "C"),) * 6),
+        "chain_records": T.int64(u1, T.int64, T.int64, T.int64, T.uint64, T.int64, i8, i8,
+                                 T.Array(T.int64, 1, "C")),
     }
 
 
@@ -116,3 +182,40 @@ def walk_clean(recs: np.ndarray, phys: int, wstart: int, wshift: int, pointer_bi
 def visit(bits: np.ndarray, idx: np.ndarray) -> bool:
     """Mark records ``idx`` visited; False (and the map unchanged) if any was reached before."""
     return _kernel("visit")(bits, np.ascontiguousarray(idx, dtype=np.int64)) < 0
+
+
+def chain_records(buf: np.ndarray, rsize: int, wstart: int, wshift: int, pointer_bits: int,
+                  nrec: np.ndarray, head: np.ndarray) -> np.ndarray | None:
+    """Byte addresses of the ``nrec[b]`` records of each chain from ``head[b]``, bin by bin.
+
+    ``buf``: the whole ``.ndx``; pointers as in :func:`walk_clean`. ``None``
+    when a chain leaves the file's whole, aligned records or ends early: the
+    caller's own walk then says where.
+    """
+    nrec = np.ascontiguousarray(nrec, dtype=np.int64)
+    out = np.empty(int(nrec.sum()), dtype=np.int64)
+    mask = np.uint64((1 << pointer_bits) - 1)
+    bad = _kernel("chain_records")(buf, int(rsize), int(wstart), int(wshift), mask, int(buf.size),
+                                   nrec, np.ascontiguousarray(head, dtype=np.int64), out)
+    return out if bad < 0 else None
+
+
+def item_positions(base: np.ndarray, recaddr: np.ndarray, nrec: np.ndarray, cnt: np.ndarray,
+                   bidx: np.ndarray, L: int, width: int, *, bins: bool, rows: bool,
+                   addresses: bool) -> dict:
+    """Where each sounding of the chains is, in chain order (see :func:`_k_item_positions`).
+
+    Returns ``pos`` (item positions for ``unpack_records``) and, as asked,
+    ``bin_index``, ``row`` and ``col``, ``record_offset`` and ``slot``: one
+    pass instead of a dozen array operations over every sounding.
+    """
+    n = int(np.asarray(cnt).sum())
+    i8 = np.int64
+
+    want = {"pos": True, "bin_index": bins, "row": rows, "col": rows,
+            "record_offset": addresses, "slot": addresses}
+    out = {k: np.empty(n if w else 0, dtype=i8) for k, w in want.items()}
+    c = lambda a: np.ascontiguousarray(a, dtype=i8)  # noqa: E731
+    _kernel("item_positions")(c(base), c(recaddr), c(nrec), c(cnt), c(bidx), int(L), int(width),
+                              *out.values())
+    return {k: v for k, v in out.items() if want[k]}

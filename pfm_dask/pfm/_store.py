@@ -100,6 +100,7 @@ from ..errors import ConfigError, PfmFormatError
 from . import validity as V
 from ._bitpack import (CHECK_SIZE, BitLayout, SoundingCoding, bin_runs, bits_all_set, check_failures,
                        clear_bits, fill_slots, pack_soundings, unpack_records)
+from ._chains import chain_records, item_positions
 from ._coverage import (COV_HEADER_SIZE, create_coverage_file, read_coverage,
                         update_coverage)
 from ._header import (BIN_HEADER_SIZE, LIBRARY_VERSION, NUM_ATTR, WGS84_WKT, PfmHeader,
@@ -1508,58 +1509,39 @@ class PfmFile:
         self.ndx_size = ndx_size
         ndx = _NdxMap(self._fds["ndx"], rsize, ndx_size, path=self.ndx_path)
         try:
-            recaddr = np.zeros(R, dtype=np.int64)
-            active = np.arange(bidx.size)
-            cur = head.copy()
-            step = 0
-            while active.size:
-                recaddr[rstart[active] + step] = cur
-                go = nrec[active] > step + 1
-                active = active[go]
-                if not active.size:
-                    break
-                prev = cur[go]
-                nxt = self._continuations(ndx, prev)
-                bad = (nxt <= 0) | (nxt % rsize != 0) | (nxt + rsize > ndx_size)
-                if np.any(bad):
-                    j = int(np.flatnonzero(bad)[0])
-                    raise PfmFormatError(
-                        f"chain of bin {int(bidx[active[j]])} breaks after {step + 1} record(s): continuation "
-                        f"pointer {int(nxt[j])} but {int(cnt[active[j]])} soundings need "
-                        f"{int(nrec[active[j]])} records", path=self.ndx_path, offset=int(prev[j]))
-                cur = nxt
-                step += 1
-            # sounding positions: a chain's records are consecutive in recaddr, filled slot by
-            # slot; record r (step s of bin b) holds min(L, cnt[b] - s * L) soundings
-            n = int(cnt.sum())
-            rec_bin = np.repeat(np.arange(bidx.size, dtype=np.int64), nrec)
-            n_here = np.minimum(L, cnt[rec_bin] - (np.arange(R, dtype=np.int64) - rstart[rec_bin]) * L)
-            first = np.cumsum(n_here) - n_here
+            word = self._continuation_word()
+            recaddr = None
+            if word is not None:
+                recaddr = chain_records(ndx.buf, rsize, *word, self._ndx_layout.fields["continuation"].nbits,
+                                        nrec, head)
+            if recaddr is None:   # something out of place (or a pointer over 9 bytes): step by step
+                recaddr = self._walk_chains(ndx, bidx, cnt, nrec, rstart, head)
+            # where each sounding is: a chain's records are consecutive in recaddr, filled slot
+            # by slot; record r (step s of bin b) holds min(L, cnt[b] - s * L) soundings
+            want = set(fields) if fields is not None else None
             keys = list(SOUNDING_FIELDS) + [("attr", i) for i in range(self._n_ndx_attr)]
             if fields is not None:
-                keys = [k for k in keys if (f"attr_{k[1]}" if isinstance(k, tuple) else k) in fields]
+                keys = [k for k in keys if (f"attr_{k[1]}" if isinstance(k, tuple) else k) in want]
             layout = {k: (NL.fields[(k, 0)].offset, NL.fields[(k, 0)].nbits) for k in keys}
+            aligned = not np.any(recaddr % rsize)
+            # aligned records are unpacked straight from the map (item positions in the file)
+            base = recaddr // rsize if aligned else np.arange(R, dtype=np.int64)
+            loc = item_positions(base, recaddr, nrec, cnt, bidx, L, self.width,
+                                 bins=want is None or bool(want & {"bin_index", "row", "col"}),
+                                 rows=want is None or bool(want & {"row", "col"}),
+                                 addresses=want is None or bool(want & {"record_offset", "slot",
+                                                                        "address"}))
+            pos = loc.pop("pos")
             u = {k: np.zeros(0, dtype=np.uint64) for k in keys}
             if R and keys:
-                if not np.any(recaddr % rsize):
-                    # aligned records: unpack straight from the map (item positions in the file)
-                    raw, base = ndx.records(), recaddr // rsize
-                else:
-                    raw, base = ndx.get(recaddr), np.arange(R, dtype=np.int64)
-                pos = np.repeat(base * L - first, n_here)
-                pos += np.arange(n, dtype=np.int64)
+                raw = ndx.records() if aligned else ndx.get(recaddr)
                 u = unpack_records(raw, L, self._single_bits, layout, pos)
-                del raw, pos
+                del raw
+            del pos
         finally:
             ndx.close()
         h = self.header
-        want = set(fields) if fields is not None else None
-        out = {}
-        if want is None or want & {"bin_index", "row", "col"}:
-            out["bin_index"] = np.repeat(bidx, cnt)
-        if want is None or "row" in want or "col" in want:
-            out["row"] = out["bin_index"] // self.width
-            out["col"] = out["bin_index"] - out["row"] * self.width
+        out = {k: loc[k] for k in ("bin_index", "row", "col") if k in loc}
         for key in keys:
             vals = u[key]
             if key == "depth":
@@ -1574,24 +1556,62 @@ class PfmFile:
                                     + np.float64(np.float32(h.min_ndx_attribute[i]))).astype(np.float32)
             else:
                 out[key] = vals.view(np.int64)          # < 2**32: same bits as int64
-        if want is None or want & {"record_offset", "slot", "address"}:
-            rec_of = np.repeat(np.arange(R, dtype=np.int64), n_here)
-            out["record_offset"] = recaddr[rec_of]
-            out["slot"] = np.arange(n, dtype=np.int64) - first[rec_of]
+        if "record_offset" in loc:
+            out["record_offset"], out["slot"] = loc["record_offset"], loc["slot"]
             out["address"] = (out["record_offset"] * L + out["slot"]).astype(np.uint64)
         return out
 
-    def _continuations(self, cache: "_NdxMap", addr: np.ndarray) -> np.ndarray:
-        """Continuation pointers of the records at ``addr`` (reads only the pointer's bytes)."""
+    def _walk_chains(self, ndx: "_NdxMap", bidx, cnt, nrec, rstart, head) -> np.ndarray:
+        """Byte addresses of the chains' records in (bin, step) order, one step of chain depth
+        at a time for all bins; raises :class:`PfmFormatError` where a chain breaks."""
+        rsize = self.ndx_record_size
+        recaddr = np.zeros(int(nrec.sum()), dtype=np.int64)
+        active = np.arange(bidx.size)
+        cur = head.copy()
+        step = 0
+        while active.size:
+            recaddr[rstart[active] + step] = cur
+            go = nrec[active] > step + 1
+            active = active[go]
+            if not active.size:
+                break
+            prev = cur[go]
+            nxt = self._continuations(ndx, prev)
+            bad = (nxt <= 0) | (nxt % rsize != 0) | (nxt + rsize > ndx.file_size)
+            if np.any(bad):
+                j = int(np.flatnonzero(bad)[0])
+                raise PfmFormatError(
+                    f"chain of bin {int(bidx[active[j]])} breaks after {step + 1} record(s): continuation "
+                    f"pointer {int(nxt[j])} but {int(cnt[active[j]])} soundings need "
+                    f"{int(nrec[active[j]])} records", path=self.ndx_path, offset=int(prev[j]))
+            cur = nxt
+            step += 1
+        return recaddr
+
+    def _continuation_word(self) -> tuple[int, int] | None:
+        """``(start, shift)``: the continuation pointer is the big-endian 64-bit word at byte
+        ``start`` of its record shifted right by ``shift`` (and cut to its width); ``None``
+        when the pointer does not fit one such word of the record."""
         f = self._ndx_layout.fields["continuation"]
         b0 = f.offset // 8
         b1 = (f.offset + f.nbits + 7) // 8
         s = max(0, b1 - 8)        # an 8-byte window ending with the pointer's last byte
         if s <= b0 and s + 8 <= self.ndx_record_size:
+            return s, 64 - ((f.offset - 8 * s) + f.nbits)
+        return None
+
+    def _continuations(self, cache: "_NdxMap", addr: np.ndarray) -> np.ndarray:
+        """Continuation pointers of the records at ``addr`` (reads only the pointer's bytes)."""
+        f = self._ndx_layout.fields["continuation"]
+        word = self._continuation_word()
+        if word is not None:
+            s, shift = word
             v = cache.words(addr + s, addr).astype(np.uint64)
-            v >>= np.uint64(64 - ((f.offset - 8 * s) + f.nbits))
+            v >>= np.uint64(shift)
             v &= np.uint64((1 << f.nbits) - 1)
             return v.astype(np.int64)
+        b0 = f.offset // 8
+        b1 = (f.offset + f.nbits + 7) // 8
         # short records, or a 64-bit pointer over 9 bytes
         part = cache.get(addr, b0, b1)
         one = BitLayout([("p", f.offset - 8 * b0, f.nbits)], record_bytes=b1 - b0)

@@ -319,6 +319,38 @@ def test_read_soundings_agree_with_the_checks_own_reader(three_batches):
     assert np.array_equal(snd["depth"].astype(np.float64), code)
 
 
+def test_compiled_chain_reader_equals_the_step_by_step_walk(three_batches, monkeypatch):
+    from pfm_dask.pfm import _store
+
+    with P.open_pfm(three_batches) as f:
+        fast = f.read_soundings(0, f.height)
+        fast_cut = f.read_soundings(1, 4, 2, 6, fields=("row", "slot", "depth"))
+    monkeypatch.setattr(_store, "chain_records", lambda *a, **k: None)
+    with P.open_pfm(three_batches) as f:
+        slow = f.read_soundings(0, f.height)
+        slow_cut = f.read_soundings(1, 4, 2, 6, fields=("row", "slot", "depth"))
+    for a, b in ((fast, slow), (fast_cut, slow_cut)):
+        assert list(a) == list(b)
+        for k in a:
+            assert _same_bits(a[k], b[k]), k
+
+
+@pytest.mark.parametrize("where", ["odd", "past_end", "zero"])
+def test_a_broken_chain_is_named_by_the_reader(three_batches, tmp_path, where):
+    p = _copy(three_batches, os.fspath(tmp_path / "t.pfm"))
+    bf = BinFile(p)
+    h = bf.h
+    rsize = ndx_record(h)[2]
+    c, r = bf.bins_with(min_count=2 * h.record_length + 1)[0]
+    head = bf.get(c, r, "head")
+    bad = {"odd": head + 1, "past_end": os.path.getsize(part(p, "ndx")) + rsize, "zero": 0}[where]
+    set_continuation(p, h, head, bad)
+    with P.open_pfm(p) as f:
+        with pytest.raises(PfmDaskError, match="breaks after 1 record") as e:
+            f.read_soundings(r, r + 1, c, c + 1)
+    assert e.value.offset == head
+
+
 # --- recompute: threads change nothing -----------------------------------------------------------
 
 def _copy(src, dst):
