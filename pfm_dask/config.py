@@ -65,6 +65,9 @@ class LoadConfig:
     max_backlog_bytes: int = 512 * 2**20
     max_window: int = 16
     split_pings: int = 20000  # files with more pings are split into ranges of this size
+    # the last pieces of a load are cut in two, in every mode, so that the workers run out
+    # of work together (the plan, so the PFM's bytes, does not depend on the worker count)
+    tail_pieces: int = 4
     batch_pings: int = 2000  # pings decoded at a time inside a task
 
     def __post_init__(self):

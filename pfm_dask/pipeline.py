@@ -37,6 +37,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 from typing import Callable
 
@@ -154,24 +155,41 @@ def area_from_scans(scans: list[dict], cfg: LoadConfig) -> BinGrid:
                             min(90.0, north + pad_lat), east + pad_lon, **kw)
 
 
+#: a piece of fewer pings than this is not cut in two at the end of a load
+_TAIL_MIN_PINGS = 100
+
+
 def plan_pieces(scans: list[dict], cfg: LoadConfig, *, first_file_number: int = 0) -> list[Piece]:
-    """One piece per file; files with many pings become several ping ranges."""
-    pieces: list[Piece] = []
+    """One piece per file; files with many pings become several ping ranges.
+
+    The last ``cfg.tail_pieces`` pieces are then cut in two: the scheduler
+    hands out whole pieces, so the run ends when the last worker finishes its
+    last piece, and the others wait up to a piece's time; half pieces halve
+    that wait. The plan depends on the inputs and the configuration only, never
+    on the cluster, so every mode and worker count writes the same bytes.
+    """
     budget = max(1, cfg.max_backlog_bytes // 4 // BYTES_PER_SOUNDING)  # soundings per piece
+    ranges: list[list] = []  # [file index, first ping, end ping, pings in file, beams]
     for i, s in enumerate(scans):
         n = int(s.get("n_pings") or 0)
         beams = max(1, int(s.get("max_beams") or 1))
         per_piece = max(1, min(cfg.split_pings, budget // beams))
-        if n <= per_piece:
-            pieces.append(Piece(len(pieces), first_file_number + i, s["path"], 0, None,
-                                0, 1, est_soundings=n * beams))
-            continue
-        k = -(-n // per_piece)
+        k = max(1, -(-n // per_piece))
         for j in range(k):
-            a, b = j * per_piece, min(n, (j + 1) * per_piece)
-            pieces.append(Piece(len(pieces), first_file_number + i, s["path"], a,
+            ranges.append([i, j * per_piece, min(n, (j + 1) * per_piece), n, beams])
+    for r in ranges[len(ranges) - max(0, cfg.tail_pieces):]:
+        if r[2] - r[1] >= 2 * _TAIL_MIN_PINGS:
+            mid = (r[1] + r[2]) // 2
+            ranges.insert(ranges.index(r) + 1, [r[0], mid, r[2], r[3], r[4]])
+            r[2] = mid
+    pieces: list[Piece] = []
+    for i, group in groupby(ranges, key=lambda r: r[0]):
+        group = list(group)
+        k = len(group)
+        for j, (_, a, b, n, beams) in enumerate(group):
+            pieces.append(Piece(len(pieces), first_file_number + i, scans[i]["path"], a,
                                 b if j < k - 1 else None, j, k,
-                                est_soundings=(b - a) * beams))
+                                est_soundings=((b - a) if k > 1 else n) * beams))
     return pieces
 
 

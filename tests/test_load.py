@@ -295,3 +295,29 @@ def test_load_area_filter_equals_the_filter_over_rows_read_one_by_one(survey, tm
                                              s["validity"].tolist(), s["validity"].tolist())
            if (o, sl) in expect}
     assert got == expect
+
+
+def _plan(pings, **cfg):
+    scans = [{"path": f"f{i}.gsf", "n_pings": n, "max_beams": 10} for i, n in enumerate(pings)]
+    return pipeline.plan_pieces(scans, LoadConfig(bin_size_m=2.0, **cfg))
+
+
+def test_plan_cuts_the_last_pieces_in_two_and_covers_every_ping():
+    pieces = _plan([500, 50, 1000, 300, 250], split_pings=400)
+    # the last four ranges (f2 400-800, f2 800-1000, f3, f4) are halved
+    got = [(p.file_number, p.start_ping, p.stop_ping) for p in pieces]
+    assert got == [(0, 0, 400), (0, 400, None), (1, 0, None),
+                   (2, 0, 400), (2, 400, 600), (2, 600, 800), (2, 800, 900), (2, 900, None),
+                   (3, 0, 150), (3, 150, None), (4, 0, 125), (4, 125, None)]
+    assert [p.seq for p in pieces] == list(range(len(pieces)))
+    for f in range(5):
+        mine = [p for p in pieces if p.file_number == f]
+        assert [p.piece_index for p in mine] == list(range(len(mine)))
+        assert all(p.n_pieces == len(mine) for p in mine) and mine[-1].last
+    assert sum(p.est_soundings for p in pieces) == 10 * (500 + 50 + 1000 + 300 + 250)
+
+
+def test_plan_leaves_short_pieces_whole_and_can_be_turned_off():
+    assert [p.stop_ping for p in _plan([150, 199, 120])] == [None, None, None]
+    assert [(p.start_ping, p.stop_ping) for p in _plan([400], tail_pieces=0)] == [(0, None)]
+    assert [(p.start_ping, p.stop_ping) for p in _plan([400])] == [(0, 200), (200, None)]
