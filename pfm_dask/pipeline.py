@@ -177,11 +177,12 @@ def plan_pieces(scans: list[dict], cfg: LoadConfig, *, first_file_number: int = 
         k = max(1, -(-n // per_piece))
         for j in range(k):
             ranges.append([i, j * per_piece, min(n, (j + 1) * per_piece), n, beams])
-    for r in ranges[len(ranges) - max(0, cfg.tail_pieces):]:
-        if r[2] - r[1] >= 2 * _TAIL_MIN_PINGS:
-            mid = (r[1] + r[2]) // 2
-            ranges.insert(ranges.index(r) + 1, [r[0], mid, r[2], r[3], r[4]])
-            r[2] = mid
+    # from the end, so that an insertion moves none of the ranges still to cut
+    for k in reversed(range(max(0, len(ranges) - max(0, cfg.tail_pieces)), len(ranges))):
+        i, a, b, n, beams = ranges[k]
+        if b - a >= 2 * _TAIL_MIN_PINGS:
+            mid = (a + b) // 2
+            ranges[k:k + 1] = [[i, a, mid, n, beams], [i, mid, b, n, beams]]
     pieces: list[Piece] = []
     for i, group in groupby(ranges, key=lambda r: r[0]):
         group = list(group)

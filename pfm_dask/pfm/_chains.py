@@ -1,22 +1,22 @@
-"""Chains of physical records followed in one compiled pass: the check's fast walk, the reader's.
+"""Chains of physical records followed in compiled passes, for the store's reader and the check.
 
 :func:`chain_records` gives the records of many bins' chains in (bin, step)
-order for the store's reader (the recompute, the area filter, dump), which
-trusts the file it reads but not blindly: anything out of place sends it to
-its step-by-step walk, which names the problem.
+order. The store's reader (the recompute, the area filter, dump) trusts the
+file it reads but not blindly: anything out of place sends it to its
+step-by-step walk, which names the problem. :func:`item_positions` then says
+where each of their soundings is.
 
 ``check`` must find records reached twice across the whole ``.ndx`` (a cycle,
 or a record shared by two bins), so its exact walk (``_tools._Walker.walk``)
 tests and sets one visited map in band order, and cannot run on several
 threads. Almost every band of a sound file has nothing to report, though, so
-the check first walks each band here, on its thread pool, *without* the
-visited map: :func:`walk_clean` follows every chain with the same tests as
-the exact walk and gives up (``None``) at the first thing the exact walk
-would report. The main thread then :func:`visit`\\ s the records a clean band
-reached, in band order: if none was reached before, the band's answer is the
-exact walk's answer (no problem, the same records, in the same order), and
-otherwise the exact walk redoes that band on the unchanged map. So the
-problems never depend on which path ran; only the time does.
+the check first follows each band's chains with :func:`chain_records` on its
+thread pool, without the visited map, and gives up on the band at the first
+thing the exact walk would report. The main thread then :func:`visit`\ s the
+records a clean band reached, in band order: if none was reached before, the
+band's answer is the exact walk's answer (no problem, the same records, in the
+same order), and otherwise the exact walk redoes that band on the unchanged
+map. So the problems never depend on which path ran; only the time does.
 """
 
 from __future__ import annotations
@@ -25,42 +25,7 @@ import numpy as np
 
 from .._numeric import CompiledKernels
 
-__all__ = ["walk_clean", "visit", "chain_records", "item_positions"]
-
-
-def _k_walk_clean(recs, phys, wstart, wshift, mask, size, count, head, tail, L, out):
-    """numba kernel: every chain of a band, head to tail; the records in (bin, step) order.
-
-    Returns how many records were written to ``out``, or -1 at the first
-    pointer that is not a record of the ``.ndx``, a chain that ends before its
-    count or continues after it, or a tail pointer that is not where the chain
-    ends. Each chain is followed at most ``ceil(count / L)`` steps, so a cycle
-    cannot loop; records reached twice are left to :func:`visit`.
-    """
-    k = 0
-    for b in range(count.size):
-        c = count[b]
-        if c <= 0:
-            continue
-        nrec = (c + L - 1) // L
-        cur = head[b]
-        for s in range(nrec):
-            if cur < 0 or cur % phys != 0 or cur + phys > size:
-                return -1
-            out[k] = cur // phys
-            k += 1
-            p = cur + wstart
-            w = np.uint64(0)
-            for i in range(8):
-                w = (w << np.uint64(8)) | np.uint64(recs[p + i])
-            nxt = np.int64((w >> np.uint64(wshift)) & mask)
-            if s == nrec - 1:
-                if nxt != 0 or cur != tail[b]:
-                    return -1
-            elif nxt == 0:
-                return -1
-            cur = nxt
-    return k
+__all__ = ["visit", "chain_records", "item_positions"]
 
 
 def _k_visit(bits, idx):
@@ -143,8 +108,6 @@ def _signatures(T) -> dict:
     ro = dict(readonly=True)
     u1, i8 = T.Array(T.uint8, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro)
     return {
-        "walk_clean": T.int64(u1, T.int64, T.int64, T.int64, T.uint64, T.int64, i8, i8, i8,
-                              T.int64, T.Array(T.int64, 1, "C")),
         "visit": T.int64(T.Array(T.uint8, 1, "C"), i8),
         "item_positions": T.void(i8, i8, i8, i8, i8, T.int64, T.int64,
                                  *(T.Array(T.int64, 1, "C"),) * 6),
@@ -156,29 +119,6 @@ def _signatures(T) -> dict:
 _kernel = CompiledKernels(globals(), _signatures)
 
 
-def walk_clean(recs: np.ndarray, phys: int, wstart: int, wshift: int, pointer_bits: int,
-               size: int, count: np.ndarray, head: np.ndarray, tail: np.ndarray,
-               L: int) -> np.ndarray | None:
-    """The physical records (indices) of a band's chains in (bin, step) order, or ``None``.
-
-    ``recs``: the ``.ndx`` bytes (``size`` of them, records of ``phys``
-    bytes); each continuation pointer is the big-endian 64-bit word at byte
-    ``wstart`` of its record shifted right by ``wshift`` and cut to
-    ``pointer_bits``. ``None`` means the exact walk has something to report
-    (or may have) in this band.
-    """
-    count = np.ascontiguousarray(count, dtype=np.int64)
-    nrec = (np.maximum(count, 0) + L - 1) // L
-    out = np.empty(int(nrec.sum()), dtype=np.int64)
-    mask = np.uint64((1 << pointer_bits) - 1)
-    n = _kernel("walk_clean")(recs, int(phys), int(wstart), int(wshift), mask, int(size), count,
-                              np.ascontiguousarray(head, dtype=np.int64),
-                              np.ascontiguousarray(tail, dtype=np.int64), int(L), out)
-    if n < 0:
-        return None
-    return out[:n]
-
-
 def visit(bits: np.ndarray, idx: np.ndarray) -> bool:
     """Mark records ``idx`` visited; False (and the map unchanged) if any was reached before."""
     return _kernel("visit")(bits, np.ascontiguousarray(idx, dtype=np.int64)) < 0
@@ -188,7 +128,9 @@ def chain_records(buf: np.ndarray, rsize: int, wstart: int, wshift: int, pointer
                   nrec: np.ndarray, head: np.ndarray) -> np.ndarray | None:
     """Byte addresses of the ``nrec[b]`` records of each chain from ``head[b]``, bin by bin.
 
-    ``buf``: the whole ``.ndx``; pointers as in :func:`walk_clean`. ``None``
+    ``buf``: the whole ``.ndx``; each continuation pointer is the big-endian
+    64-bit word at byte ``wstart`` of its record shifted right by ``wshift``
+    and cut to ``pointer_bits``. ``None``
     when a chain leaves the file's whole, aligned records or ends early: the
     caller's own walk then says where.
     """

@@ -34,7 +34,7 @@ from .._numeric import nint, scaled_code_f32
 from ..errors import PfmDaskError, PfmFormatError
 from . import validity as V
 from ._bitpack import BitLayout, unpack_records
-from ._chains import visit, walk_clean
+from ._chains import chain_records, visit
 from ._header import BIN_HEADER_SIZE, NUM_ATTR, PfmHeader, bits_for, version_number
 from ._recompute import THREADS, grouped_bin_stats
 
@@ -778,13 +778,23 @@ class _Walker:
 
     def walk_clean(self, count: np.ndarray, head: np.ndarray, tail: np.ndarray) -> np.ndarray | None:
         """The records of a band's chains in (bin, step) order if nothing in them is wrong, else
-        ``None`` (:func:`._chains.walk_clean`; the visited map is neither read nor set).
-        Thread-safe; ``None`` too where the pointer is not in one 64-bit word of its record."""
+        ``None``: every pointer a whole record of the file, no chain ending early, each ending
+        at its tail pointer with a 0 continuation (:func:`._chains.chain_records`; the visited
+        map is neither read nor set). Thread-safe; ``None`` too where the pointer is not in
+        one 64-bit word of its record."""
         if self.words is None and self.n_phys:
             return None
         L = self.lay
-        return walk_clean(self.recs.reshape(-1), L.phys, self.wstart, self.wshift,
-                          L.cont_field[1], self.size, count, head, tail, L.L)
+        nrec = (count + L.L - 1) // L.L
+        addr = chain_records(self.recs.reshape(-1), L.phys, self.wstart, self.wshift,
+                             L.cont_field[1], nrec, head)
+        if addr is None:
+            return None
+        has = nrec > 0
+        last = addr[np.cumsum(nrec)[has] - 1]
+        if np.any(last != tail[has]) or np.any(self._pointers(last // L.phys) != 0):
+            return None
+        return addr // L.phys
 
     def soundings_of_chains(self, count: np.ndarray, rec_idx: np.ndarray) -> dict:
         """:meth:`soundings` of whole chains given by :meth:`walk_clean`."""
