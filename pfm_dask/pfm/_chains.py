@@ -25,7 +25,7 @@ import numpy as np
 
 from .._numeric import CompiledKernels
 
-__all__ = ["visit", "chain_records", "item_positions"]
+__all__ = ["visit", "chain_records", "item_positions", "chain_plan"]
 
 
 def _k_visit(bits, idx):
@@ -104,6 +104,43 @@ def _k_item_positions(base, recaddr, nrec, cnt, bidx, L, width, pos, bin_index, 
             k += 1
 
 
+def _k_chain_plan(start, n, c0, L, base, rsize, counts, fill, used, rem, m, cum_m, first_new,
+                  last_new, total):
+    """numba kernel: where each bin's new soundings go (see :func:`chain_plan`), one pass.
+
+    Returns (new records in all, the largest new count, bins whose old tail
+    record is filled or linked).
+    """
+    nb = start.size
+    M = 0
+    tmax = 0
+    ntail = 0
+    for j in range(nb):
+        e = start[j + 1] if j + 1 < nb else n
+        c = e - start[j]
+        old = np.int64(c0[j])
+        u = old % L
+        f = min(L - u, c) if u > 0 else 0
+        r = c - f
+        mm = (r + L - 1) // L
+        counts[j] = c
+        used[j] = u
+        fill[j] = f
+        rem[j] = r
+        m[j] = mm
+        cum_m[j] = M
+        first_new[j] = base + M * rsize
+        last_new[j] = base + (M + mm - 1) * rsize
+        M += mm
+        t = old + c
+        total[j] = t
+        if t > tmax:
+            tmax = t
+        if old > 0 and (f > 0 or mm > 0):
+            ntail += 1
+    return M, tmax, ntail
+
+
 def _signatures(T) -> dict:
     ro = dict(readonly=True)
     u1, i8 = T.Array(T.uint8, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro)
@@ -111,6 +148,8 @@ def _signatures(T) -> dict:
         "visit": T.int64(T.Array(T.uint8, 1, "C"), i8),
         "item_positions": T.void(i8, i8, i8, i8, i8, T.int64, T.int64,
                                  *(T.Array(T.int64, 1, "C"),) * 6),
+        "chain_plan": T.UniTuple(T.int64, 3)(i8, T.int64, T.Array(T.uint64, 1, "C", **ro), T.int64,
+                                             T.int64, T.int64, *(T.Array(T.int64, 1, "C"),) * 9),
         "chain_records": T.int64(u1, T.int64, T.int64, T.int64, T.uint64, T.int64, i8, i8,
                                  T.Array(T.int64, 1, "C")),
     }
@@ -161,3 +200,27 @@ def item_positions(base: np.ndarray, recaddr: np.ndarray, nrec: np.ndarray, cnt:
     _kernel("item_positions")(c(base), c(recaddr), c(nrec), c(cnt), c(bidx), int(L), int(width),
                               *out.values())
     return {k: v for k, v in out.items() if want[k]}
+
+
+_PLAN_KEYS = ("counts", "fill", "used", "rem", "m", "cum_m", "first_new", "last_new", "total")
+
+
+def chain_plan(start: np.ndarray, n: int, old_count: np.ndarray, L: int, base: int,
+               rsize: int) -> dict:
+    """Where the soundings of an append go, bin by bin, in one pass.
+
+    Bin ``j`` gets soundings ``start[j]`` up to the next start (or ``n``); it
+    held ``old_count[j]`` before. Its old tail record's free slots take the
+    first ``fill`` of them (``used`` slots were taken), the other ``rem`` go to
+    ``m`` new records, the bin's run of new records starting after
+    ``cum_m`` others, at byte ``first_new`` (``base`` + ``cum_m`` records of
+    ``rsize`` bytes) and ending at ``last_new``; ``total`` is its new count.
+    Returns those arrays (int64) and ``M`` (new records in all), ``max_total``
+    and ``n_tail`` (bins whose old tail record changes).
+    """
+    start = np.ascontiguousarray(start, dtype=np.int64)
+    out = {k: np.empty(start.size, dtype=np.int64) for k in _PLAN_KEYS}
+    M, tmax, ntail = _kernel("chain_plan")(start, int(n), np.ascontiguousarray(old_count, dtype=np.uint64),
+                                           int(L), int(base), int(rsize), *out.values())
+    out.update(M=int(M), max_total=int(tmax), n_tail=int(ntail))
+    return out

@@ -100,7 +100,7 @@ from ..errors import ConfigError, PfmFormatError
 from . import validity as V
 from ._bitpack import (CHECK_SIZE, BitLayout, SoundingCoding, bin_runs, bits_all_set, check_failures,
                        clear_bits, fill_slots, pack_soundings, unpack_records)
-from ._chains import chain_records, item_positions
+from ._chains import chain_plan, chain_records, item_positions
 from ._coverage import (COV_HEADER_SIZE, create_coverage_file, read_coverage,
                         update_coverage)
 from ._header import (BIN_HEADER_SIZE, LIBRARY_VERSION, NUM_ATTR, WGS84_WKT, PfmHeader,
@@ -270,6 +270,11 @@ class _Spans:
         """Overwrite fields of every record in place in the span buffer (other bits kept)."""
         if self.offsets.size:
             layout.pack_at(self.buf, self.pos, values, executor=executor)
+
+    def pack_new(self, layout: BitLayout, values: dict) -> None:
+        """Write every record anew in the span buffer: the given fields, all other bits 0."""
+        if self.offsets.size:
+            layout.pack_new_at(self.buf, self.pos, values)
 
 
 def _pwrite_all(fd: int, data, offset: int) -> None:
@@ -1237,7 +1242,6 @@ class PfmFile:
         BL, NL = self._bin_layout, self._ndx_layout
         tm = self.timings
         t = time.perf_counter()
-        counts = np.diff(np.r_[start, n])
         nb = ub.size
         writer = self._writer
         coding = SoundingCoding.from_header(h)
@@ -1250,7 +1254,8 @@ class PfmFile:
             return _Spans(self._fds["bin"], boff, bsize, max_gap=0, path=self.bin_path,
                           what="bin record", read=False)
 
-        if self._all_zero(ub):
+        fresh = self._all_zero(ub)
+        if fresh:
             # made with the new bin records (step 4, on a pack thread) unless the undo log needs them
             bspans = zero_spans() if self.undo is not None else None
             z = np.zeros(nb, dtype=np.uint64)
@@ -1263,28 +1268,17 @@ class PfmFile:
         if self.undo is not None:
             self.undo.save_records("bin", boff, bsize, bspans.records())
         self._touch(ub)
-        c0 = cur["num_soundings"].astype(np.int64)
-        t0 = cur["tail"].astype(np.int64)
-        h0 = cur["head"].astype(np.int64)
-        total = c0 + counts
+        # where every bin's soundings go: old tail slots, new records (one compiled pass)
+        base = self.ndx_size
+        plan = chain_plan(start, n, cur["num_soundings"], L, base, rsize)
         cmax = (1 << h.count_bits) - 1
-        if total.max() > cmax:
+        if plan["max_total"] > cmax:
+            total = plan["total"]
             j = int(np.argmax(total > cmax))
             raise PfmFormatError(f"bin {int(ub[j])} would hold {int(total[j])} soundings, more than the "
                                  f"{cmax} of [COUNT BITS] = {h.count_bits}", path=self.path)
-        if not c0.any():
-            fill = np.zeros(nb, dtype=np.int64)
-            used = fill
-        else:
-            used = c0 % L
-            fill = np.where((c0 > 0) & (used > 0), np.minimum(L - used, counts), 0)
-        rem = counts - fill
-        m = (rem + L - 1) // L
-        cum_m = np.cumsum(m) - m
-        M = int(m.sum())
-        base = self.ndx_size
-        first_new = base + cum_m * rsize
-        last_new = base + (cum_m + m - 1) * rsize
+        counts, fill, used, rem, m, cum_m = (plan[k] for k in ("counts", "fill", "used", "rem", "m", "cum_m"))
+        first_new, last_new, total, M = plan["first_new"], plan["last_new"], plan["total"], plan["M"]
         item_fields = {k_: (NL.fields[(k_, 0)].offset, NL.fields[(k_, 0)].nbits) for k_ in codes}
         tm["add_bins_read"] += time.perf_counter() - t
 
@@ -1297,18 +1291,23 @@ class PfmFile:
             if made[0] is None:
                 made[0] = zero_spans()
             new_val = (cur["validity"] | vor) & np.uint64(((1 << h.validity_bits) - 1) & ~V.CHECKED)
-            new_head = np.where(c0 == 0, first_new, h0)
-            new_tail = np.where(m > 0, last_new, t0)
-            made[0].pack(BL, {"num_soundings": total.astype(np.uint64), "validity": new_val,
-                              "head": new_head.astype(np.uint64), "tail": new_tail.astype(np.uint64)})
+            c0 = cur["num_soundings"]
+            new_head = np.where(c0 == 0, first_new, cur["head"].astype(np.int64))
+            new_tail = np.where(m > 0, last_new, cur["tail"].astype(np.int64))
+            fields = {"num_soundings": total.astype(np.uint64), "validity": new_val,
+                      "head": new_head.astype(np.uint64), "tail": new_tail.astype(np.uint64)}
+            if fresh:      # records still all zero: written whole, nothing to keep
+                made[0].pack_new(BL, fields)
+            else:
+                made[0].pack(BL, fields)
             return time.perf_counter() - t_
 
         pool = self._pool
         bins_done = pool.submit(bin_records) if pool is not None and M else None
         try:
             tspans = self._new_records_and_tails(
-                n, codes, coding, item_fields, start, counts, fill, used, rem, m, cum_m, M, c0, t0,
-                first_new, ub, check)
+                n, codes, coding, item_fields, start, counts, fill, used, rem, m, cum_m, M, cur,
+                plan["n_tail"], first_new, ub, check)
         finally:
             if bins_done is not None:     # never leave a pack thread on bspans behind an error
                 t = time.perf_counter()
@@ -1320,7 +1319,7 @@ class PfmFile:
                 "ndx_size": base + M * rsize}
 
     def _new_records_and_tails(self, n, codes, coding, item_fields, start, counts, fill, used, rem,
-                               m, cum_m, M, c0, t0, first_new, ub, check):
+                               m, cum_m, M, cur, n_tail, first_new, ub, check):
         """Steps 2 and 3 of :meth:`_prepare`: the new physical records packed and written past
         the end of the ``.ndx``; the old tail records read, filled and linked in memory (their
         spans returned, or None)."""
@@ -1357,9 +1356,10 @@ class PfmFile:
         # 3. old tails: fill free slots and/or link to the new run (in memory)
         t = time.perf_counter()
         tspans = None
-        need_tail = (c0 > 0) & ((fill > 0) | (m > 0))
-        if need_tail.any():
-            tb = np.flatnonzero(need_tail)
+        if n_tail:
+            c0 = cur["num_soundings"]
+            t0 = cur["tail"].astype(np.int64)
+            tb = np.flatnonzero((c0 > 0) & ((fill > 0) | (m > 0)))
             tb = tb[np.argsort(t0[tb], kind="stable")]
             writer.wait_for(self._fds["ndx"], int(t0[tb[0]]), int(t0[tb[-1]]) + rsize)
             tspans = _Spans(self._fds["ndx"], t0[tb], rsize, max_gap=_RMW_GAP,

@@ -161,6 +161,41 @@ def test_pack_at_and_unpack_at_in_place(ws, seed, n):
         lay.unpack_at(buf, np.array([buf.size - size + 1]))
 
 
+@settings(max_examples=40, deadline=None)
+@given(widths, st.integers(0, 2**32 - 1), st.integers(0, 6), st.booleans())
+def test_pack_new_at_writes_whole_records(ws, seed, n, wide_values):
+    """Records written anew inside a dirty buffer (odd offsets, one at the very end): each is
+    exactly the reference record of the given fields (every other bit 0, values taken modulo
+    their widths); the bytes between records are kept."""
+    rng = np.random.default_rng(seed)
+    fields, pos = [], 0
+    for i, w in enumerate(ws):
+        fields.append((i, pos, w))
+        pos += w + int(rng.integers(0, 3))
+    lay = BitLayout(fields, record_bytes=(pos + 7) // 8 + int(rng.integers(0, 3)))
+    size = lay.record_bytes
+    gaps = rng.integers(0, 5, n)
+    offs = np.cumsum(gaps + size) - size
+    buf = rng.integers(0, 256, int(offs[-1] + size) if n else 3, dtype=np.uint8)
+    before = buf.copy()
+    given_ = [k for k, _, w in fields if rng.random() < 0.7]
+    new = {k: random_u64(rng, n, 64 if wide_values else fields[k][2]) for k in reversed(given_)}
+    lay.pack_new_at(buf, offs, new)
+    kept = np.ones(buf.size, bool)
+    for j, o in enumerate(offs.tolist()):
+        vals = [(int(new[k][j]) & ((1 << w) - 1)) if k in new else 0 for k, _, w in fields]
+        assert buf[o:o + size].tobytes() == ref_record([(off, w) for _, off, w in fields], vals, size)
+        kept[o:o + size] = False
+    assert np.array_equal(buf[kept], before[kept])
+    # the same records as pack_at into zeroed ones
+    if n:
+        z = buf.copy()
+        for o in offs.tolist():
+            z[o:o + size] = 0
+        lay.pack_at(z, offs, new)
+        assert np.array_equal(z, buf)
+
+
 def test_bits_helpers_and_bin_runs():
     rng = np.random.default_rng(2)
     bits = rng.integers(0, 256, 40, dtype=np.uint8)
@@ -181,6 +216,7 @@ def test_bits_helpers_and_bin_runs():
     assert bin_runs(b[::-1], 10) is None             # not sorted
     assert bin_runs(np.array([-1, -1, 0]), 10) is None
     assert bin_runs(np.zeros(0, np.int64), 10).tolist() == []
+
 
 
 @settings(max_examples=60, deadline=None)
