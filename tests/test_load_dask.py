@@ -184,6 +184,14 @@ def _worker_settings():
             os.environ.get("MALLOC_TRIM_THRESHOLD_"))
 
 
+def _callback_periods(dask_worker):
+    return {k: pc.callback_time for k, pc in dask_worker.periodic_callbacks.items()}
+
+
+def _scheduler_callback_periods(dask_scheduler):
+    return {k: pc.callback_time for k, pc in dask_scheduler.periodic_callbacks.items()}
+
+
 def test_embedded_workers_start_without_malloc_trim_and_profiler():
     """The embedded cluster's worker processes run without distributed's
     MALLOC_TRIM_THRESHOLD_ (fresh page-faulted memory for every large array) and without
@@ -192,4 +200,14 @@ def test_embedded_workers_start_without_malloc_trim_and_profiler():
 
     with pipeline.make_local_cluster(1) as cluster, Client(cluster) as client:
         got = client.run(_worker_settings)
+        # and with fewer event-loop wake-ups, in the worker process and in this one
+        # (scheduler, nanny): the periodic callbacks' periods in ms
+        worker_cb = list(client.run(_callback_periods).values())[0]
+        sched_cb = client.run_on_scheduler(_scheduler_callback_periods)
+        nanny_cb = [{k: pc.callback_time for k, pc in n.periodic_callbacks.items()}
+                    for n in cluster.workers.values()]
     assert list(got.values()) == [(False, None)]
+    assert worker_cb["tick"] == 1000 and worker_cb["monitor"] == 1000
+    assert worker_cb["memory_monitor"] == 500
+    assert sched_cb["tick"] == 1000 and sched_cb["monitor"] == 1000
+    assert [n["memory_monitor"] for n in nanny_cb] == [500]

@@ -531,6 +531,15 @@ def test_pack_soundings_rejects_bad_layouts():
         pack_soundings({"file": (0, 8)}, one, cont_field=(16, 8), **{**kw, "n_records": 2})
     with pytest.raises(ValueError):                    # no field at all
         pack_soundings({"file": (0, 0)}, one, cont_field=(16, 8), **kw)
+    two = dict(kw, first=np.array([0, 1]), count=np.array([1, 1]), n_records=2)
+    for rec0 in ([1, 2], [0, 2], [0, 0]):              # runs not from 0, with a gap, overlapping
+        with pytest.raises(ValueError):
+            pack_soundings({"file": (0, 8)}, one, cont_field=(16, 8), **{**two, "rec0": np.array(rec0)})
+    with pytest.raises(ValueError):                    # a negative count
+        pack_soundings({"file": (0, 8)}, one, cont_field=(16, 8),
+                       **{**two, "count": np.array([3, -1]), "rec0": np.array([0, 2])})
+    got = pack_soundings({"file": (0, 8)}, one, cont_field=(16, 8), **{**two, "rec0": np.array([0, 1])})
+    assert bytes(got[0]) == b"\x00\x00\x00\x00" and got.shape == (2, 4)
     got = pack_soundings({"file": (0, 8)}, {"file": np.array([1, 2])}, cont_field=(16, 16), **kw)
     assert bytes(got[0]) == b"\x01\x02\x00\x00"
 
