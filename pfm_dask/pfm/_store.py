@@ -184,7 +184,7 @@ class _Spans:
     """
 
     def __init__(self, fd: int, offsets: np.ndarray, size: int, *, max_gap: int,
-                 path=None, what: str = "record", read: bool = True):
+                 path=None, what: str = "record", read: bool = True, zero: bool = True):
         self.fd = fd
         self.size = int(size)
         off = np.asarray(offsets, dtype=np.int64)
@@ -219,7 +219,8 @@ class _Spans:
         self.pos = off - self.span_lo[run_of] + self.span_at[run_of]
         self.dense = total == n * self.size     # no gap bytes: buf is the records end to end
         if not read:   # caller knows the bytes are zero (records never written)
-            self.buf = np.zeros(total, dtype=np.uint8)
+            # (zero=False: the caller writes every byte itself before anything reads them)
+            self.buf = np.zeros(total, dtype=np.uint8) if zero else np.empty(total, dtype=np.uint8)
             return
         self.buf = np.empty(total, dtype=np.uint8)
         mv = memoryview(self.buf)
@@ -1248,11 +1249,12 @@ class PfmFile:
 
         # 1. the touched bin records (wait only if a queued write covers them)
         boff = self.bin_header_size + ub * bsize
-        def zero_spans() -> _Spans:
+        def zero_spans(fill: bool = True) -> _Spans:
             # records never written since creation: no need to read them back
             # no gap bytes: they belong to other bins whose bytes we have not read
+            # (fill=False: the buffer is left as allocated, for records written whole)
             return _Spans(self._fds["bin"], boff, bsize, max_gap=0, path=self.bin_path,
-                          what="bin record", read=False)
+                          what="bin record", read=False, zero=fill)
 
         fresh = self._all_zero(ub)
         if fresh:
@@ -1288,18 +1290,21 @@ class PfmFile:
 
         def bin_records() -> float:
             t_ = time.perf_counter()
-            if made[0] is None:
-                made[0] = zero_spans()
-            new_val = (cur["validity"] | vor) & np.uint64(((1 << h.validity_bits) - 1) & ~V.CHECKED)
+            val_mask = np.uint64(((1 << h.validity_bits) - 1) & ~V.CHECKED)
+            if fresh:
+                # records still all zero, each bin's first soundings (so its first new record
+                # is its head, its last its tail): written whole, nothing to keep or merge
+                if made[0] is None:
+                    made[0] = zero_spans(fill=False)
+                made[0].pack_new(BL, {"num_soundings": total, "validity": vor & val_mask,
+                                      "head": first_new, "tail": last_new})
+                return time.perf_counter() - t_
+            new_val = (cur["validity"] | vor) & val_mask
             c0 = cur["num_soundings"]
             new_head = np.where(c0 == 0, first_new, cur["head"].astype(np.int64))
             new_tail = np.where(m > 0, last_new, cur["tail"].astype(np.int64))
-            fields = {"num_soundings": total.astype(np.uint64), "validity": new_val,
-                      "head": new_head.astype(np.uint64), "tail": new_tail.astype(np.uint64)}
-            if fresh:      # records still all zero: written whole, nothing to keep
-                made[0].pack_new(BL, fields)
-            else:
-                made[0].pack(BL, fields)
+            made[0].pack(BL, {"num_soundings": total.astype(np.uint64), "validity": new_val,
+                              "head": new_head.astype(np.uint64), "tail": new_tail.astype(np.uint64)})
             return time.perf_counter() - t_
 
         pool = self._pool
