@@ -218,8 +218,7 @@ class _Spans:
         run_of = np.repeat(np.arange(starts.size, dtype=np.int64), ends - starts)
         self.pos = off - self.span_lo[run_of] + self.span_at[run_of]
         self.dense = total == n * self.size     # no gap bytes: buf is the records end to end
-        if not read:   # caller knows the bytes are zero (records never written)
-            # (zero=False: the caller writes every byte itself before anything reads them)
+        if not read:   # records never written: zeros, or (zero=False) left for the caller to write whole
             self.buf = np.zeros(total, dtype=np.uint8) if zero else np.empty(total, dtype=np.uint8)
             return
         self.buf = np.empty(total, dtype=np.uint8)
@@ -1249,12 +1248,11 @@ class PfmFile:
 
         # 1. the touched bin records (wait only if a queued write covers them)
         boff = self.bin_header_size + ub * bsize
-        def zero_spans(fill: bool = True) -> _Spans:
+        def zero_spans(zero: bool = True) -> _Spans:
             # records never written since creation: no need to read them back
             # no gap bytes: they belong to other bins whose bytes we have not read
-            # (fill=False: the buffer is left as allocated, for records written whole)
             return _Spans(self._fds["bin"], boff, bsize, max_gap=0, path=self.bin_path,
-                          what="bin record", read=False, zero=fill)
+                          what="bin record", read=False, zero=zero)
 
         fresh = self._all_zero(ub)
         if fresh:
@@ -1295,7 +1293,7 @@ class PfmFile:
                 # records still all zero, each bin's first soundings (so its first new record
                 # is its head, its last its tail): written whole, nothing to keep or merge
                 if made[0] is None:
-                    made[0] = zero_spans(fill=False)
+                    made[0] = zero_spans(zero=False)
                 made[0].pack_new(BL, {"num_soundings": total, "validity": vor & val_mask,
                                       "head": first_new, "tail": last_new})
                 return time.perf_counter() - t_
