@@ -82,7 +82,6 @@ compares the unscaled value with the scaled null and never fires).
 
 from __future__ import annotations
 
-import math
 import mmap
 import os
 import sys
@@ -1277,7 +1276,7 @@ class PfmFile:
             j = int(np.argmax(total > cmax))
             raise PfmFormatError(f"bin {int(ub[j])} would hold {int(total[j])} soundings, more than the "
                                  f"{cmax} of [COUNT BITS] = {h.count_bits}", path=self.path)
-        counts, fill, used, rem, m, cum_m = (plan[k] for k in ("counts", "fill", "used", "rem", "m", "cum_m"))
+        fill, used, rem, m, cum_m = (plan[k] for k in ("fill", "used", "rem", "m", "cum_m"))
         first_new, last_new, total, M = plan["first_new"], plan["last_new"], plan["total"], plan["M"]
         item_fields = {k_: (NL.fields[(k_, 0)].offset, NL.fields[(k_, 0)].nbits) for k_ in codes}
         tm["add_bins_read"] += time.perf_counter() - t
@@ -1309,7 +1308,7 @@ class PfmFile:
         bins_done = pool.submit(bin_records) if pool is not None and M else None
         try:
             tspans = self._new_records_and_tails(
-                n, codes, coding, item_fields, start, counts, fill, used, rem, m, cum_m, M, cur,
+                n, codes, coding, item_fields, start, fill, used, rem, m, cum_m, M, cur,
                 plan["n_tail"], first_new, ub, check)
         finally:
             if bins_done is not None:     # never leave a pack thread on bspans behind an error
@@ -1321,7 +1320,7 @@ class PfmFile:
         return {"item_fields": item_fields, "tspans": tspans, "bspans": made[0],
                 "ndx_size": base + M * rsize}
 
-    def _new_records_and_tails(self, n, codes, coding, item_fields, start, counts, fill, used, rem,
+    def _new_records_and_tails(self, n, codes, coding, item_fields, start, fill, used, rem,
                                m, cum_m, M, cur, n_tail, first_new, ub, check):
         """Steps 2 and 3 of :meth:`_prepare`: the new physical records packed and written past
         the end of the ``.ndx``; the old tail records read, filled and linked in memory (their
