@@ -1,20 +1,22 @@
 """The ``pfm-dask`` command line (typer).
 
 Options are parsed here and handed to the library; nothing imports this module.
-Every :class:`~pfm_dask.errors.PfmDaskError` becomes a one-line message and
-exit code 1.
+Every :class:`~pfm_dask.errors.PfmDaskError` becomes a one-line message: exit
+code 2 for a :class:`~pfm_dask.errors.ConfigError` (a request refused before
+anything was written), 1 for the others.
 
 Exit codes (all commands):
 
 * 0 — success;
 * 1 — failure (nothing usable was produced, or ``check`` found problems);
-* 2 — bad usage (unknown option, missing argument);
+* 2 — bad usage (unknown option, missing argument) or a refused request;
 * 3 — ``load`` completed with problems: some input was damaged; the report names it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
@@ -71,8 +73,11 @@ def _scalar(v) -> str:
 
 
 def _fail(err: Exception) -> None:
+    """One line on stderr; exit 2 for a refused or invalid request, 1 for a failure."""
+    from .errors import ConfigError
+
     typer.echo(f"pfm-dask: error: {err}", err=True)
-    raise typer.Exit(EXIT_FAILURE)
+    raise typer.Exit(EXIT_USAGE if isinstance(err, ConfigError) else EXIT_FAILURE)
 
 
 @app.command("gsf-info")
@@ -262,7 +267,7 @@ def _cluster_profile(kind, config, *, serial, scheduler):
 
 def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_json, quiet,
               cluster=None, cluster_config=None, resume=False, strict=False,
-              checkpoint_seconds=10.0):
+              checkpoint_seconds=10.0, resume_options=None):
     from . import pipeline
     from .inputs import expand_inputs
 
@@ -285,6 +290,7 @@ def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_jso
                                 scheduler=scheduler, append=append, progress=prog,
                                 on_dashboard=dash, cluster_profile=profile, on_message=note,
                                 resume=resume, strict=strict, command=list(sys.argv),
+                                resume_options=resume_options,
                                 checkpoint_seconds=checkpoint_seconds)
     finally:
         prog.close()
@@ -299,6 +305,34 @@ def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_jso
 _CONTENT_OPTIONS = ("mbr", "polygon", "bin_size", "min_depth", "max_depth", "precision",
                     "swath_filter", "swath_pings", "swath_beams", "swath_threshold",
                     "area_filter", "cellstd", "deep_only", "nominal", "herr", "verr")
+# Options of `load` a printed resume command leaves out: the journal has the inputs and the
+# content settings, and these only shape this one run's output or its start.
+_NOT_RESUMED = ("inputs", "output", "resume", "append", "strict", "png", "as_json", "quiet")
+
+
+def _resume_options(ctx: typer.Context) -> list[str]:
+    """The run options given on this command line (workers, scheduler, cluster...), as a resume
+    command repeats them: paths made absolute, so the command works from any directory."""
+    out: list[str] = []
+    for param in ctx.command.params:
+        name = param.name
+        if name in _CONTENT_OPTIONS or name in _NOT_RESUMED or not getattr(param, "opts", None):
+            continue
+        if getattr(ctx.get_parameter_source(name), "name", "") != "COMMANDLINE":
+            continue
+        value = ctx.params.get(name)
+        if getattr(param, "is_flag", False):
+            flags = param.opts if value else getattr(param, "secondary_opts", [])
+            if flags:
+                out.append(flags[0])
+            continue
+        if value is None:
+            continue
+        values = value if isinstance(value, (tuple, list)) else [value]
+        for v in values:
+            out.append(param.opts[0])
+            out.append(os.path.abspath(v) if isinstance(v, Path) else str(v))
+    return out
 
 
 @app.command()
@@ -368,7 +402,8 @@ def load(
         res = _run_load(inputs, output, cfg, serial=serial, workers=workers,
                         scheduler=scheduler, append=append, as_json=as_json, quiet=quiet,
                         cluster=cluster, cluster_config=cluster_config, resume=resume,
-                        strict=strict, checkpoint_seconds=checkpoint_seconds)
+                        strict=strict, checkpoint_seconds=checkpoint_seconds,
+                        resume_options=_resume_options(ctx))
         if png is not None and res.exit_code in (EXIT_OK, EXIT_PROBLEMS):
             from .export import write_png
 

@@ -59,6 +59,7 @@ __all__ = [
     "TouchedLog",
     "PfmLock",
     "resume_command",
+    "mark_append",
     "config_to_dict",
     "config_from_dict",
     "content_differences",
@@ -68,7 +69,9 @@ __all__ = [
 ]
 
 #: The phases of a load, in order. Only ``complete`` means the PFM is valid.
-PHASES = ("loading", "loaded", "area-filter", "filtered", "recompute", "check", "complete")
+#: ``append-pending``: an append has marked itself but not yet changed a byte of the PFM.
+PHASES = ("append-pending", "loading", "loaded", "area-filter", "filtered", "recompute", "check",
+          "complete")
 
 JOURNAL_NAME = "journal.json"
 STATIC_NAME = "load.json"
@@ -186,6 +189,26 @@ def read_journal(pfm_path: str | os.PathLike) -> dict | None:
 def read_static(pfm_path: str | os.PathLike) -> dict | None:
     """The load's ``load.json`` (command, inputs, settings, plan), or None."""
     return _read_json(journal_paths(pfm_path)["static"])
+
+
+def mark_append(pfm_path: str | os.PathLike, given: list[str], cfg: dict,
+                resume_cmd: str) -> None:
+    """Record, before an append changes anything, that it is under way (phase
+    ``append-pending``): a resume then finishes it instead of finding a complete PFM.
+
+    The previous checkpoint's epoch and result are kept; the PFM's own parts are untouched
+    until the writer's first checkpoint replaces this state.
+    """
+    paths = journal_paths(pfm_path)
+    try:
+        old = read_journal(pfm_path) or {}
+    except LoadError:
+        old = {}
+    state = {**old, "format": FORMAT, "phase": "append-pending",
+             "pending_append": {"given": list(given), "cfg": cfg},
+             "resume_command": resume_cmd, "time": time.time()}
+    state.setdefault("epoch", 0)
+    atomic_write(paths["journal"], json.dumps(state).encode())
 
 
 # ---------------------------------------------------------------- undo log
@@ -551,16 +574,15 @@ def remove_scratch(pfm_path: str | os.PathLike) -> bool:
 
 
 # ---------------------------------------------------------------- helpers
-def resume_command(command: list[str] | None, output: str | os.PathLike) -> str:
-    """The command that continues the load: its own command line plus ``--resume``."""
-    if command:
-        args = list(command)
-        prog = os.path.basename(args[0]) if args else "pfm-dask"
-        if prog in ("cli.py", "__main__.py", "pfm_dask.cli") or prog.startswith("python"):
-            prog = "pfm-dask"
-        rest = [a for a in args[1:] if a != "--resume"]
-        return shlex.join([prog, *rest, "--resume"])
-    return shlex.join(["pfm-dask", "load", "--resume", "-o", os.fspath(output)])
+def resume_command(output: str | os.PathLike, options: list[str] | None = None) -> str:
+    """The command that continues the load writing ``output``, valid from any directory.
+
+    Inputs and content settings are left out: a resume takes them from the journal.
+    ``options`` are the run options to keep (``--workers 4``, ``--scheduler ADDR``), with
+    any path in them already absolute.
+    """
+    return shlex.join(["pfm-dask", "load", "-o", os.path.abspath(os.fspath(output)),
+                       *(options or []), "--resume"])
 
 
 def config_to_dict(cfg) -> dict:
@@ -666,6 +688,7 @@ def input_record(path: str) -> dict:
 
 
 def no_journal_error(output) -> ConfigError:
-    return ConfigError("this PFM has no load journal, so it cannot be resumed (it was not written "
-                       "by pfm-dask, or its load died before its first checkpoint): remove it and "
-                       "load again", path=output)
+    return ConfigError("this PFM has no load journal to resume (it was not written by pfm-dask, "
+                       "or its load died before its first checkpoint); nothing was changed. To "
+                       "add files to it use --append; to start again, remove it yourself",
+                       path=output)

@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -71,9 +70,11 @@ def _estimate_bytes(piece: Piece) -> int:
 
 
 # ----------------------------------------------------------------- pre-scan
-def prescan_file(path: str) -> dict:
+def prescan_file(path: str, exact_beams: bool = False) -> dict:
     """Cheap facts about one input: counts, damage, and the extent of a ping sample.
 
+    ``exact_beams``: take ``max_beams`` from every ping header, not the sample (an append
+    checks it against the PFM's beam field before writing anything).
     Never raises for bad input: an unreadable file comes back with ``error`` set.
     """
     out = {"path": str(path), "n_pings": 0, "n_beams": 0, "max_beams": 0, "extent": None,
@@ -118,6 +119,9 @@ def prescan_file(path: str) -> dict:
                     out["damage"].append(d.to_dict())
             mean_beams = float(np.mean(beams_seen)) if beams_seen else 0.0
             out["max_beams"] = int(max(beams_seen)) if beams_seen else 0
+            if exact_beams:
+                every = f.beams_per_ping()
+                out["max_beams"] = int(every.max()) if every.size else out["max_beams"]
             out["n_beams"] = int(round(mean_beams * n))
             if lats:
                 la = np.concatenate(lats)
@@ -314,9 +318,61 @@ def _existing(output: Path, append: bool) -> tuple[BinGrid | None, list[str]]:
         return f.grid, [x.path for x in f.files()]
 
 
-def _grid_and_pieces(scans, cfg, existing_grid, base):
+def _plan(scans: list[dict], cfg: LoadConfig, output: Path, files: list[str], append: bool,
+          job: "_Job") -> tuple[BinGrid, list[Piece]]:
+    """The grid and the pieces; for an append, first prove that every input fits the PFM's
+    fields, then mark the append in the journal: both before anything is written."""
+    existing_grid, existing = _existing(output, append)
+    if append:
+        check_append_fits(output, scans, cfg)
     grid = existing_grid if existing_grid is not None else area_from_scans(scans, cfg)
-    return grid, plan_pieces(scans, cfg, first_file_number=base)
+    pieces = plan_pieces(scans, cfg, first_file_number=len(existing))
+    if append and job.journal:
+        J.mark_append(output, job.given or _given(files), J.config_to_dict(cfg), job.resume_cmd)
+        J.crash_point("append-marked")
+    return grid, pieces
+
+
+def check_append_fits(output: Path, scans: list[dict], cfg: LoadConfig) -> None:
+    """Refuse an append whose inputs cannot fit the existing PFM's fixed fields (file, line,
+    ping and beam numbers, the depth range), naming the field, its limit and the file.
+
+    Limits that depend on where soundings fall (soundings per bin, lines beyond one per
+    file) can only be met while loading.
+    """
+    from . import pfm
+
+    with pfm.open_pfm(output, "r") as f:
+        h = f.header
+        n_files, n_lines = len(f.files()), len(f.lines())
+        lim = {"file": f.max_file_number, "line": f.max_line_number,
+               "ping": f.max_ping_number, "beam": f.max_beam_number}
+        lo, hi = -float(h.depth_offset), float(f.null_depth) - 1.0
+    def refuse(field_, key, limit, why, path=None):
+        raise ConfigError(f"cannot append: {why}, but this PFM's {field_} field holds at most "
+                          f"{limit:,} ({key} = {int(limit).bit_length()}); nothing was written. "
+                          "Load these files into a new PFM instead", path=path or output)
+    usable = [s for s in scans if not s.get("error")]
+    last_file = n_files + len(scans) - 1
+    if scans and last_file > lim["file"]:
+        refuse("file number", "[FILE NUMBER BITS]", lim["file"],
+               f"{len(scans)} more input files need file number {last_file:,}", scans[-1]["path"])
+    with_pings = sum(1 for s in usable if s.get("n_pings"))
+    if with_pings and n_lines + with_pings - 1 > lim["line"]:
+        refuse("line number", "[LINE NUMBER BITS]", lim["line"],
+               f"{with_pings} more files need at least line number {n_lines + with_pings - 1:,}")
+    for s in usable:
+        if s.get("n_pings", 0) > lim["ping"]:
+            refuse("ping number", "[PING NUMBER BITS]", lim["ping"],
+                   f"the file has {s['n_pings']:,} pings", s["path"])
+        if s.get("max_beams", 0) > lim["beam"]:
+            refuse("beam number", "[BEAM NUMBER BITS]", lim["beam"],
+                   f"the file has pings of {s['max_beams']:,} beams", s["path"])
+    if cfg.min_depth < lo - 1e-6 or cfg.max_depth > hi + 1e-3:
+        raise ConfigError(f"cannot append: the depth range {cfg.min_depth:g} .. {cfg.max_depth:g} "
+                          f"m is wider than this PFM's ({lo:g} .. {hi:g} m, its DEPTH OFFSET and "
+                          f"NULL DEPTH); give --min-depth {lo:g} --max-depth {hi:g} or a range "
+                          "inside it. Nothing was written", path=output)
 
 
 @dataclass
@@ -331,6 +387,7 @@ class _Job:
     checkpoint_seconds: float = 10.0
     input_problems: list = field(default_factory=list)
     journal: bool = True                # False: no crash safety (to measure what it costs)
+    given: list = field(default_factory=list)   # the inputs as given (absolute), for a resume
 
     def pieces(self) -> list[Piece]:
         return [Piece(**d) for d in self.static["pieces"]]
@@ -343,7 +400,7 @@ def _static(job: _Job, files: list[str], cfg: LoadConfig, pieces: list[Piece],
 
     if not job.journal:
         return None
-    return {"command": job.command, "resume_command": job.resume_cmd,
+    return {"command": job.command, "resume_command": job.resume_cmd, "given": job.given,
             "inputs": [J.input_record(f) for f in files], "cfg": J.config_to_dict(cfg),
             "append": append, "pieces": [asdict(p) for p in pieces],
             "input_problems": job.input_problems, "created": time.time()}
@@ -358,8 +415,8 @@ def _strict_check(scans: list[dict]) -> None:
             bad.append(f"{s['path']}" + (f" at byte {off:,}" if off is not None else "")
                        + f": {d.get('reason')}")
     if bad:
-        raise ConfigError(f"--strict: the pre-scan found {len(bad)} problem(s); nothing was "
-                          "written:\n  " + "\n  ".join(bad))
+        raise LoadError(f"--strict: the pre-scan found {len(bad)} problem(s); nothing was "
+                        "written:\n  " + "\n  ".join(bad))
 
 
 def _run_serial(files: list[str], output: Path, cfg: LoadConfig,
@@ -374,12 +431,11 @@ def _run_serial(files: list[str], output: Path, cfg: LoadConfig,
                            checkpoint_seconds=job.checkpoint_seconds, threads=1)
         pieces = [p for p in job.pieces() if p.seq >= writer.watermark]
     else:
-        existing_grid, existing = _existing(output, append)
-        scans = [prescan_file(f) for f in files]
+        scans = [prescan_file(f, append) for f in files]
         if job.strict:
             _strict_check(scans)
         t_scan = time.perf_counter()
-        grid, pieces = _grid_and_pieces(scans, cfg, existing_grid, len(existing))
+        grid, pieces = _plan(scans, cfg, output, files, append, job)
         writer = PfmWriter(output, grid, cfg, files, len(pieces), append=append,
                            journal=_static(job, files, cfg, pieces, append),
                            checkpoint_seconds=job.checkpoint_seconds, threads=1)
@@ -666,7 +722,7 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
                                   resources={"disk": 1}, pure=False,
                                   key=f"pfm-writer-resume-{uuid.uuid4().hex[:8]}")
     else:
-        scan_futs = client.map(prescan_file, files,
+        scan_futs = client.map(prescan_file, files, exact_beams=append,
                                key=[f"prescan-{i}" for i in range(len(files))],
                                resources={"compute": 1}, pure=False)
         scans = client.gather(scan_futs)
@@ -674,8 +730,7 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
         if job.strict:
             _strict_check(scans)
         t_scan = time.perf_counter()
-        existing_grid, existing = _existing(output, append)
-        grid, pieces = _grid_and_pieces(scans, cfg, existing_grid, len(existing))
+        grid, pieces = _plan(scans, cfg, output, files, append, job)
         static = _static(job, files, cfg, pieces, append)
         actor_fut = client.submit(WriterActor, out_path, grid, cfg, files, len(pieces), append,
                                   static, False, job.checkpoint_seconds, actor=True,
@@ -801,9 +856,15 @@ def _refuse_unfinished(output: Path, state: dict) -> ConfigError:
     phase = state.get("phase")
     where = (f", {state.get('watermark', 0):,} of {state.get('n_pieces', 0):,} pieces written"
              if phase == "loading" else "")
-    cmd = state.get("resume_command") or J.resume_command(None, output)
-    return ConfigError(f"output {output} is an unfinished load (stopped in phase {phase}{where}): "
-                       f"continue it with `{cmd}`, or remove it to start again", path=output)
+    cmd = state.get("resume_command") or J.resume_command(output)
+    if phase == "append-pending":
+        return ConfigError(f"an append to {output} stopped before it wrote anything: finish it "
+                           f"with `{cmd}`", path=output)
+    static = J.read_static(output) or {}
+    also = "" if static.get("append") else ", or remove it to start again"
+    return ConfigError(f"output {output} is an unfinished {'append' if also == '' else 'load'} "
+                       f"(stopped in phase {phase}{where}): continue it with `{cmd}`{also}",
+                       path=output)
 
 
 def _dedupe(files: list[str]) -> tuple[list[str], list[str]]:
@@ -824,31 +885,145 @@ def _dedupe(files: list[str]) -> tuple[list[str], list[str]]:
     return out, problems
 
 
+# ---------------------------------------------------------------- the output path
+#: The files a load creates inside ``X.pfm.data/`` beside the PFM's parts: only these
+#: (and the parts) are ever removed, and only for a load its own journal proves unfinished.
+_OWN_SCRATCH = ("load.json", "journal.json", "journal.json.tmp", "load.json.tmp", "undo.log",
+                "touched.log", "filter-redo.bin", "lock", "load-report.json",
+                "load-report.json.tmp")
+_PART_SUFFIXES = (".ctl", ".bin", ".ndx", ".lin", ".cvg")
+
+
+@dataclass
+class _Found:
+    """What is at an output path before a load touches it (see :func:`_inspect_output`)."""
+
+    kind: str                 # nothing | foreign | pfm | load
+    what: str = ""            # for ``foreign``: what was found, in words
+    journal: dict | None = None
+    static: dict | None = None
+
+
+def _is_pfm_handle(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(200)
+    except OSError:
+        return False
+    return b"PFM Handle File" in first
+
+
+def _inspect_output(output: Path) -> _Found:
+    """Classify what is at ``output`` and ``output.data`` without changing anything.
+
+    ``load``: a PFM with a pfm-dask journal; ``pfm``: a PFM without one (made by ABE's
+    tools, or before journals); ``foreign``: anything else (a directory, a file that is not
+    a PFM handle, a ``.data`` folder that is not a PFM's).
+    """
+    data = Path(str(output) + ".data")
+    if output.is_dir():
+        return _Found("foreign", "a directory (-o names the PFM handle file to create, such as "
+                                 f"{output / 'survey.pfm'})")
+    if not output.exists() and not data.exists():
+        if output.is_symlink():
+            return _Found("foreign", "a dangling symbolic link")
+        return _Found("nothing")
+    if output.exists() and not _is_pfm_handle(output):
+        return _Found("foreign", "a file that is not a PFM handle file (its first line lacks "
+                                 "'PFM Handle File')")
+    if data.exists() and not data.is_dir():
+        return _Found("foreign", f"{data} is a file, not a PFM data folder")
+    if not data.exists():
+        return _Found("foreign", f"a PFM handle file whose data folder {data} is missing")
+    try:
+        journal = J.read_journal(output)
+        static = J.read_static(output)
+    except LoadError as err:
+        return _Found("foreign", f"a PFM whose load journal cannot be read ({err.reason})")
+    if not output.exists():
+        if static is None and journal is None:
+            return _Found("foreign", f"a folder {data} that holds no pfm-dask load journal")
+        return _Found("foreign", f"a load journal in {data} but no PFM handle file")
+    if journal is None and static is None:
+        return _Found("pfm")
+    return _Found("load", journal=journal, static=static)
+
+
+def _refuse_foreign(output: Path, found: _Found) -> ConfigError:
+    return ConfigError(f"refusing to write here: found {found.what}; nothing was changed. "
+                       "Name a new output, or move that away yourself", path=output)
+
+
+def _remove_own_unfinished(output: Path) -> None:
+    """Delete a fresh load that its ``load.json`` proves ours and that died before its first
+    checkpoint: the handle, the PFM's parts and our scratch files, nothing else."""
+    data = Path(str(output) + ".data")
+    names = set(_OWN_SCRATCH) | {output.name + s for s in _PART_SUFFIXES}
+    others = sorted(p.name for p in data.iterdir() if p.name not in names)
+    if others:
+        raise ConfigError(f"refusing to remove the unfinished load in {data}: it also holds "
+                          f"files that are not the load's ({', '.join(others[:5])}); move them "
+                          "away, or name a new output", path=output)
+    for name in names:
+        try:
+            os.unlink(data / name)
+        except FileNotFoundError:
+            pass
+    data.rmdir()
+    output.unlink()
+
+
+def _given(files: list[str]) -> list[str]:
+    """The inputs as a journal records them: deduplicated, absolute, in order."""
+    return [os.path.abspath(f) for f in _dedupe(files)[0]]
+
+
+def _journal_given(static: dict) -> list[str]:
+    """The inputs the journaled load was given (older journals: the files it loaded)."""
+    if static.get("given") is not None:
+        return list(static["given"])
+    return [os.path.abspath(r["path"]) for r in static.get("inputs", [])]
+
+
+def _input_difference(given: list[str], recorded: list[str]) -> str:
+    """Words for how two input lists differ (empty when equal)."""
+    if given == recorded:
+        return ""
+    extra = [f for f in given if f not in set(recorded)]
+    missing = [f for f in recorded if f not in set(given)]
+    parts = []
+    if extra:
+        parts.append(f"{len(extra)} not in the journal (first: {extra[0]})")
+    if missing:
+        parts.append(f"{len(missing)} of the journal's not given (first: {missing[0]})")
+    if not parts:
+        parts.append("the same files in another order")
+    return "; ".join(parts)
+
+
+def _settings_difference(cfg: LoadConfig, recorded: dict) -> str:
+    given = J.config_to_dict(cfg)
+    diff = J.content_differences(given, recorded)
+    return ", ".join(f"{k} {given.get(k)!r} (journal: {recorded.get(k)!r})" for k in diff)
+
+
+def _refuse_mismatch(output: Path, what: str, inputs: str, settings: str) -> ConfigError:
+    parts = ([f"inputs differ: {inputs}"] if inputs else []) + (
+        [f"settings differ: {settings}"] if settings else [])
+    return ConfigError(f"--resume continues {what} with the inputs and settings in its journal, "
+                       f"and these differ ({'; '.join(parts)}). Give the same inputs and "
+                       "options, or none at all (the journal has them)", path=output)
+
+
 def _resume_job(files: list[str], output: Path, cfg: LoadConfig | None,
-                job: _Job) -> tuple[list[str], LoadConfig, bool]:
+                job: _Job, static: dict) -> tuple[list[str], LoadConfig, bool]:
     """Check that a resume continues the same load; returns its files, settings and append flag."""
-    if not output.exists() and not Path(str(output) + ".data").exists():
-        raise ConfigError(f"nothing to resume: {output} does not exist; start the load "
-                          "without --resume", path=output)
-    static = J.read_static(output)
-    if static is None or J.read_journal(output) is None:
-        raise J.no_journal_error(output)
     job.static = job.static or static
-    job.resume_cmd = static.get("resume_command") or job.resume_cmd
     job.input_problems = list(static.get("input_problems") or [])
     journal_files = [r["path"] for r in static["inputs"]]
-    if files:
-        given = [os.path.abspath(f) for f in _dedupe(files)[0]]
-        if given != [os.path.abspath(f) for f in journal_files]:
-            raise ConfigError("--resume continues the load with the inputs it started with, and "
-                              "these differ; give the same inputs, or none at all", path=output)
+    _compare_with_journal(files, cfg, output, static, "the interrupted load")
     saved = J.config_from_dict(static["cfg"])
     if cfg is not None:
-        diff = J.content_differences(J.config_to_dict(cfg), static["cfg"])
-        if diff:
-            raise ConfigError("--resume continues the load with the settings it started with; "
-                              f"these differ: {', '.join(diff)}. Give the same options, or "
-                              "none at all", path=output)
         from dataclasses import replace
 
         saved = replace(saved, **{k: getattr(cfg, k) for k in J.RUN_LIMITS})
@@ -860,23 +1035,13 @@ def _resume_job(files: list[str], output: Path, cfg: LoadConfig | None,
     return journal_files, saved, bool(static.get("append"))
 
 
-def _nothing_loaded(output: Path) -> bool:
-    """True for a PFM that a load created and died in before its first checkpoint: no journal,
-    no soundings, no lines, no input files. Only such a PFM may be removed to start again."""
-    try:
-        if J.read_journal(output) is not None:
-            return False
-    except LoadError:
-        return False
-    stem = Path(str(output) + ".data") / output.name
-    try:
-        if (stem.with_name(stem.name + ".ndx").stat().st_size
-                or stem.with_name(stem.name + ".lin").stat().st_size):
-            return False
-        ctl = stem.with_name(stem.name + ".ctl").read_text(encoding="latin-1").splitlines()
-    except OSError:
-        return not output.exists() or not stem.with_name(stem.name + ".bin").exists()
-    return len([x for x in ctl if x.strip()]) <= 5
+def _compare_with_journal(files: list[str], cfg: LoadConfig | None, output: Path,
+                          recorded: dict, what: str) -> None:
+    """Refuse a resume whose inputs or content settings differ from the journal's."""
+    inputs = _input_difference(_given(files), _journal_given(recorded)) if files else ""
+    settings = _settings_difference(cfg, recorded["cfg"]) if cfg is not None else ""
+    if inputs or settings:
+        raise _refuse_mismatch(output, what, inputs, settings)
 
 
 def _already_complete(output: Path, state: dict) -> LoadResult:
@@ -895,6 +1060,67 @@ def _already_complete(output: Path, state: dict) -> LoadResult:
                      extra_problems=static.get("input_problems"))
 
 
+def _new_files(files: list[str], output: Path) -> list[str]:
+    """The inputs not yet in the PFM's ``.ctl``."""
+    _, existing = _existing(output, True)
+    known = {os.path.abspath(p) for p in existing}
+    return [f for f in files if os.path.abspath(f) not in known]
+
+
+def _plan_resume(files, output: Path, cfg, append: bool, job: _Job, say):
+    """Decide what ``--resume`` does here: returns (files, cfg, append, resume) for the run,
+    or a :class:`LoadResult` when there is nothing to do. Refuses (exit 2) anything that
+    the journal does not prove to be this load, before touching a byte."""
+    found = _inspect_output(output)
+    if found.kind == "foreign":
+        raise _refuse_foreign(output, found)
+    if found.kind == "nothing":
+        if append:
+            raise ConfigError("--append needs an existing PFM", path=output)
+        if not files:
+            raise ConfigError(f"nothing to resume: {output} does not exist; start the load "
+                              "without --resume", path=output)
+        say(f"nothing to resume in {output}: starting the load")
+        return files, cfg if cfg is not None else LoadConfig(), False, False
+    if found.kind == "pfm":
+        if append and files and _new_files(files, output):
+            say(f"nothing to resume in {output}: starting the append")
+            return files, _need_cfg(cfg), True, False
+        raise J.no_journal_error(output)
+    state, static = found.journal, found.static
+    phase = (state or {}).get("phase")
+    if state is None:
+        # load.json without a checkpoint: a fresh load killed before its first checkpoint
+        if static.get("append") or not files:
+            raise J.no_journal_error(output)
+        _compare_with_journal(files, cfg, output, static, "the interrupted load")
+        say(f"nothing to resume in {output} (stopped before its first checkpoint): "
+            "starting the load again")
+        _remove_own_unfinished(output)
+        return files, cfg if cfg is not None else J.config_from_dict(static["cfg"]), False, False
+    if phase == "append-pending":
+        pending = state["pending_append"]
+        _compare_with_journal(files, cfg, output, pending, "the interrupted append")
+        say(f"the append to {output} stopped before it wrote anything: starting it again")
+        return (files or list(pending["given"]),
+                cfg if cfg is not None else J.config_from_dict(pending["cfg"]), True, False)
+    if phase == "complete":
+        if append and files and _new_files(files, output):
+            say(f"nothing to resume in {output}: starting the append")
+            return files, _need_cfg(cfg), True, False
+        if static is not None:
+            _compare_with_journal(files, cfg, output, static, "the load")
+        return _already_complete(output, state)
+    if static is None:
+        raise J.no_journal_error(output)
+    files, cfg, append = _resume_job(files, output, cfg, job, static)
+    return files, cfg, append, True
+
+
+def _need_cfg(cfg: LoadConfig | None) -> LoadConfig:
+    return cfg if cfg is not None else LoadConfig()
+
+
 def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | None, *,
              mode: str = "local", workers: int = 2, scheduler: str | None = None,
              append: bool = False, progress: Callable[[dict], None] | None = None,
@@ -902,6 +1128,7 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
              cluster_profile=None,
              on_message: Callable[[str], None] | None = None,
              resume: bool = False, strict: bool = False, command: list[str] | None = None,
+             resume_options: list[str] | None = None,
              checkpoint_seconds: float = 10.0, journal: bool = True) -> LoadResult:
     """Run a whole load; ``mode`` is ``serial``, ``local`` (embedded cluster), ``scheduler``
     or ``cluster`` (Slurm, PBS or local jobs from a :class:`~pfm_dask.cluster.ClusterProfile`).
@@ -911,55 +1138,61 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
     ``resume``: continue the interrupted load writing ``output`` (its inputs and settings
     come from its journal; ``inputs`` and ``cfg`` may be empty/None, else must match).
     ``strict``: refuse to start when the pre-scan finds damaged input.
-    ``command``: the command line (``sys.argv``), for the resume command in messages.
+    ``command``: the command line (``sys.argv``), kept in ``load.json``.
+    ``resume_options``: the run options the printed resume command repeats (absolute paths).
     ``checkpoint_seconds``: the writer's checkpoint interval (docs/reliability.md).
     ``journal=False`` turns crash safety off (no resume possible): only to measure its cost.
+
+    Nothing at ``output`` is removed or overwritten unless its own journal proves it is this
+    load's unfinished output; anything else there is refused (:class:`ConfigError`).
     """
     files = [str(f) for f in inputs or []]
     output = Path(output)
     skipped: list[str] = []
-    job = _Job(command=command, resume_cmd=J.resume_command(command, output), strict=strict,
-               checkpoint_seconds=checkpoint_seconds, resume=resume, journal=journal)
-    data_dir = Path(str(output) + ".data")
-    if resume and files and not append and (
-            not (output.exists() or data_dir.exists()) or _nothing_loaded(output)):
-        # killed before its first checkpoint (or never started): nothing to continue, so start
-        cfg = cfg if cfg is not None else LoadConfig()
+    job = _Job(command=command, resume_cmd=J.resume_command(output, resume_options),
+               strict=strict, checkpoint_seconds=checkpoint_seconds, resume=resume,
+               journal=journal)
+
+    def say(message: str) -> None:
         if on_message:
-            on_message(f"nothing to resume in {output}: starting the load")
-        if output.exists() or data_dir.exists():
-            shutil.rmtree(data_dir, ignore_errors=True)
-            output.unlink(missing_ok=True)
-        resume = job.resume = False
+            on_message(message)
+
     if resume:
-        state = J.read_journal(output) if data_dir.exists() else None
-        if state is not None and state.get("phase") == "complete":
-            return _already_complete(output, state)
-        files, cfg, append = _resume_job(files, output, cfg, job)
+        planned = _plan_resume(files, output, cfg, append, job, say)
+        if isinstance(planned, LoadResult):
+            return planned
+        files, cfg, append, resume = planned
+        job.resume = resume
+        pending_ok = True           # a resume may start over an append that wrote nothing
     elif cfg is None:
         raise ConfigError("a load needs its settings (cfg)")
-    elif append:
-        if not output.exists():
-            raise ConfigError("--append needs an existing PFM", path=output)
-        unfinished = _unfinished(output)
-        if unfinished is not None:
-            raise _refuse_unfinished(output, unfinished)
-        files, job.input_problems = _dedupe(files)
-        _, existing = _existing(output, True)
-        known = {os.path.abspath(p) for p in existing}
-        skipped = [f for f in files if os.path.abspath(f) in known]
-        files = [f for f in files if os.path.abspath(f) not in known]
-        if not files:
-            raise ConfigError("every input file is already in the PFM's .ctl; nothing to "
-                              "append", path=output)
-    elif output.exists() or Path(str(output) + ".data").exists():
-        unfinished = _unfinished(output)
-        if unfinished is not None:
-            raise _refuse_unfinished(output, unfinished)
-        raise ConfigError(f"output {output} already exists: remove it, or add files to it "
-                          "with --append", path=output)
     else:
-        files, job.input_problems = _dedupe(files)
+        pending_ok = False
+    if not resume:
+        found = _inspect_output(output)
+        if found.kind == "foreign":
+            raise _refuse_foreign(output, found)
+        unfinished = _unfinished(output) if found.kind == "load" else None
+        if unfinished is not None and not (
+                pending_ok and unfinished.get("phase") == "append-pending"):
+            raise _refuse_unfinished(output, unfinished)
+        if append:
+            if found.kind == "nothing":
+                raise ConfigError("--append needs an existing PFM", path=output)
+            files, job.input_problems = _dedupe(files)
+            job.given = _given(files)
+            new = set(_new_files(files, output))
+            skipped = [f for f in files if f not in new]
+            files = [f for f in files if f in new]
+            if not files:
+                raise ConfigError("every input file is already in the PFM's .ctl; nothing to "
+                                  "append", path=output)
+        elif found.kind != "nothing":
+            raise ConfigError(f"output {output} already exists: remove it, or add files to it "
+                              "with --append", path=output)
+        else:
+            files, job.input_problems = _dedupe(files)
+            job.given = _given(files)
     if mode == "serial":
         res = _run_serial(files, output, cfg, progress, append, job)
     elif client is not None:

@@ -117,7 +117,7 @@ class PfmWriter:
         self._check: dict | None = None
         self._result: dict | None = None
         self._jp = J.journal_paths(self.path)
-        self.resume_command = J.resume_command(None, self.path)
+        self.resume_command = J.resume_command(self.path)
         self.resumed_from: dict | None = None
         self._static: dict | None = None
         self.pfm = None

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from pfm_dask import pfm, pipeline, synth
 from pfm_dask.config import LoadConfig
-from pfm_dask.errors import ConfigError
+from pfm_dask.errors import LoadError
 
 from .test_resume import pfm_cli
 
@@ -195,7 +195,7 @@ def test_strict_refuses_to_start_on_damage(good, corpus, tmp_path):
     assert r.returncode == 1
     assert "--strict" in r.stderr and "trunc_mid.gsf at byte" in r.stderr
     assert not out.exists() and not Path(str(out) + ".data").exists()
-    with pytest.raises(ConfigError, match="not a GSF file"):
+    with pytest.raises(LoadError, match="not a GSF file"):
         load([files[1], corpus["not_gsf.gsf"][0]], out, strict=True)
     assert not out.exists()
     assert load(files, out, strict=True).exit_code == 0

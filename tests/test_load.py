@@ -175,7 +175,7 @@ def test_existing_output_is_refused(survey, tmp_path):
 
     out = tmp_path / "x.pfm"
     out.write_text("")
-    with pytest.raises(ConfigError, match="already exists"):
+    with pytest.raises(ConfigError, match="not a PFM handle file"):
         pipeline.run_load(expand_inputs([survey]), out, LoadConfig(), mode="serial")
 
 

@@ -248,10 +248,12 @@ def test_partial_output_is_refused_naming_the_resume_command_which_works(rsurvey
     assert "incomplete" in c.stdout and "--resume" in c.stdout
     # the same command again without --resume: refused, naming the resume command
     again = pfm_cli("load", rsurvey, "-o", out, "--serial", *LOAD_OPTS)
-    assert again.returncode == 1
+    assert again.returncode == 2
     assert "unfinished load" in again.stderr
     cmd = resume_command_in(again.stderr)
-    assert "--serial" in cmd and "--area-filter" in cmd
+    # the run options, not the inputs or settings (the journal has those); absolute paths
+    assert "--serial" in cmd and "--area-filter" not in cmd and str(rsurvey) not in cmd
+    assert cmd[cmd.index("-o") + 1] == str(out.resolve())
     done = pfm_cli(*cmd)
     assert done.returncode == 0, done.stderr
     assert "resumed from phase loading" in done.stdout
@@ -273,7 +275,7 @@ def test_resume_refuses_other_inputs_other_settings_and_changed_inputs(rsurvey, 
     r = crash_load(survey, out, "piece:2", "--serial")
     assert r.returncode == -signal.SIGKILL
     files = [str(p) for p in expand_inputs([survey])]
-    with pytest.raises(ConfigError, match="inputs it started with"):
+    with pytest.raises(ConfigError, match="inputs differ"):
         pipeline.run_load(files[:2], out, None, mode="serial", resume=True)
     with pytest.raises(ConfigError, match="bin_size_m"):
         pipeline.run_load(files, out, LoadConfig(bin_size_m=10.0, area_filter=True,

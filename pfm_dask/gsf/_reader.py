@@ -364,6 +364,11 @@ class GsfFile:
 
     # --- summary ------------------------------------------------------------------------
 
+    def beams_per_ping(self) -> np.ndarray:
+        """The beam count of every readable ping, from the ping headers alone (no decode)."""
+        dirn, _ = self._walk(0, self.n_pings)
+        return np.asarray(dirn.n_beams, dtype=np.int64).copy()
+
     def info(self) -> dict:
         """Version, record counts, ping/beam counts, arrays, time and position extents.
 
