@@ -620,6 +620,9 @@ def _others(results_dir: Path) -> str:
         ("bench_pfm_write.json", lambda r: f"PFM writer: {r['pfm']['mb_per_s']:.0f} MB/s, "
                                            f"{100 * r['ratio_pfm_to_sequential']:.0f} % of plain "
                                            "sequential writes"),
+        ("bench_placement.json", lambda r: f"beam placement: {r['new_ns_per_sounding']:.1f} ns per "
+                                           f"sounding on one core, {r['speedup']:.1f}x the two NGS "
+                                           f"moves per beam ({r['reference_ns_per_sounding']:.0f} ns)"),
         ("bench_load.json", lambda r: f"bench_load: {r['speedup_2_workers']:.2f}x with 2 workers "
                                       f"on {r['gsf_bytes'] / 1e9:.2f} GB, no filter"
                                       + _ceiling(r)),

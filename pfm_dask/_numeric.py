@@ -129,13 +129,16 @@ class CompiledKernels:
     """A module's numba kernels ``_k_<name>``, each compiled (or loaded from the on-disk cache)
     by :func:`njit_cached` on its first use, once per process, safely from several threads.
 
-    ``namespace``: the module's ``globals()``; ``signatures(numba.types)``: ``{name: signature}``.
+    ``namespace``: the module's ``globals()``; ``signatures(numba.types)``: ``{name: signature}``;
+    ``helpers``: names of the module's plain functions that kernels call, replaced in
+    ``namespace`` by their numba versions (compiled as the kernels are) before the first kernel
+    compiles.
     """
 
-    def __init__(self, namespace: dict, signatures):
+    def __init__(self, namespace: dict, signatures, helpers: tuple = ()):
         import threading
 
-        self._namespace, self._signatures = namespace, signatures
+        self._namespace, self._signatures, self._helpers = namespace, signatures, tuple(helpers)
         self._lock = threading.Lock()
         self._compiled: dict = {}
 
@@ -147,6 +150,10 @@ class CompiledKernels:
                 if k is None:
                     import numba
 
+                    for h in self._helpers:
+                        fn = self._namespace[h]
+                        if not isinstance(fn, numba.core.dispatcher.Dispatcher):
+                            self._namespace[h] = numba.njit(nogil=True, error_model="numpy")(fn)
                     k = njit_cached(self._namespace["_k_" + name], self._signatures(numba.types)[name])
                     self._compiled[name] = k
         return k

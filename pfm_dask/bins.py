@@ -30,13 +30,12 @@ with longitudes east of the dateline written as ``lon + 360`` (so ``max_x >
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import geodesy
-from ._numeric import nint
+from ._numeric import CompiledKernels
 from .errors import ConfigError
 
 __all__ = [
@@ -72,33 +71,56 @@ def point_in_polygon(poly_lat, poly_lon, lat, lon) -> np.ndarray:
     half-open rule ``vertex_y >= y`` decides edges through the point's
     latitude, so points on edges and vertices fall inside or outside exactly as
     in the C code. Fewer than 3 points means nothing is inside
-    (``bin_inside_ptr``). Loops over the polygon's edges, not over points.
+    (``bin_inside_ptr``). The test is :func:`_inside_polygon`, the one
+    :meth:`BinGrid.assign` runs.
     """
-    py = np.asarray(poly_lat, dtype=np.float64)
-    px = np.asarray(poly_lon, dtype=np.float64)
+    py = np.ascontiguousarray(poly_lat, dtype=np.float64)
+    px = np.ascontiguousarray(poly_lon, dtype=np.float64)
     y, x = np.broadcast_arrays(np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64))
-    inside = np.zeros(y.shape, dtype=bool)
-    n = py.shape[0]
-    if n < 3:
-        return inside
-    j = n - 1
-    yflag0 = py[j] >= y
-    for i in range(n):
-        yflag1 = py[i] >= y
-        crosses = yflag0 != yflag1
-        # C: ((py[i]-y) * (px[j]-px[i]) >= (px[i]-x) * (py[j]-py[i])) == yflag1
-        test = ((py[i] - y) * (px[j] - px[i]) >= (px[i] - x) * (py[j] - py[i])) == yflag1
-        inside ^= crosses & test
+    inside = np.empty(y.size, dtype=bool)
+    _kernel("point_in_polygon")(py, px, np.ascontiguousarray(y).reshape(-1),
+                                np.ascontiguousarray(x).reshape(-1), inside)
+    return inside.reshape(y.shape)
+
+
+def _inside_polygon(poly_lat, poly_lon, y, x):
+    """``PointInsidePolygon`` for one point: the C code's comparisons in its order,
+    ``((py[i]-y) * (px[j]-px[i]) >= (px[i]-x) * (py[j]-py[i])) == yflag1`` at each crossing."""
+    n_poly = poly_lat.size
+    if n_poly < 3:
+        return False
+    ins = False
+    j = n_poly - 1
+    yflag0 = poly_lat[j] >= y
+    for i in range(n_poly):
+        yflag1 = poly_lat[i] >= y
+        if yflag0 != yflag1:
+            t = ((poly_lat[i] - y) * (poly_lon[j] - poly_lon[i])
+                 >= (poly_lon[i] - x) * (poly_lat[j] - poly_lat[i]))
+            if t == yflag1:
+                ins = not ins
         yflag0 = yflag1
         j = i
-    return inside
+    return ins
+
+
+def _nint(v):
+    """:func:`pfm_dask._numeric.nint` of one double (0 for NaN and out of range)."""
+    shifted = v - 0.5 if v < 0.0 else v + 0.5
+    if np.isfinite(shifted) and abs(shifted) < 9.2e18:
+        return np.int64(math.trunc(shifted))
+    return np.int64(0)
+
+
+def _k_point_in_polygon(poly_lat, poly_lon, lat, lon, inside):  # pragma: no cover - compiled
+    """numba kernel of :func:`point_in_polygon`."""
+    for k in range(lat.size):
+        inside[k] = _inside_polygon(poly_lat, poly_lon, lat[k], lon[k])
 
 
 def _k_assign(lat, lon, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin, width, height, scale,
               poly_lat, poly_lon, col, row, inside, bin_index, x_code, y_code):  # pragma: no cover
-    """numba kernel of :meth:`BinGrid.assign` for flat arrays: per point, the operations of
-    :meth:`BinGrid._assign_numpy`, :func:`point_in_polygon` and ``nint`` in the same order."""
-    n_poly = poly_lat.size
+    """numba kernel of :meth:`BinGrid.assign`, per point (see there)."""
     for k in range(lat.size):
         y = lat[k]
         x = lon[k]
@@ -117,72 +139,35 @@ def _k_assign(lat, lon, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin, widt
         row[k] = r
         ok = (finite and x >= min_x and x <= max_x and y >= min_y and y <= max_y
               and c >= 0 and c < width and r >= 0 and r < height)
-        if ok:
-            if n_poly < 3:
-                ok = False
-            else:
-                ins = False
-                j = n_poly - 1
-                yflag0 = poly_lat[j] >= y
-                for i in range(n_poly):
-                    yflag1 = poly_lat[i] >= y
-                    if yflag0 != yflag1:
-                        t = ((poly_lat[i] - y) * (poly_lon[j] - poly_lon[i])
-                             >= (poly_lon[i] - x) * (poly_lat[j] - poly_lat[i]))
-                        if t == yflag1:
-                            ins = not ins
-                    yflag0 = yflag1
-                    j = i
-                ok = ins
+        ok = ok and _inside_polygon(poly_lat, poly_lon, y, x)
         inside[k] = ok
         if ok:
             bin_index[k] = np.int64(r) * width + c
-            cf = np.float64(c)
-            rf = np.float64(r)
-            xo = np.float64(np.float32(x - (min_x + cf * x_bin)))
-            yo = np.float64(np.float32(y - (min_y + rf * y_bin)))
-            for v, out in (((xo / x_bin) * scale, x_code), ((yo / y_bin) * scale, y_code)):
-                # pfm_dask._numeric.nint
-                shifted = v - 0.5 if v < 0.0 else v + 0.5
-                if np.isfinite(shifted) and abs(shifted) < 9.2e18:
-                    out[k] = np.int64(math.trunc(shifted))
-                else:
-                    out[k] = 0
+            # the offset from the bin corner is held in a C float before scaling
+            xo = np.float64(np.float32(x - (min_x + np.float64(c) * x_bin)))
+            yo = np.float64(np.float32(y - (min_y + np.float64(r) * y_bin)))
+            x_code[k] = _nint((xo / x_bin) * scale)
+            y_code[k] = _nint((yo / y_bin) * scale)
         else:
             bin_index[k] = -1
             x_code[k] = 0
             y_code[k] = 0
 
 
-_KERNEL: list = []
-_KERNEL_LOCK = threading.Lock()
+def _signatures(T) -> dict:
+    f8r = T.Array(T.float64, 1, "C", readonly=True)
+    b1 = T.Array(T.boolean, 1, "C")
+    i4, i8 = T.Array(T.int32, 1, "C"), T.Array(T.int64, 1, "C")
+    return {
+        "point_in_polygon": T.void(f8r, f8r, f8r, f8r, b1),
+        "assign": T.void(f8r, f8r, T.boolean, *(T.float64,) * 6, T.int64, T.int64, T.float64, f8r,
+                         f8r, i4, i4, b1, i8, i8, i8),
+    }
 
 
-def _assign_kernel():
-    """The compiled :func:`_k_assign` (compiled, or loaded from numba's on-disk cache, on first use).
-
-    No fastmath: each operation is the IEEE double (or float) operation of
-    the numpy path, so the codes are the same (the tests compare the two).
-    """
-    if not _KERNEL:
-        with _KERNEL_LOCK:
-            if not _KERNEL:
-                import numba
-
-                T = numba.types
-                f8 = T.Array(T.float64, 1, "C", readonly=True)
-                sig = T.void(f8, f8, T.boolean, *(T.float64,) * 6, T.int64, T.int64, T.float64, f8, f8,
-                             T.Array(T.int32, 1, "C"), T.Array(T.int32, 1, "C"), T.Array(T.boolean, 1, "C"),
-                             *(T.Array(T.int64, 1, "C"),) * 3)
-                opts = dict(nogil=True, error_model="numpy")
-                try:
-                    k = numba.njit(sig, cache=True, **opts)(_k_assign)
-                except RuntimeError as exc:  # no writable cache directory
-                    if "cannot cache" not in str(exc):
-                        raise
-                    k = numba.njit(sig, **opts)(_k_assign)
-                _KERNEL.append(k)
-    return _KERNEL[0]
+#: the compiled ``_k_<name>`` (compiled, or loaded from numba's on-disk cache, on first use;
+#: no fastmath: each operation is the IEEE double or float operation written)
+_kernel = CompiledKernels(globals(), _signatures, helpers=("_inside_polygon", "_nint"))
 
 
 @dataclass(frozen=True, eq=False)
@@ -451,15 +436,13 @@ class BinGrid:
         truncation, the add routine's MBR check (inclusive), and the cached
         writer's offset coding ``NINT((float)(x - corner) / x_bin * scale)``.
         Points exactly on ``max_x``/``max_y`` would index one past the grid in
-        the library; they are reported as not inside.
+        the library; they are reported as not inside. Computed by the compiled
+        :func:`_k_assign`, one point at a time.
         """
         y, x = np.broadcast_arrays(np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64))
-        if y.ndim == 1 and y.size > 1:
-            return self._assign_flat(y, x)
-        return self._assign_numpy(y, x)
-
-    def _assign_flat(self, y: np.ndarray, x: np.ndarray) -> BinAssignment:
-        """:meth:`assign` over flat arrays, by the compiled kernel (same operations per point)."""
+        shape = y.shape
+        y = np.ascontiguousarray(y).reshape(-1)
+        x = np.ascontiguousarray(x).reshape(-1)
         n = y.size
         col = np.empty(n, dtype=np.int32)
         row = np.empty(n, dtype=np.int32)
@@ -468,48 +451,15 @@ class BinGrid:
         x_code = np.empty(n, dtype=np.int64)
         y_code = np.empty(n, dtype=np.int64)
         poly = np.ascontiguousarray(self.polygon, dtype=np.float64)
-        _assign_kernel()(np.ascontiguousarray(y), np.ascontiguousarray(x), bool(self.dateline),
-                         float(self.min_x), float(self.min_y), float(self.max_x), float(self.max_y),
-                         float(self.x_bin), float(self.y_bin), int(self.width), int(self.height),
-                         float(np.float32(self.offset_scale)), np.ascontiguousarray(poly[:, 0]),
-                         np.ascontiguousarray(poly[:, 1]), col, row, inside, bin_index, x_code, y_code)
-        return BinAssignment(col=col, row=row, inside=inside, bin_index=bin_index,
-                             x_off=x_code.astype(self._offset_dtype), y_off=y_code.astype(self._offset_dtype))
-
-    def _assign_numpy(self, y: np.ndarray, x: np.ndarray) -> BinAssignment:
-        """:meth:`assign` in numpy (any shape; the reference for the compiled flat path)."""
-        y = np.array(y, dtype=np.float64)
-        x = np.array(x, dtype=np.float64)
-        if self.dateline:
-            x = np.where(x < 0.0, x + 360.0, x)
-        with np.errstate(invalid="ignore", over="ignore"):
-            fx = (x - self.min_x) / self.x_bin
-            fy = (y - self.min_y) / self.y_bin
-            finite = np.isfinite(fx) & np.isfinite(fy)
-            col = np.trunc(np.clip(np.where(finite, fx, -1.0), -2.0**31, 2.0**31 - 1)).astype(np.int32)
-            row = np.trunc(np.clip(np.where(finite, fy, -1.0), -2.0**31, 2.0**31 - 1)).astype(np.int32)
-            in_mbr = (finite & (x >= self.min_x) & (x <= self.max_x)
-                      & (y >= self.min_y) & (y <= self.max_y))
-        in_range = in_mbr & (col >= 0) & (col < self.width) & (row >= 0) & (row < self.height)
-        inside = np.zeros(y.shape, dtype=bool)
-        idx = np.nonzero(in_range)
-        if idx[0].size:
-            inside[idx] = point_in_polygon(self.polygon[:, 0], self.polygon[:, 1], y[idx], x[idx])
-        bin_index = np.where(inside, row.astype(np.int64) * self.width + col, np.int64(-1))
-
-        x_off = np.zeros(y.shape, dtype=self._offset_dtype)
-        y_off = np.zeros(y.shape, dtype=self._offset_dtype)
-        sel = np.nonzero(inside)
-        if sel[0].size:
-            c = col[sel].astype(np.float64)
-            r = row[sel].astype(np.float64)
-            scale = np.float64(np.float32(self.offset_scale))  # float header field, promoted
-            # the offset from the bin corner is held in a C float before scaling
-            xo = (x[sel] - (self.min_x + c * self.x_bin)).astype(np.float32).astype(np.float64)
-            yo = (y[sel] - (self.min_y + r * self.y_bin)).astype(np.float32).astype(np.float64)
-            x_off[sel] = nint((xo / self.x_bin) * scale).astype(self._offset_dtype)
-            y_off[sel] = nint((yo / self.y_bin) * scale).astype(self._offset_dtype)
-        return BinAssignment(col=col, row=row, inside=inside, bin_index=bin_index, x_off=x_off, y_off=y_off)
+        _kernel("assign")(y, x, bool(self.dateline), float(self.min_x), float(self.min_y),
+                          float(self.max_x), float(self.max_y), float(self.x_bin), float(self.y_bin),
+                          int(self.width), int(self.height), float(np.float32(self.offset_scale)),
+                          np.ascontiguousarray(poly[:, 0]), np.ascontiguousarray(poly[:, 1]),
+                          col, row, inside, bin_index, x_code, y_code)
+        return BinAssignment(col=col.reshape(shape), row=row.reshape(shape),
+                             inside=inside.reshape(shape), bin_index=bin_index.reshape(shape),
+                             x_off=x_code.astype(self._offset_dtype).reshape(shape),
+                             y_off=y_code.astype(self._offset_dtype).reshape(shape))
 
     def decode_position(self, col, row, x_off, y_off):
         """Position (lat, lon) of stored soundings, as the library decodes them.

@@ -1,12 +1,12 @@
-"""The compiled flat path of ``geodesy.direct`` gives the previous numpy results bit for bit.
+"""The compiled ``geodesy.direct`` gives the results of the numpy port it replaced bit for bit.
 
-``direct`` on flat arrays of one length (how the loader places beams) runs a
-numba kernel that reuses the latitude and azimuth terms while they repeat;
-broadcast shapes run numpy. Both are compared here with the implementation
-they replaced (``_old_direct``, kept verbatim) on millions of random cases
-and the edge cases the NGS code has branches for, and ``beam_positions``
-with the old two-move computation. Equal means the same 64 bits, except that
-NaN (from NaN input) only has to stay NaN.
+``direct`` runs a numba kernel, one point at a time, whatever the shapes. It is
+compared here with the numpy implementation it replaced (``_old_direct``, kept
+verbatim as the reference) on millions of random cases and the edge cases the
+NGS code has branches for, and ``beam_positions_reference`` (pfmLoader's two
+NGS moves per beam) with the old two-move computation. Equal means the same
+64 bits, except that NaN (from NaN input) only has to stay NaN. The fast
+placement, ``beam_positions``, is checked against both in ``test_placement.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,12 @@ import numpy as np
 import pytest
 
 from pfm_dask import geodesy as G
-from pfm_dask.gsf import beam_positions
+from pfm_dask.gsf import beam_positions_reference
+
+
+def _series_angle(omg, sn, cs, c4, css, c3, c2):
+    """The NGS latitude series ``omg + sn*cs*1e-6*(c4 + css*(c3 + c2*css))`` in C order."""
+    return omg + ((sn * cs) * 1.0e-6) * (c4 + css * (c3 + c2 * css))
 
 
 def _old_direct(lat_deg, lon_deg, azimuth_deg, distance_m):
@@ -58,13 +63,13 @@ def _old_direct(lat_deg, lon_deg, azimuth_deg, distance_m):
         ypri = y + ycor * y * 1.0e-7
         cosa = np.cos(phj)
         cssq = cosa * cosa
-        y0 = G._Z1 * G._series_angle(phj, sina, cosa, -G._Z4, cssq, G._Z3, -G._Z2)
+        y0 = G._Z1 * _series_angle(phj, sina, cosa, -G._Z4, cssq, G._Z3, -G._Z2)
         y1 = y0 + ypri
         omega = G._W1 * y1
         sin1 = np.sin(omega)
         cos1 = np.cos(omega)
         css1 = cos1 * cos1
-        phi1 = G._series_angle(omega, sin1, cos1, G._W4, css1, G._W3, G._W2)
+        phi1 = _series_angle(omega, sin1, cos1, G._W4, css1, G._W3, G._W2)
         sin1 = np.sin(phi1)
         cos1 = np.cos(phi1)
         faca = np.sqrt(1.0 - G._ESQ * sin1 * sin1) / (2.0 * G._AXIS)
@@ -80,7 +85,7 @@ def _old_direct(lat_deg, lon_deg, azimuth_deg, distance_m):
         sin2 = np.sin(omegb)
         cos2 = np.cos(omegb)
         css2 = cos2 * cos2
-        phipri = G._series_angle(omegb, sin2, cos2, G._W4, css2, G._W3, G._W2)
+        phipri = _series_angle(omegb, sin2, cos2, G._W4, css2, G._W3, G._W2)
         sp = np.sin(phipri)
         h = np.sqrt(1.0 - G._ESQ * (sp * sp)) / (G._AXIS * np.cos(phipri) * G._ARC1)
         applam = h * xpri
@@ -146,8 +151,6 @@ def test_flat_direct_equals_the_previous_implementation(seed):
     want = _old_direct(lat, lon, az, s)
     got = G.direct(lat, lon, az, s)
     assert _same(got[0], want[0]) and _same(got[1], want[1])
-    ref = G.direct_numpy(lat, lon, az, s)
-    assert _same(ref[0], want[0]) and _same(ref[1], want[1])
 
 
 def test_repeated_start_points_reuse_terms_without_changing_anything():
@@ -179,21 +182,77 @@ def _old_beam_positions(lat, lon, hdg, across, along, present):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_beam_positions_equal_the_previous_computation(seed):
+def test_reference_beam_positions_equal_the_previous_computation(seed):
     lat, lon, hdg, across, along = _pings(seed, 2000, 432)
     rng = np.random.default_rng(seed)
     present = np.repeat(rng.random(2000) < 0.8, 432)   # whole pings without an along-track array
-    got = beam_positions(lat, lon, hdg, across, along, along_present=present)
+    got = beam_positions_reference(lat, lon, hdg, across, along, along_present=present)
     want = _old_beam_positions(lat, lon, hdg, across, along, present)
     assert _same(got[0], want[0]) and _same(got[1], want[1])
-    got = beam_positions(lat, lon, hdg, across, along)
+    got = beam_positions_reference(lat, lon, hdg, across, along)
     want = _old_beam_positions(lat, lon, hdg, across, along, np.ones(lat.size, bool))
     assert _same(got[0], want[0]) and _same(got[1], want[1])
 
 
-# --- binning: the compiled flat path of BinGrid.assign equals its numpy path ---------------------
+# --- binning: the compiled BinGrid.assign equals the numpy implementation it replaced -----------
 
-from pfm_dask.bins import BinGrid  # noqa: E402
+from pfm_dask._numeric import nint  # noqa: E402
+from pfm_dask.bins import BinGrid, point_in_polygon  # noqa: E402
+
+
+def _old_point_in_polygon(poly_lat, poly_lon, lat, lon) -> np.ndarray:
+    """The previous numpy ``point_in_polygon``, unchanged."""
+    py = np.asarray(poly_lat, dtype=np.float64)
+    px = np.asarray(poly_lon, dtype=np.float64)
+    y, x = np.broadcast_arrays(np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64))
+    inside = np.zeros(y.shape, dtype=bool)
+    n = py.shape[0]
+    if n < 3:
+        return inside
+    j = n - 1
+    yflag0 = py[j] >= y
+    for i in range(n):
+        yflag1 = py[i] >= y
+        crosses = yflag0 != yflag1
+        test = ((py[i] - y) * (px[j] - px[i]) >= (px[i] - x) * (py[j] - py[i])) == yflag1
+        inside ^= crosses & test
+        yflag0 = yflag1
+        j = i
+    return inside
+
+
+def _old_assign(g, y, x) -> dict:
+    """The previous numpy ``BinGrid._assign_numpy``, unchanged but for ``self`` -> ``g``."""
+    y = np.array(y, dtype=np.float64)
+    x = np.array(x, dtype=np.float64)
+    if g.dateline:
+        x = np.where(x < 0.0, x + 360.0, x)
+    with np.errstate(invalid="ignore", over="ignore"):
+        fx = (x - g.min_x) / g.x_bin
+        fy = (y - g.min_y) / g.y_bin
+        finite = np.isfinite(fx) & np.isfinite(fy)
+        col = np.trunc(np.clip(np.where(finite, fx, -1.0), -2.0**31, 2.0**31 - 1)).astype(np.int32)
+        row = np.trunc(np.clip(np.where(finite, fy, -1.0), -2.0**31, 2.0**31 - 1)).astype(np.int32)
+        in_mbr = (finite & (x >= g.min_x) & (x <= g.max_x)
+                  & (y >= g.min_y) & (y <= g.max_y))
+    in_range = in_mbr & (col >= 0) & (col < g.width) & (row >= 0) & (row < g.height)
+    inside = np.zeros(y.shape, dtype=bool)
+    idx = np.nonzero(in_range)
+    if idx[0].size:
+        inside[idx] = _old_point_in_polygon(g.polygon[:, 0], g.polygon[:, 1], y[idx], x[idx])
+    bin_index = np.where(inside, row.astype(np.int64) * g.width + col, np.int64(-1))
+    x_off = np.zeros(y.shape, dtype=g._offset_dtype)
+    y_off = np.zeros(y.shape, dtype=g._offset_dtype)
+    sel = np.nonzero(inside)
+    if sel[0].size:
+        c = col[sel].astype(np.float64)
+        r = row[sel].astype(np.float64)
+        scale = np.float64(np.float32(g.offset_scale))
+        xo = (x[sel] - (g.min_x + c * g.x_bin)).astype(np.float32).astype(np.float64)
+        yo = (y[sel] - (g.min_y + r * g.y_bin)).astype(np.float32).astype(np.float64)
+        x_off[sel] = nint((xo / g.x_bin) * scale).astype(g._offset_dtype)
+        y_off[sel] = nint((yo / g.y_bin) * scale).astype(g._offset_dtype)
+    return dict(col=col, row=row, inside=inside, bin_index=bin_index, x_off=x_off, y_off=y_off)
 
 
 def _grids():
@@ -207,7 +266,7 @@ def _grids():
 
 
 @pytest.mark.parametrize("k", range(5))
-def test_flat_assign_equals_the_numpy_path(k):
+def test_assign_equals_the_previous_numpy_implementation(k):
     g = list(_grids())[k]
     rng = np.random.default_rng(k)
     n = 400_000
@@ -228,11 +287,24 @@ def test_flat_assign_equals_the_numpy_path(k):
     lat[rng.random(n) < 0.001] = np.nan
     lon[rng.random(n) < 0.001] = np.inf
     got = g.assign(lat, lon)
-    want = g._assign_numpy(lat, lon)
+    want = _old_assign(g, lat, lon)
     for f in ("col", "row", "inside", "bin_index", "x_off", "y_off"):
-        a, b = getattr(got, f), getattr(want, f)
+        a, b = getattr(got, f), want[f]
         assert a.dtype == b.dtype and np.array_equal(a, b), f
     assert got.inside.any() and not got.inside.all()
+    # any shape, one point, no point: the same kernel
+    sh = (400, 1000)
+    two_d = g.assign(lat.reshape(sh), lon.reshape(sh))
+    assert np.array_equal(two_d.bin_index.ravel(), want["bin_index"])
+    assert np.array_equal(two_d.x_off.ravel(), want["x_off"])
+    one = g.assign(lat[5000], lon[5000])
+    assert one.bin_index.shape == () and one.bin_index == want["bin_index"][5000]
+    assert g.assign(lat[:0], lon[:0]).bin_index.shape == (0,)
+    inside = point_in_polygon(g.polygon[:, 0], g.polygon[:, 1], lat.reshape(sh), lon.reshape(sh))
+    with np.errstate(invalid="ignore"):  # inf longitudes: inf * 0 in the old numpy test
+        want_inside = _old_point_in_polygon(g.polygon[:, 0], g.polygon[:, 1], lat.reshape(sh),
+                                            lon.reshape(sh))
+    assert np.array_equal(inside, want_inside)
 
 
 def test_bin_order_equals_lexsort():
