@@ -1,0 +1,295 @@
+"""Dask's TLS: a load through a ``tls://`` scheduler, and batch profiles that pass TLS to their jobs.
+
+A real ``dask scheduler`` and two ``dask worker`` processes on loopback, all
+started with ``--tls-ca-file/--tls-cert/--tls-key`` and certificates made
+here (``cryptography``). The load goes through ``--scheduler tls://...`` with
+the same options and must write what ``--serial`` writes; a plain-TCP client,
+and a TLS client whose certificate another CA signed, are refused.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pfm_dask import pipeline
+from pfm_dask.config import LoadConfig
+from pfm_dask.inputs import expand_inputs
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# ------------------------------------------------------------- certificates
+def make_certificates(folder: Path, name: str = "ca") -> dict[str, Path]:
+    """A CA and one certificate it signed (for 127.0.0.1 and localhost), as PEM files.
+
+    Returns ``{"ca": ..., "cert": ..., "key": ...}``.
+    """
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    folder.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"pfm-dask test {name}")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(minutes=5))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
+                                       key_encipherment=False, data_encipherment=False,
+                                       key_agreement=False, key_cert_sign=True, crl_sign=True,
+                                       encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
+                         critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
+                                         key_encipherment=True, data_encipherment=False,
+                                         key_agreement=True, key_cert_sign=False, crl_sign=False,
+                                         encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                  ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
+            .add_extension(x509.SubjectAlternativeName([
+                x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+                ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = {"ca": folder / f"{name}.pem", "cert": folder / f"{name}-cert.pem",
+             "key": folder / f"{name}-key.pem"}
+    paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths["key"].write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                               serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+    paths["key"].chmod(0o600)
+    return paths
+
+
+def _tls_args(c: dict[str, Path]) -> list[str]:
+    return ["--tls-ca-file", str(c["ca"]), "--tls-cert", str(c["cert"]), "--tls-key", str(c["key"])]
+
+
+def _security(c: dict[str, Path]):
+    """A Dask client's TLS settings for these files, built directly (not with our helper)."""
+    from distributed import Security
+
+    return Security(tls_ca_file=str(c["ca"]), tls_client_cert=str(c["cert"]),
+                    tls_client_key=str(c["key"]), require_encryption=True)
+
+
+def _stop(procs) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("certs")
+    return {"good": make_certificates(tmp, "ca"), "other": make_certificates(tmp, "other-ca")}
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(tmp_path_factory, certs):
+    """``dask scheduler`` + a disk worker + a compute worker, TLS only, on 127.0.0.1."""
+    tmp = tmp_path_factory.mktemp("tlscluster")
+    sfile = tmp / "scheduler.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    procs, logs = [], []
+    tls = _tls_args(certs["good"])
+
+    def spawn(args, name):
+        log = open(tmp / f"{name}.log", "w")
+        logs.append(log)
+        procs.append(subprocess.Popen([sys.executable, "-m", *args], stdout=log,
+                                      stderr=subprocess.STDOUT, env=env, cwd=tmp))
+
+    try:
+        spawn(["distributed.cli.dask_scheduler", "--protocol", "tls", "--host", "127.0.0.1",
+               "--port", "0", "--dashboard-address", "127.0.0.1:0", "--scheduler-file",
+               str(sfile), "--preload", "pfm_dask.dashboard", *tls], "scheduler")
+        t0 = time.monotonic()
+        while not sfile.exists() or not sfile.read_text().strip().endswith("}"):
+            if procs[0].poll() is not None or time.monotonic() - t0 > 30:
+                pytest.fail("dask scheduler did not start: "
+                            + (tmp / "scheduler.log").read_text()[-2000:])
+            time.sleep(0.1)
+        addr = json.loads(sfile.read_text())["address"]
+        assert addr.startswith("tls://127.0.0.1:"), addr
+        for name, res in (("disk-node", "disk=1"), ("compute-node", "compute=1")):
+            spawn(["distributed.cli.dask_worker", addr, "--name", name, "--nthreads", "1",
+                   "--resources", res, "--host", "127.0.0.1", "--no-dashboard", *tls], name)
+        from distributed import Client
+
+        with Client(addr, timeout="30s", security=_security(certs["good"])) as client:
+            client.wait_for_workers(2, timeout=60)
+            names = {w["name"]: a for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+        yield addr, names
+    finally:
+        _stop(procs[1:])
+        _stop(procs[:1])
+        for log in logs:
+            log.close()
+
+
+@pytest.fixture(scope="module")
+def survey(tmp_path_factory):
+    from pfm_dask import synth
+
+    out = tmp_path_factory.mktemp("tls-survey")
+    synth.generate(out, files=3, pings=40, beams=64, seed=7)
+    return out
+
+
+def _cli(*args, cwd=None, timeout=180):
+    return subprocess.run([sys.executable, "-m", "pfm_dask.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
+# ------------------------------------------------------------ --scheduler tls://
+@pytest.mark.cluster
+def test_load_through_a_tls_scheduler_writes_what_serial_writes(tls_cluster, certs, survey,
+                                                               tmp_path):
+    addr, names = tls_cluster
+    out = tmp_path / "tls.pfm"
+    r = _cli("load", survey, "-o", out, "--bin-size", "25", "--scheduler", addr,
+             *_tls_args(certs["good"]), "-q")
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads((tmp_path / "tls.pfm.data" / "load-report.json").read_text())
+    assert rep["writer_worker"] == names["disk-node"] and rep["check"]["sound"]
+    ref = tmp_path / "serial.pfm"
+    res = pipeline.run_load(expand_inputs([survey]), ref, LoadConfig(bin_size_m=25.0),
+                            mode="serial")
+    assert res.exit_code == 0
+    for part in (".ndx", ".bin", ".lin", ".ctl"):
+        a = (tmp_path / "serial.pfm.data" / f"serial.pfm{part}").read_bytes()
+        b = (tmp_path / "tls.pfm.data" / f"tls.pfm{part}").read_bytes()
+        if part == ".bin":  # the header holds the creation date
+            a, b = a[131072:], b[131072:]
+        if part == ".ctl":  # names the PFM
+            a, b = a.replace(b"serial.pfm", b"X"), b.replace(b"tls.pfm", b"X")
+        assert a == b, part
+
+
+@pytest.mark.cluster
+def test_plain_tcp_client_is_refused(tls_cluster):
+    from distributed import Client
+
+    addr, _ = tls_cluster
+    with pytest.raises((OSError, TimeoutError)):
+        Client(addr.replace("tls://", "tcp://"), timeout="5s").close()
+
+
+@pytest.mark.cluster
+def test_client_certified_by_another_ca_is_refused(tls_cluster, certs):
+    from distributed import Client
+
+    addr, _ = tls_cluster
+    with pytest.raises((OSError, TimeoutError)):
+        Client(addr, timeout="5s", security=_security(certs["other"])).close()
+
+
+@pytest.mark.cluster
+def test_tls_scheduler_without_certificates_is_a_one_line_error(tls_cluster, survey, tmp_path):
+    addr, _ = tls_cluster
+    env_free = {k: v for k, v in os.environ.items() if not k.startswith("DASK_DISTRIBUTED__COMM")}
+    r = subprocess.run([sys.executable, "-m", "pfm_dask.cli", "load", str(survey), "-o",
+                        str(tmp_path / "x.pfm"), "--scheduler", addr, "-q"],
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(env_free, PYTHONPATH=str(REPO), DASK_CONFIG=str(tmp_path)))
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    assert "TLS scheduler" in r.stderr and "--tls-ca-file" in r.stderr
+
+
+def test_certificates_for_a_tcp_scheduler_are_an_error(certs, survey, tmp_path):
+    r = _cli("load", survey, "-o", tmp_path / "x.pfm", "--scheduler", "tcp://127.0.0.1:1",
+             *_tls_args(certs["good"]), "-q")
+    assert r.returncode == 1 and "not tls://" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_tls_options_are_refused_for_the_embedded_cluster(certs, survey, tmp_path):
+    r = _cli("load", survey, "-o", tmp_path / "x.pfm", *_tls_args(certs["good"]), "-q")
+    assert r.returncode == 1 and "127.0.0.1" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_unreadable_certificate_file_is_named(certs, survey, tmp_path):
+    missing = tmp_path / "nope.pem"
+    r = _cli("load", survey, "-o", tmp_path / "x.pfm", "--scheduler", "tls://127.0.0.1:1",
+             "--tls-ca-file", certs["good"]["ca"], "--tls-cert", missing, "-q")
+    assert r.returncode == 1 and str(missing) in r.stderr and "Traceback" not in r.stderr
+
+
+# ------------------------------------------------------------- batch profiles
+def _batch_profile(kind: str, c: dict[str, Path] | None) -> dict:
+    prof = {"kind": kind,
+            "compute": {"cores": 2, "processes": 1, "memory": "2GB", "walltime": "01:00:00"},
+            "disk": {"memory": "2GB", "walltime": "02:00:00"}}
+    if c is not None:
+        prof["tls"] = {"ca_file": str(c["ca"]), "cert": str(c["cert"]), "key": str(c["key"])}
+    return prof
+
+
+@pytest.mark.parametrize("kind", ["slurm", "pbs"])
+def test_profile_tls_goes_into_both_job_scripts(certs, kind):
+    from pfm_dask.cluster import ClusterProfile, render_job_scripts
+
+    c = certs["good"]
+    scripts = render_job_scripts(ClusterProfile.from_dict(_batch_profile(kind, c)))
+    for role, text in scripts.items():
+        cmd = next(ln for ln in text.splitlines() if "distributed.cli.dask_worker" in ln)
+        assert "tls://SCHEDULER:8786" in cmd, role
+        assert "--protocol tls://" in cmd, role
+        assert f"--tls-ca-file {c['ca']}" in cmd, role
+        assert f"--tls-cert {c['cert']}" in cmd, role
+        assert f"--tls-key {c['key']}" in cmd, role
+    plain = render_job_scripts(ClusterProfile.from_dict(_batch_profile(kind, None)))
+    for text in plain.values():
+        assert "--tls-" not in text and "tcp://SCHEDULER:8786" in text
+
+
+def test_profile_tls_errors_name_the_key(certs, tmp_path):
+    from pfm_dask.cluster import ClusterProfile
+    from pfm_dask.errors import ConfigError
+
+    c = certs["good"]
+    bad = _batch_profile("slurm", c)
+    del bad["tls"]["cert"]
+    with pytest.raises(ConfigError, match=r"tls\.cert: missing"):
+        ClusterProfile.from_dict(bad, source="p.yaml")
+    bad = _batch_profile("slurm", c)
+    bad["tls"]["key"] = str(tmp_path / "absent.pem")
+    with pytest.raises(ConfigError, match="absent.pem"):
+        ClusterProfile.from_dict(bad, source="p.yaml")
+    with pytest.raises(ConfigError, match="127.0.0.1 only"):
+        ClusterProfile.from_dict({"kind": "local", "tls": _batch_profile("slurm", c)["tls"]})
+    with pytest.raises(ConfigError, match="127.0.0.1 only"):
+        ClusterProfile.from_dict({"kind": "local", "scheduler": {"host": "0.0.0.0"}})
