@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,8 @@ import pytest
 from pfm_dask import pipeline
 from pfm_dask.config import LoadConfig
 from pfm_dask.inputs import expand_inputs
+
+from .daskprocs import DaskProcesses
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -98,18 +99,6 @@ def _security(c: dict[str, Path]):
                     tls_client_key=str(c["key"]), require_encryption=True)
 
 
-def _stop(procs) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("certs")
@@ -121,42 +110,23 @@ def tls_cluster(tmp_path_factory, certs):
     """``dask scheduler`` + a disk worker + a compute worker, TLS only, on 127.0.0.1."""
     tmp = tmp_path_factory.mktemp("tlscluster")
     sfile = tmp / "scheduler.json"
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    procs, logs = [], []
     tls = _tls_args(certs["good"])
-
-    def spawn(args, name):
-        log = open(tmp / f"{name}.log", "w")
-        logs.append(log)
-        procs.append(subprocess.Popen([sys.executable, "-m", *args], stdout=log,
-                                      stderr=subprocess.STDOUT, env=env, cwd=tmp))
-
-    try:
-        spawn(["distributed.cli.dask_scheduler", "--protocol", "tls", "--host", "127.0.0.1",
-               "--port", "0", "--dashboard-address", "127.0.0.1:0", "--scheduler-file",
-               str(sfile), "--preload", "pfm_dask.dashboard", *tls], "scheduler")
-        t0 = time.monotonic()
-        while not sfile.exists() or not sfile.read_text().strip().endswith("}"):
-            if procs[0].poll() is not None or time.monotonic() - t0 > 30:
-                pytest.fail("dask scheduler did not start: "
-                            + (tmp / "scheduler.log").read_text()[-2000:])
-            time.sleep(0.1)
-        addr = json.loads(sfile.read_text())["address"]
+    with DaskProcesses(tmp, dict(os.environ, PYTHONPATH=str(REPO))) as dp:
+        sched = dp.spawn(["distributed.cli.dask_scheduler", "--protocol", "tls", "--host",
+                          "127.0.0.1", "--port", "0", "--dashboard-address", "127.0.0.1:0",
+                          "--scheduler-file", str(sfile), "--preload", "pfm_dask.dashboard",
+                          *tls], "scheduler")
+        addr = dp.scheduler_identity(sfile, sched)["address"]
         assert addr.startswith("tls://127.0.0.1:"), addr
         for name, res in (("disk-node", "disk=1"), ("compute-node", "compute=1")):
-            spawn(["distributed.cli.dask_worker", addr, "--name", name, "--nthreads", "1",
-                   "--resources", res, "--host", "127.0.0.1", "--no-dashboard", *tls], name)
+            dp.spawn(["distributed.cli.dask_worker", addr, "--name", name, "--nthreads", "1",
+                      "--resources", res, "--host", "127.0.0.1", "--no-dashboard", *tls], name)
         from distributed import Client
 
         with Client(addr, timeout="30s", security=_security(certs["good"])) as client:
             client.wait_for_workers(2, timeout=60)
             names = {w["name"]: a for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
         yield addr, names
-    finally:
-        _stop(procs[1:])
-        _stop(procs[:1])
-        for log in logs:
-            log.close()
 
 
 @pytest.fixture(scope="module")
