@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -263,3 +264,119 @@ def test_profile_tls_errors_name_the_key(certs, tmp_path):
         ClusterProfile.from_dict({"kind": "local", "tls": _batch_profile("slurm", c)["tls"]})
     with pytest.raises(ConfigError, match="127.0.0.1 only"):
         ClusterProfile.from_dict({"kind": "local", "scheduler": {"host": "0.0.0.0"}})
+
+
+# ------------------------------------------- a slurm profile with TLS, for real
+_FAKE_SBATCH = '''#!{python}
+"""sbatch for the tests: runs the job script at once, in a session of its own; prints its id."""
+import os, shutil, subprocess, sys
+jobs = {jobs!r}
+n = len([f for f in os.listdir(jobs) if f.endswith(".sh")])
+script = os.path.join(jobs, f"job-{{n}}.sh")
+shutil.copy(sys.argv[-1], script)
+log = open(script[:-3] + ".log", "w")
+p = subprocess.Popen(["bash", script], stdout=log, stderr=subprocess.STDOUT,
+                     start_new_session=True)
+with open(os.path.join(jobs, "ids"), "a") as f:
+    f.write(f"{{p.pid}}\\n")
+print(f"Submitted batch job {{p.pid}}")
+'''
+_FAKE_SCANCEL = '''#!{python}
+"""scancel for the tests: ends the job's session (bash and its dask worker)."""
+import os, signal, sys
+for jid in sys.argv[1:]:
+    try:
+        os.killpg(int(jid), signal.SIGTERM)
+    except (ProcessLookupError, ValueError):
+        pass
+'''
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+    """``sbatch``/``scancel`` that run the jobs as local processes; yields the jobs folder."""
+    bin_dir, jobs = tmp_path / "bin", tmp_path / "jobs"
+    bin_dir.mkdir()
+    jobs.mkdir()
+    for name, text in (("sbatch", _FAKE_SBATCH), ("scancel", _FAKE_SCANCEL)):
+        f = bin_dir / name
+        f.write_text(text.format(python=sys.executable, jobs=str(jobs)))
+        f.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    yield jobs
+    ids = jobs / "ids"
+    if ids.exists():  # jobs a failed test left running
+        subprocess.run(["scancel", *ids.read_text().split()], check=False)
+
+
+def _running(jobs: Path, wait: float = 15.0) -> list[int]:
+    """The job sessions (ids) that still have processes after ``wait`` seconds."""
+    import psutil
+
+    ids = {int(i) for i in (jobs / "ids").read_text().split()}
+    t0 = time.monotonic()
+    while True:
+        left = sorted({i for p in psutil.process_iter() if (i := _sid(p)) in ids})
+        if not left or time.monotonic() - t0 > wait:
+            return left
+        time.sleep(0.2)
+
+
+def _sid(p) -> int | None:
+    try:
+        return os.getsid(p.pid)
+    except OSError:
+        return None
+
+
+@pytest.mark.cluster
+def test_slurm_profile_with_tls_runs_its_jobs_over_tls(fake_slurm, certs, survey, tmp_path,
+                                                       monkeypatch):
+    """The in-process scheduler listens on tls:// only, both jobs' workers connect with the
+    profile's certificates, the load writes what --serial writes, and the scheduler's scratch
+    folder is gone afterwards."""
+    import dask
+    from distributed import Client
+
+    from pfm_dask.cluster import ClusterProfile
+
+    scratch_parent = tmp_path / "scratch"
+    scratch_parent.mkdir()
+    prof = ClusterProfile.from_dict({
+        **_batch_profile("slurm", certs["good"]),
+        "scheduler": {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0"},
+        "interface": "lo", "wait_timeout": 120, "death_timeout": 30})
+    refused: list[str] = []
+
+    def progress(status):
+        if refused:
+            return
+        scripts = sorted(fake_slurm.glob("*.sh"))
+        cmd = next(ln for ln in scripts[0].read_text().splitlines() if "dask_worker" in ln)
+        addr = next(w for w in cmd.split() if w.startswith("tls://"))
+        try:
+            Client(addr.replace("tls://", "tcp://"), timeout="3s").close()
+            refused.append("accepted")
+        except (OSError, TimeoutError):
+            refused.append("refused")
+
+    out = tmp_path / "slurm-tls.pfm"
+    with dask.config.set({"temporary-directory": str(scratch_parent)}):
+        res = pipeline.run_load(expand_inputs([survey]), out, LoadConfig(bin_size_m=25.0),
+                                mode="cluster", cluster_profile=prof, progress=progress)
+    assert res.exit_code == 0, res.summary()
+    assert refused == ["refused"]
+    scripts = sorted(fake_slurm.glob("*.sh"))
+    assert len(scripts) >= 2  # the disk-node job and a compute job
+    for s in scripts:
+        text = s.read_text()
+        assert "--protocol tls://" in text and f"--tls-ca-file {certs['good']['ca']}" in text
+    assert sorted(scratch_parent.iterdir()) == []
+    assert _running(fake_slurm) == [], "scancel left job processes running"
+    ref = tmp_path / "serial.pfm"
+    assert pipeline.run_load(expand_inputs([survey]), ref, LoadConfig(bin_size_m=25.0),
+                             mode="serial").exit_code == 0
+    for part in (".ndx", ".lin"):
+        assert (tmp_path / "serial.pfm.data" / f"serial.pfm{part}").read_bytes() == \
+            (tmp_path / "slurm-tls.pfm.data" / f"slurm-tls.pfm{part}").read_bytes(), part
