@@ -265,14 +265,16 @@ def _exposure(mode, profile, dashboard_address, tls):
     import dataclasses
 
     from .errors import ConfigError
-    from .security import check_dashboard_address, tls_files
+    from .security import dashboard_address_problem, tls_files
 
     if dashboard_address is not None:
         if mode in ("serial", "scheduler"):
             raise ConfigError("--dashboard-address is for the cluster pfm-dask starts (--workers "
                               "or --cluster); with --scheduler the scheduler's own "
                               "--dashboard-address decides, and --serial has no dashboard")
-        check_dashboard_address(dashboard_address)
+        problem = dashboard_address_problem(dashboard_address)
+        if problem:
+            raise ConfigError(f"--dashboard-address {problem}")
         if profile is not None:
             profile = dataclasses.replace(profile, scheduler=dataclasses.replace(
                 profile.scheduler, dashboard_address=dashboard_address))

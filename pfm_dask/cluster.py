@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import ConfigError, LoadError
-from .security import LOOPBACK, TlsFiles, check_dashboard_address, scratch_folder, tls_files
+from .security import LOOPBACK, TlsFiles, dashboard_address_problem, scratch_folder, tls_files
 
 __all__ = ["ClusterProfile", "ComputeJobs", "DiskJob", "SchedulerSettings", "KINDS",
            "load_profile", "render_job_scripts", "compute_job_kwargs", "disk_job_kwargs",
@@ -326,11 +326,9 @@ class _Parser:
         for key in ("host", "interface", "dashboard_address"):
             if key in sec:
                 kw[key] = self.text(*sec[key])
-        if "dashboard_address" in kw:
-            try:
-                check_dashboard_address(kw["dashboard_address"], f"{where}.dashboard_address")
-            except ConfigError as err:
-                self.fail(f"{where}.dashboard_address", str(err).split(": ", 1)[1])
+        problem = dashboard_address_problem(kw.get("dashboard_address", ":0"))
+        if problem:
+            self.fail(f"{where}.dashboard_address", problem)
         if "port" in sec:
             kw["port"] = self.positive_int(*sec["port"], minimum=0)
         if "host" in kw and "interface" in kw:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from .errors import ConfigError
 
-__all__ = ["LOOPBACK", "LOCAL_DASHBOARD", "TlsFiles", "check_dashboard_address",
+__all__ = ["LOOPBACK", "LOCAL_DASHBOARD", "TlsFiles", "dashboard_address_problem",
            "client_security", "scratch_folder", "scratch_spec_cluster"]
 
 LOOPBACK = "127.0.0.1"
@@ -33,14 +33,17 @@ LOOPBACK = "127.0.0.1"
 LOCAL_DASHBOARD = f"{LOOPBACK}:0"
 
 
-def check_dashboard_address(address: str, where: str = "--dashboard-address") -> str:
-    """``HOST:PORT`` (or ``:PORT``, all interfaces, as Dask reads it); a :class:`ConfigError`
-    for anything Dask would stumble on later with a traceback."""
+def dashboard_address_problem(address: str) -> str | None:
+    """What is wrong with a dashboard address, or None: it must be ``HOST:PORT`` (``:PORT``
+    and a bare ``PORT`` are every interface, as Dask reads them), caught here rather than
+    in a Dask traceback."""
     host, sep, port = str(address).rpartition(":")
+    if not sep and port.isdigit() and int(port) <= 65535:
+        return None
     if not sep or not port.isdigit() or int(port) > 65535 or any(c in host for c in "/ ,"):
-        raise ConfigError(f"{where} must be HOST:PORT, e.g. 127.0.0.1:8787, 0.0.0.0:8787 "
-                          f"(every interface) or 127.0.0.1:0 (any free port), got {address!r}")
-    return str(address)
+        return ("must be HOST:PORT, e.g. 127.0.0.1:8787, 0.0.0.0:8787 (every interface) or "
+                f"127.0.0.1:0 (any free port), got {address!r}")
+    return None
 
 
 # ----------------------------------------------------------------------- TLS

@@ -153,14 +153,37 @@ def test_embedded_cluster_listens_on_loopback_only(default_load):
 
 
 @pytest.mark.cluster
-def test_dashboard_exposed_only_when_asked(survey, tmp_path):
-    code, out, err, seen = _watched_load(
-        [str(survey), "-o", str(tmp_path / "out.pfm"), "--bin-size", "25", "-q", "--json",
-         "--dashboard-address", "0.0.0.0:0"], _env(), tmp_path)
-    assert code == 0, err[-3000:]
-    dash_port = int(json.loads(out)["dashboard"].rsplit(":", 1)[1].split("/", 1)[0])
+def test_dashboard_exposed_only_when_asked():
+    """``dashboard_address`` opens the dashboard (``--dashboard-address``), and nothing else."""
+    from distributed import Client
+
+    from pfm_dask import pipeline
+
+    before = set(_listening_of_tree(os.getpid()))
+    with pipeline.make_local_cluster(1, dashboard_address="0.0.0.0:0") as cluster, \
+            Client(cluster) as client:
+        client.wait_for_workers(1, timeout=120)
+        seen = {k: v for k, v in _listening_of_tree(os.getpid()).items() if k not in before}
+        dash_port = int(client.dashboard_link.rsplit(":", 1)[1].split("/", 1)[0])
+    assert len(seen) >= 2 + 3, seen
     open_ = {(a, port) for _, a, port in seen if not _loopback(a)}
     assert open_ == {("0.0.0.0", dash_port)}, seen
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "host:99999", "a b:1", "http://x:1"])
+def test_bad_dashboard_address_is_a_one_line_error(survey, tmp_path, address):
+    from typer.testing import CliRunner
+
+    from pfm_dask.cli import app
+    from pfm_dask.cluster import ClusterProfile
+    from pfm_dask.errors import ConfigError
+
+    r = CliRunner().invoke(app, ["load", str(survey), "-o", str(tmp_path / "x.pfm"),
+                                 "--dashboard-address", address])
+    assert r.exit_code == 1 and "--dashboard-address must be HOST:PORT" in r.output, r.output
+    with pytest.raises(ConfigError, match="scheduler.dashboard_address: must be HOST:PORT"):
+        ClusterProfile.from_dict({"kind": "local", "scheduler": {"dashboard_address": address}},
+                                 source="p.yaml")
 
 
 def test_dashboard_address_refused_where_pfm_dask_starts_no_cluster(survey, tmp_path):
