@@ -247,6 +247,17 @@ def test_profile_tls_goes_into_both_job_scripts(certs, kind):
         assert "--tls-" not in text and "tcp://SCHEDULER:8786" in text
 
 
+def test_tls_options_replace_a_batch_profiles_section(certs):
+    from pfm_dask.cli import _exposure
+    from pfm_dask.cluster import ClusterProfile
+
+    prof = ClusterProfile.from_dict(_batch_profile("slurm", certs["good"]))
+    o = certs["other"]
+    new, files = _exposure("cluster", prof, None, (str(o["ca"]), str(o["cert"]), str(o["key"])))
+    assert new.tls == files and files.ca_file == str(o["ca"]) and files.cert == str(o["cert"])
+    assert prof.tls.ca_file == str(certs["good"]["ca"])  # the profile itself is left alone
+
+
 def test_profile_tls_errors_name_the_key(certs, tmp_path):
     from pfm_dask.cluster import ClusterProfile
     from pfm_dask.errors import ConfigError
