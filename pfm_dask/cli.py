@@ -265,15 +265,46 @@ def _cluster_profile(kind, config, *, serial, scheduler):
     return profile
 
 
+def _exposure(mode, profile, dashboard_address, tls):
+    """``--dashboard-address`` and ``--tls-*`` checked against the mode; the profile with them."""
+    import dataclasses
+
+    from .errors import ConfigError
+    from .security import dashboard_address_problem, tls_files
+
+    if dashboard_address is not None:
+        if mode in ("serial", "scheduler"):
+            raise ConfigError("--dashboard-address is for the cluster pfm-dask starts (--workers "
+                              "or --cluster); with --scheduler the scheduler's own "
+                              "--dashboard-address decides, and --serial has no dashboard")
+        problem = dashboard_address_problem(dashboard_address)
+        if problem:
+            raise ConfigError(f"--dashboard-address {problem}")
+        if profile is not None:
+            profile = dataclasses.replace(profile, scheduler=dataclasses.replace(
+                profile.scheduler, dashboard_address=dashboard_address))
+    files = tls_files(*tls)
+    if files is not None:
+        if mode in ("serial", "local") or (profile is not None and profile.kind == "local"):
+            raise ConfigError("--tls-ca-file/--tls-cert/--tls-key are for --scheduler and for "
+                              "slurm or pbs profiles; the embedded cluster listens on 127.0.0.1 "
+                              "only (docs/cluster.md, Security)")
+        if profile is not None:
+            profile = dataclasses.replace(profile, tls=files)
+    return profile, files
+
+
 def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_json, quiet,
               cluster=None, cluster_config=None, resume=False, strict=False,
-              checkpoint_seconds=10.0, resume_options=None):
+              checkpoint_seconds=10.0, resume_options=None, dashboard_address=None,
+              tls=(None, None, None)):
     from . import pipeline
     from .inputs import expand_inputs
 
     profile = _cluster_profile(cluster, cluster_config, serial=serial, scheduler=scheduler)
     mode = ("serial" if serial else "scheduler" if scheduler else
             "cluster" if profile is not None else "local")
+    profile, tls_files = _exposure(mode, profile, dashboard_address, tls)
     files = expand_inputs(inputs, keep_duplicates=True) if inputs else []  # the load reports repeats
     prog = _Progress(not quiet, as_json)
 
@@ -291,7 +322,8 @@ def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_jso
                                 on_dashboard=dash, cluster_profile=profile, on_message=note,
                                 resume=resume, strict=strict, command=list(sys.argv),
                                 resume_options=resume_options,
-                                checkpoint_seconds=checkpoint_seconds)
+                                checkpoint_seconds=checkpoint_seconds,
+                                dashboard_address=dashboard_address, security=tls_files)
     finally:
         prog.close()
     if as_json:
@@ -308,6 +340,8 @@ _CONTENT_OPTIONS = ("mbr", "polygon", "bin_size", "min_depth", "max_depth", "pre
 # Options of `load` a printed resume command leaves out: the journal has the inputs and the
 # content settings, and these only shape this one run's output or its start.
 _NOT_RESUMED = ("inputs", "output", "resume", "append", "strict", "png", "as_json", "quiet")
+# Run options whose values are files: a resume command gives them as absolute paths.
+_PATH_OPTIONS = ("cluster_config", "tls_ca_file", "tls_cert", "tls_key")
 
 
 def _resume_options(ctx: typer.Context) -> list[str]:
@@ -331,7 +365,7 @@ def _resume_options(ctx: typer.Context) -> list[str]:
         values = value if isinstance(value, (tuple, list)) else [value]
         for v in values:
             out.append(param.opts[0])
-            out.append(os.path.abspath(v) if isinstance(v, Path) else str(v))
+            out.append(os.path.abspath(v) if name in _PATH_OPTIONS else str(v))
     return out
 
 
@@ -376,6 +410,13 @@ def load(
     strict: bool = typer.Option(False, "--strict", help="refuse to start if the pre-scan finds damaged input"),
     checkpoint_seconds: float = typer.Option(
         10.0, "--checkpoint-seconds", help="seconds between the writer's checkpoints (0: after every piece)"),
+    dashboard_address: Optional[str] = typer.Option(
+        None, "--dashboard-address", help="where the dashboard of the cluster pfm-dask starts "
+        "listens, HOST:PORT (default 127.0.0.1, any port; 0.0.0.0:8787 opens it to the network)"),
+    tls_ca_file: Optional[str] = typer.Option(
+        None, "--tls-ca-file", help="TLS: the CA certificate (PEM) of a tls:// scheduler or a batch profile"),
+    tls_cert: Optional[str] = typer.Option(None, "--tls-cert", help="TLS: this side's certificate (PEM)"),
+    tls_key: Optional[str] = typer.Option(None, "--tls-key", help="TLS: its private key (PEM)"),
 ):
     """Load GSF files into a PFM: Dask workers decode and bin, one pinned writer writes."""
     from .config import LoadConfig, SwathFilterConfig, parse_size
@@ -403,7 +444,9 @@ def load(
                         scheduler=scheduler, append=append, as_json=as_json, quiet=quiet,
                         cluster=cluster, cluster_config=cluster_config, resume=resume,
                         strict=strict, checkpoint_seconds=checkpoint_seconds,
-                        resume_options=_resume_options(ctx))
+                        resume_options=_resume_options(ctx),
+                        dashboard_address=dashboard_address,
+                        tls=(tls_ca_file, tls_cert, tls_key))
         if png is not None and res.exit_code in (EXIT_OK, EXIT_PROBLEMS):
             from .export import write_png
 
@@ -455,8 +498,9 @@ def export(
 @app.command("cluster-script")
 def cluster_script(
     profile: Path = typer.Argument(..., help="cluster profile YAML (slurm or pbs)"),
-    scheduler_address: str = typer.Option("tcp://SCHEDULER:8786", "--scheduler-address",
-                                          help="address written into the scripts"),
+    scheduler_address: Optional[str] = typer.Option(
+        None, "--scheduler-address",
+        help="address written into the scripts (default tcp://SCHEDULER:8786, tls:// with TLS)"),
 ):
     """Print the compute and disk-node job scripts a profile would submit; submits nothing."""
     from .cluster import load_profile, render_job_scripts

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import ConfigError, LoadError
+from .security import LOOPBACK, TlsFiles, dashboard_address_problem, scratch_folder, tls_files
 
 __all__ = ["ClusterProfile", "ComputeJobs", "DiskJob", "SchedulerSettings", "KINDS",
            "load_profile", "render_job_scripts", "compute_job_kwargs", "disk_job_kwargs",
@@ -53,6 +54,8 @@ PRELOAD = "pfm_dask.dashboard"
 _BATCH = {"slurm": ("sbatch", "scancel", "Slurm"), "pbs": ("qsub", "qdel", "PBS")}
 # Worker options this module sets itself; a profile must not repeat them.
 _RESERVED_ARGS = ("--nthreads", "--resources", "--nworkers", "--name", "--memory-limit")
+BATCH_DASHBOARD = ":8787"
+LOCAL_PROFILE_DASHBOARD = f"{LOOPBACK}:8787"
 
 
 # ------------------------------------------------------------------ profile
@@ -63,7 +66,14 @@ class SchedulerSettings:
     host: str | None = None
     interface: str | None = None
     port: int = 0
-    dashboard_address: str = ":8787"
+    dashboard_address: str | None = None  # default: BATCH_DASHBOARD or LOCAL_PROFILE_DASHBOARD
+
+    def dashboard_for(self, kind: str) -> str:
+        """The dashboard address: the profile's, else every interface for a batch scheduler
+        (reached from the desktop through an SSH tunnel) and loopback for the embedded one."""
+        if self.dashboard_address:
+            return self.dashboard_address
+        return LOCAL_PROFILE_DASHBOARD if kind == "local" else BATCH_DASHBOARD
 
 
 @dataclass(frozen=True)
@@ -126,6 +136,7 @@ class ClusterProfile:
     local_directory: str | None = None
     death_timeout: float = 60.0
     wait_timeout: float = 1800.0  # for the disk worker and a first compute worker
+    tls: TlsFiles | None = None  # Dask's TLS between scheduler, workers and client
     compute: ComputeJobs = field(default_factory=ComputeJobs)
     disk: DiskJob = field(default_factory=DiskJob)
 
@@ -135,7 +146,8 @@ class ClusterProfile:
         return _Parser(source).profile(data)
 
     @classmethod
-    def local(cls, workers: int = 2, dashboard_address: str = ":8787") -> "ClusterProfile":
+    def local(cls, workers: int = 2,
+              dashboard_address: str = LOCAL_PROFILE_DASHBOARD) -> "ClusterProfile":
         return cls(kind="local", workers=workers,
                    scheduler=SchedulerSettings(dashboard_address=dashboard_address))
 
@@ -264,7 +276,7 @@ class _Parser:
         top = self.section(data, "", ("kind", "workers", "scheduler", "python",
                                       "job_script_prologue", "interface", "log_directory",
                                       "local_directory", "death_timeout", "wait_timeout",
-                                      "compute", "disk"))
+                                      "tls", "compute", "disk"))
         if "kind" not in top:
             self.fail("kind", "missing: say which cluster this profile is for "
                       f"({', '.join(KINDS)})")
@@ -282,7 +294,18 @@ class _Parser:
             kw["compute"] = self.compute(top["compute"][1], top["compute"][0])
         if "disk" in top:
             kw["disk"] = self.disk(top["disk"][1], top["disk"][0])
+        if "tls" in top:
+            kw["tls"] = self.tls(top["tls"][1], top["tls"][0])
         prof = ClusterProfile(**kw)
+        if prof.kind == "local":
+            for key in ("host", "interface"):
+                if getattr(prof.scheduler, key):
+                    self.fail(f"scheduler.{key}", "a local cluster listens on 127.0.0.1 only; "
+                              "this key is for slurm and pbs profiles (to open the dashboard, "
+                              "set scheduler.dashboard_address)")
+            if prof.tls is not None:
+                self.fail("tls", "a local cluster listens on 127.0.0.1 only and does not use "
+                          "TLS; this section is for slurm and pbs profiles")
         if prof.kind != "local" and kw.get("compute") is None:
             self.fail("compute", f"missing: a {prof.kind} profile needs a compute section "
                       "(queue, cores, memory, walltime, jobs or minimum_jobs/maximum_jobs)")
@@ -303,11 +326,24 @@ class _Parser:
         for key in ("host", "interface", "dashboard_address"):
             if key in sec:
                 kw[key] = self.text(*sec[key])
+        problem = dashboard_address_problem(kw.get("dashboard_address", ":0"))
+        if problem:
+            self.fail(f"{where}.dashboard_address", problem)
         if "port" in sec:
             kw["port"] = self.positive_int(*sec["port"], minimum=0)
         if "host" in kw and "interface" in kw:
             self.fail(f"{where}.interface", "give either host or interface, not both")
         return SchedulerSettings(**kw)
+
+    def tls(self, data, where) -> TlsFiles:
+        sec = self.section(data, where, ("ca_file", "cert", "key"))
+        vals = {k: self.text(*sec[k]) for k in ("ca_file", "cert", "key") if k in sec}
+        for key in ("ca_file", "cert"):
+            if key not in vals:
+                self.fail(f"{where}.{key}", "missing: TLS needs the CA file and this side's "
+                          "certificate (and its key, unless appended to the certificate)")
+        return tls_files(vals["ca_file"], vals["cert"], vals.get("key"), source=self.source,
+                         where=f"{where}.")
 
     def _job_common(self, sec) -> dict:
         kw = {}
@@ -408,11 +444,14 @@ def _expand(path: str | None) -> str | None:
 
 
 def _common_job_kwargs(p: ClusterProfile) -> dict:
-    return {"python": p.python or sys.executable,
-            "job_script_prologue": list(p.job_script_prologue),
-            "interface": p.interface, "log_directory": _expand(p.log_directory),
-            "local_directory": p.local_directory, "death_timeout": p.death_timeout,
-            "shebang": "#!/usr/bin/env bash"}
+    kw = {"python": p.python or sys.executable,
+          "job_script_prologue": list(p.job_script_prologue),
+          "interface": p.interface, "log_directory": _expand(p.log_directory),
+          "local_directory": p.local_directory, "death_timeout": p.death_timeout,
+          "shebang": "#!/usr/bin/env bash"}
+    if p.tls is not None:  # workers get --protocol tls:// and --tls-ca-file/--tls-cert/--tls-key
+        kw.update(protocol="tls://", security=p.tls.security())
+    return kw
 
 
 def compute_job_kwargs(p: ClusterProfile) -> dict:
@@ -462,14 +501,17 @@ def _pbs_mem(memory: str) -> str:
 
 
 def render_job_scripts(profile: ClusterProfile,
-                       scheduler_address: str = "tcp://SCHEDULER:8786") -> dict[str, str]:
+                       scheduler_address: str | None = None) -> dict[str, str]:
     """The compute and disk-node job scripts as they would be submitted; nothing is submitted.
 
-    Returns ``{"compute": script, "disk": script}``.
+    Returns ``{"compute": script, "disk": script}``. ``scheduler_address`` defaults to
+    ``tcp://SCHEDULER:8786`` (``tls://`` for a profile with TLS).
     """
     if profile.kind == "local":
         raise ConfigError("a local profile runs no batch jobs, so there is no job script",
                           path=profile.source)
+    if scheduler_address is None:
+        scheduler_address = ("tls" if profile.tls else "tcp") + "://SCHEDULER:8786"
     job_cls = _job_class(profile.kind)
     ckw, dkw = compute_job_kwargs(profile), disk_job_kwargs(profile)
     logdir = ckw["log_directory"]
@@ -529,6 +571,7 @@ class PfmCluster:
         self.cluster = None
         self.client = None
         self.disk_job = None
+        self._scratch = None  # the in-process scheduler's scratch folder (batch kinds)
         self._closed = False
         self._old_sigterm = None
 
@@ -553,7 +596,7 @@ class PfmCluster:
             from .pipeline import make_local_cluster
 
             self.cluster = make_local_cluster(p.workers,
-                                              dashboard_address=p.scheduler.dashboard_address)
+                                              dashboard_address=p.scheduler.dashboard_for(p.kind))
             self.client = Client(self.cluster)
             return
         submit, _, system = _BATCH[p.kind]
@@ -561,7 +604,9 @@ class PfmCluster:
             raise ConfigError(f"{submit} is not on PATH: run pfm-dask on a {system} login node "
                               "(or use --cluster local, or --scheduler with hand-started "
                               "workers: docs/cluster.md)", path=p.source)
-        sched = {"dashboard_address": p.scheduler.dashboard_address, "preload": [PRELOAD]}
+        self._scratch = scratch_folder()
+        sched = {"dashboard_address": p.scheduler.dashboard_for(p.kind), "preload": [PRELOAD],
+                 "local_directory": self._scratch}
         if p.scheduler.host:
             sched["host"] = p.scheduler.host
         if p.scheduler.interface:
@@ -717,6 +762,8 @@ class PfmCluster:
                 pass
         if self.cluster is not None:
             self.cluster.close()  # a jobqueue cluster cancels its jobs here
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
         if interrupted and p.kind != "local":
             self._say("jobs cancelled")
 

@@ -602,31 +602,40 @@ def _piece_task(piece: Piece, grid: BinGrid, cfg: LoadConfig, writer) -> dict:
             "timings": timings}
 
 
-def make_local_cluster(workers: int, *, dashboard_address: str = ":0",
+def make_local_cluster(workers: int, *, dashboard_address: str | None = None,
                        memory_limit: str | int = "auto", processes: bool = True):
     """An embedded cluster of ``workers`` processes; the first also holds ``disk=1``.
 
+    Every server (scheduler, nannies, workers, their HTTP servers) listens on 127.0.0.1
+    only; ``dashboard_address`` (default ``127.0.0.1:0``) may open the dashboard. Their
+    scratch space is a temporary folder removed when the cluster closes (pfm_dask.security).
     ``processes=False`` runs the workers in this process (tests that patch code).
     """
-    from distributed import Nanny, Scheduler, SpecCluster, Worker
+    from distributed import Nanny, Scheduler, Worker
+
+    from .security import LOCAL_DASHBOARD, LOOPBACK, scratch_folder, scratch_spec_cluster
 
     if workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {workers}")
+    scratch = scratch_folder()
     specs = {}
     for i in range(workers):
         res = {"compute": 1}
         if i == 0:
             res["disk"] = 1
-        opts = {"nthreads": 1, "resources": res, "memory_limit": memory_limit}
+        opts = {"nthreads": 1, "resources": res, "memory_limit": memory_limit,
+                "host": LOOPBACK, "dashboard_address": f"{LOOPBACK}:0",
+                "local_directory": scratch}
         if processes:
             opts["silence_logs"] = logging.WARNING
         specs[f"pfm-worker-{i}"] = {"cls": Nanny if processes else Worker, "options": opts}
     # The scheduler runs in this process: the preload adds the "PFM writer" page and plugin.
-    scheduler = {"cls": Scheduler, "options": {"dashboard_address": dashboard_address,
-                                               "preload": ["pfm_dask.dashboard"]}}
+    scheduler = {"cls": Scheduler, "options": {
+        "host": LOOPBACK, "dashboard_address": dashboard_address or LOCAL_DASHBOARD,
+        "local_directory": scratch, "preload": ["pfm_dask.dashboard"]}}
     with worker_environment():
-        return SpecCluster(workers=specs, scheduler=scheduler, silence_logs=logging.WARNING,
-                           name="pfm-dask")
+        return scratch_spec_cluster()(workers=specs, scheduler=scheduler, scratch=scratch,
+                                      silence_logs=logging.WARNING, name="pfm-dask")
 
 
 #: Periodic work of every Dask server (scheduler, nannies, workers) made less frequent: the
@@ -1125,7 +1134,7 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
              mode: str = "local", workers: int = 2, scheduler: str | None = None,
              append: bool = False, progress: Callable[[dict], None] | None = None,
              on_dashboard: Callable[[str], None] | None = None, client=None,
-             cluster_profile=None,
+             cluster_profile=None, dashboard_address: str | None = None, security=None,
              on_message: Callable[[str], None] | None = None,
              resume: bool = False, strict: bool = False, command: list[str] | None = None,
              resume_options: list[str] | None = None,
@@ -1135,6 +1144,9 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
 
     ``client``: an existing :class:`distributed.Client` to run on (any mode but serial).
     ``on_message``: where the cluster's notices go (jobs submitted, waiting, cancelled).
+    ``dashboard_address``: the embedded cluster's dashboard (default: loopback, any port).
+    ``security``: :class:`~pfm_dask.security.TlsFiles` for ``scheduler`` (default: Dask's
+    configuration).
     ``resume``: continue the interrupted load writing ``output`` (its inputs and settings
     come from its journal; ``inputs`` and ``cfg`` may be empty/None, else must match).
     ``strict``: refuse to start when the pre-scan finds damaged input.
@@ -1217,13 +1229,17 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
         elif mode == "scheduler":
             if not scheduler:
                 raise ConfigError("--scheduler needs an address, e.g. tcp://host:8786")
-            with Client(scheduler, timeout="30s") as client:
+            from .security import client_security
+
+            address, sec = client_security(scheduler, security)
+            with Client(address, timeout="30s", security=sec) as client:
                 if on_dashboard:
                     on_dashboard(client.dashboard_link)
                 res = _run_dask(client, files, output, cfg, progress, append, "scheduler", job)
         else:
             t_start = time.perf_counter()
-            with make_local_cluster(workers) as cluster, Client(cluster) as client:
+            with make_local_cluster(workers, dashboard_address=dashboard_address) as cluster, \
+                    Client(cluster) as client:
                 client.wait_for_workers(workers, timeout=120)
                 t_cluster = time.perf_counter() - t_start
                 if on_dashboard:

@@ -11,7 +11,6 @@ the gauges live there, DASK_NOTES 2.4). The finished PFM, read back with
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ import pytest
 from pfm_dask import pfm, pipeline
 from pfm_dask.config import LoadConfig
 from pfm_dask.inputs import expand_inputs
+
+from .daskprocs import DaskProcesses, stop
 
 pytestmark = pytest.mark.cluster
 
@@ -70,18 +71,6 @@ def _page(base: str) -> tuple[str, list[str]]:
     return text, titles
 
 
-def _stop(procs) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 @pytest.fixture(scope="module")
 def dask_cluster(tmp_path_factory):
     """The three processes; yields (scheduler address, dashboard base URL, {name: address})."""
@@ -89,42 +78,20 @@ def dask_cluster(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("mpcluster")
     sfile = tmp / "scheduler.json"
-    env = dict(os.environ)
-    py = [sys.executable, "-m"]
-    procs = []
-    logs = []
-
-    def spawn(args, name):
-        log = open(tmp / f"{name}.log", "w")
-        logs.append(log)
-        procs.append(subprocess.Popen(py + args, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                      cwd=tmp))
-
-    try:
-        spawn(["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
-               "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sfile),
-               "--preload", "pfm_dask.dashboard"], "scheduler")
-        t0 = time.monotonic()
-        while not sfile.exists() or not sfile.read_text().strip().endswith("}"):
-            if procs[0].poll() is not None or time.monotonic() - t0 > 30:
-                pytest.fail("dask scheduler did not start: "
-                            + (tmp / "scheduler.log").read_text()[-2000:])
-            time.sleep(0.1)
-        ident = json.loads(sfile.read_text())
+    with DaskProcesses(tmp) as dp:
+        sched = dp.spawn(["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
+                          "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sfile),
+                          "--preload", "pfm_dask.dashboard"], "scheduler")
+        ident = dp.scheduler_identity(sfile, sched)
         addr = ident["address"]
         base = f"http://127.0.0.1:{ident['services']['dashboard']}"
         for name, res in (("disk-node", "disk=1"), ("compute-node", "compute=1")):
-            spawn(["distributed.cli.dask_worker", addr, "--name", name, "--nthreads", "1",
-                   "--resources", res, "--host", "127.0.0.1", "--no-dashboard"], name)
+            dp.spawn(["distributed.cli.dask_worker", addr, "--name", name, "--nthreads", "1",
+                      "--resources", res, "--host", "127.0.0.1", "--no-dashboard"], name)
         with Client(addr, timeout="30s") as client:
             client.wait_for_workers(2, timeout=60)
             names = {w["name"]: a for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
         yield addr, base, names
-    finally:
-        _stop(procs[1:])
-        _stop(procs[:1])
-        for log in logs:
-            log.close()
 
 
 @pytest.fixture(scope="module")
@@ -276,7 +243,7 @@ def test_adaptive_scaling_spares_the_disk_worker(tmp_path):
             assert names == ["pfm-disk"]
             assert disk.poll() is None  # the disk worker process is still up
         finally:
-            _stop([disk])
+            stop([disk])
 
 
 def test_local_profile_runs_the_embedded_cluster(survey, tmp_path):
