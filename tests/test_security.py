@@ -180,7 +180,7 @@ def test_bad_dashboard_address_is_a_one_line_error(survey, tmp_path, address):
 
     r = CliRunner().invoke(app, ["load", str(survey), "-o", str(tmp_path / "x.pfm"),
                                  "--dashboard-address", address])
-    assert r.exit_code == 1 and "--dashboard-address must be HOST:PORT" in r.output, r.output
+    assert r.exit_code == 2 and "--dashboard-address must be HOST:PORT" in r.output, r.output
     with pytest.raises(ConfigError, match="scheduler.dashboard_address: must be HOST:PORT"):
         ClusterProfile.from_dict({"kind": "local", "scheduler": {"dashboard_address": address}},
                                  source="p.yaml")
@@ -193,7 +193,7 @@ def test_dashboard_address_refused_where_pfm_dask_starts_no_cluster(survey, tmp_
 
     r = CliRunner().invoke(app, ["load", str(survey), "-o", str(tmp_path / "x.pfm"),
                                  "--serial", "--dashboard-address", "0.0.0.0:8787"])
-    assert r.exit_code == 1 and "--dashboard-address" in r.output, r.output
+    assert r.exit_code == 2 and "--dashboard-address" in r.output, r.output
     assert not (tmp_path / "x.pfm").exists()
 
 
@@ -253,7 +253,7 @@ def test_users_numba_cache_dir_is_kept(tmp_path):
 
 _KERNEL_PROBE = textwrap.dedent("""
     from pfm_dask import geodesy
-    print(geodesy._direct_kernel()._cache._cache_path)
+    print(geodesy._kernel("direct")._cache._cache_path)
 """)
 
 

@@ -196,7 +196,7 @@ def test_tls_scheduler_without_certificates_is_a_one_line_error(tls_cluster, sur
                         str(tmp_path / "x.pfm"), "--scheduler", addr, "-q"],
                        capture_output=True, text=True, timeout=120,
                        env=dict(env_free, PYTHONPATH=str(REPO), DASK_CONFIG=str(tmp_path)))
-    assert r.returncode == 1, r.stderr[-3000:]
+    assert r.returncode == 2, r.stderr[-3000:]
     assert "Traceback" not in r.stderr
     assert "TLS scheduler" in r.stderr and "--tls-ca-file" in r.stderr
 
@@ -204,19 +204,19 @@ def test_tls_scheduler_without_certificates_is_a_one_line_error(tls_cluster, sur
 def test_certificates_for_a_tcp_scheduler_are_an_error(certs, survey, tmp_path):
     r = _cli("load", survey, "-o", tmp_path / "x.pfm", "--scheduler", "tcp://127.0.0.1:1",
              *_tls_args(certs["good"]), "-q")
-    assert r.returncode == 1 and "not tls://" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "not tls://" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_tls_options_are_refused_for_the_embedded_cluster(certs, survey, tmp_path):
     r = _cli("load", survey, "-o", tmp_path / "x.pfm", *_tls_args(certs["good"]), "-q")
-    assert r.returncode == 1 and "127.0.0.1" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "127.0.0.1" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_unreadable_certificate_file_is_named(certs, survey, tmp_path):
     missing = tmp_path / "nope.pem"
     r = _cli("load", survey, "-o", tmp_path / "x.pfm", "--scheduler", "tls://127.0.0.1:1",
              "--tls-ca-file", certs["good"]["ca"], "--tls-cert", missing, "-q")
-    assert r.returncode == 1 and str(missing) in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and str(missing) in r.stderr and "Traceback" not in r.stderr
 
 
 # ------------------------------------------------------------- batch profiles
