@@ -16,8 +16,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ._simd import (LANES, vabs, vadd, vlt_select, vload, vmul, vnan_is, vpos, vsort_pair,
-                    vsplat, vstore, vsub)
+from ._simd import (LANES, vabs, vadd, vdiv, vgt0_select, vlt_select, vload, vmul, vnan_is,
+                    vnanmax, vnarrow, vpos, vsort_pair, vsplat, vstore, vsub, vwiden)
 
 __all__ = ["score_file", "has_duplicate"]
 
@@ -28,18 +28,49 @@ _JIT = dict(nogil=True, error_model="numpy")     # numpy's division by zero; no 
 
 
 @numba.njit(**_JIT)
-def _nanmax(a, b):
-    """numpy's maximum: NaN if either is NaN."""
-    if a != a:
-        return a
-    if b != b:
-        return b
-    return a if a >= b else b
+def _scale4(mad, level, min_scale, rel_min_scale):
+    """1.4826 x MAD floored at max(min_scale, rel_min_scale x |level|), numpy's NaN rules."""
+    return vnanmax(vmul(vsplat(_MAD_TO_SIGMA), mad),
+                   vnanmax(min_scale, vmul(rel_min_scale, vabs(level))))
 
 
 @numba.njit(**_JIT)
-def _floor(s, level, min_scale, rel_min_scale):
-    return _nanmax(s, _nanmax(min_scale, rel_min_scale * abs(level)))
+def _solve4(m0, m1, m2, m3, m4, m5, q0, q1, q2, c0, c1, c2):
+    """Four lanes' weighted least-squares step: the new plane from the normal equations.
+
+    [[m0, m1, m2], [m1, m3 + ridge, m4], [m2, m4, m5 + ridge]] x = [q0, q1, q2] is solved in
+    float64 by the adjugate; in a lane with no weight left (m0 not > 0) the system becomes
+    the identity with the previous plane ``c0, c1, c2`` as right-hand side, which keeps it.
+    """
+    zero = vsplat(0.0)
+    one = vsplat(1.0)
+    ridge = vsplat(_RIDGE)
+    mb = vgt0_select(m0, m1, zero)
+    mc = vgt0_select(m0, m2, zero)
+    md = vgt0_select(m0, vadd(m3, ridge), one)
+    me = vgt0_select(m0, m4, zero)
+    mf = vgt0_select(m0, vadd(m5, ridge), one)
+    r0 = vgt0_select(m0, q0, c0)
+    r1 = vgt0_select(m0, q1, c1)
+    r2 = vgt0_select(m0, q2, c2)
+    ma = vgt0_select(m0, m0, one)
+    A11 = vsub(vmul(md, mf), vmul(me, me))
+    A12 = vsub(vmul(mc, me), vmul(mb, mf))
+    A13 = vsub(vmul(mb, me), vmul(mc, md))
+    A22 = vsub(vmul(ma, mf), vmul(mc, mc))
+    A23 = vsub(vmul(mb, mc), vmul(ma, me))
+    A33 = vsub(vmul(ma, md), vmul(mb, mb))
+    det = vadd(vadd(vmul(ma, A11), vmul(mb, A12)), vmul(mc, A13))
+    x0 = vdiv(vadd(vadd(vmul(A11, r0), vmul(A12, r1)), vmul(A13, r2)), det)
+    x1 = vdiv(vadd(vadd(vmul(A12, r0), vmul(A22, r1)), vmul(A23, r2)), det)
+    x2 = vdiv(vadd(vadd(vmul(A13, r0), vmul(A23, r1)), vmul(A33, r2)), det)
+    return x0, x1, x2
+
+
+@numba.njit(**_JIT)
+def _median(lo, hi, veven):
+    """The median from the network's two middle rows (see the padding in the kernel)."""
+    return vmul(vsplat(np.float32(0.5)), vadd(hi, vnan_is(veven, hi, lo)))
 
 
 def _k_score_file(rowpos, starts, ends, col, depth, good, cand, width, hp, hb, dpk, dbk, tok,
@@ -80,22 +111,19 @@ def _k_score_file(rowpos, starts, ends, col, depth, good, cand, width, hp, hb, d
         for k in range(K):
             if dpk[k] == r - hp:
                 rstart[r + 1] += 1
-    lane = np.empty(L, np.float32)
-    half = np.empty(L, np.float32)
-    even = np.empty(L, np.float32)
-    nv = np.zeros(L, np.int64)
-    a0 = np.zeros(L, np.float32)
-    a = np.zeros(L, np.float64)
-    scale = np.zeros(L, np.float64)
-    coef = np.zeros((3, L), np.float64)
-    cf = np.zeros((4, L), np.float32)       # c0, c1, c2 as float32, then 1 / (c * scale)
-    acc = np.zeros((9, L), np.float32)
+    missing = np.empty(L, np.float32)
+    a = np.empty(L, np.float64)             # the surface at the centre, per lane
+    scale = np.empty(L, np.float64)
     zero = vsplat(np.float32(0.0))
     one = vsplat(np.float32(1.0))
     nan = vsplat(np.float32(np.nan))
     ninf = vsplat(np.float32(-np.inf))
     pinf = vsplat(np.float32(np.inf))
     vhalf = vsplat(np.float32(0.5))
+    dzero = vsplat(0.0)
+    tukey = vsplat(_TUKEY_C)
+    dmin = vsplat(np.float64(min_scale))
+    drel = vsplat(np.float64(rel_min_scale))
     tested = 0
     sparse = 0
     for i in range(n_rows):
@@ -132,55 +160,51 @@ def _k_score_file(rowpos, starts, ends, col, depth, good, cand, width, hp, hb, d
                     todo = True
             if not todo:
                 continue
-            # Neighbours of the 8 beams, and how many are missing in each lane.
+            # Neighbours of the 8 beams (Z), and pads (P) for the missing ones: -inf, +inf,
+            # -inf, ... in turn, lane by lane. With m of the K missing, ceil(m / 2) pads sort
+            # below every valid neighbour and floor(m / 2) above, so the network's rows K/2 - 1
+            # and K/2 are the valid neighbours' two middle values (m even), or row K/2 their
+            # middle value (m odd).
             miss = zero
+            par = zero                  # lane: 1 after an odd number of missing neighbours
             for k in range(K):
                 z = vload(W, off[k] + c0)
                 vstore(Z, k * L, z)
-                miss = vadd(miss, vnan_is(z, one, zero))
-            vstore(lane, 0, miss)
-            for l in range(L):
-                m = np.int64(lane[l])
-                nv[l] = K - m
-                half[l] = np.float32(m // 2)
-                even[l] = np.float32(0.0) if m % 2 == 0 else np.float32(np.nan)
-            vhalfm = vload(half, 0)
-            veven = vload(even, 0)
-            # Pads: the first half (rounded down) of a lane's missing neighbours -inf, the rest
-            # +inf; the network's rows K/2 - 1 and K/2 are then the valid neighbours' middle.
-            cnt = zero
-            for k in range(K):
-                z = vload(Z, k * L)
-                pad = vnan_is(z, vlt_select(cnt, vhalfm, ninf, pinf), nan)
+                pad = vnan_is(z, vlt_select(par, vhalf, ninf, pinf), nan)
                 vstore(P, k * L, pad)
                 vstore(S, k * L, vnan_is(pad, z, pad))
-                cnt = vadd(cnt, vnan_is(z, one, zero))
+                par = vnan_is(z, vsub(one, par), par)
+                miss = vadd(miss, vnan_is(z, one, zero))
+            vstore(missing, 0, miss)
+            veven = vlt_select(par, vhalf, zero, nan)   # NaN in the lanes with m odd
             lo, hi = vsort_pair(S, tok)
-            va0 = vmul(vhalf, vadd(lo, vnan_is(veven, lo, hi)))   # the median, float32
+            a0 = _median(lo, hi, veven)                 # the neighbours' median, float32
             for k in range(K):
-                r = vsub(vload(Z, k * L), va0)
+                r = vsub(vload(Z, k * L), a0)
                 vstore(R, k * L, r)
                 vstore(R0, k * L, vnan_is(r, zero, r))
                 pad = vload(P, k * L)
                 vstore(S, k * L, vnan_is(pad, vabs(r), pad))
             lo, hi = vsort_pair(S, tok)
-            vstore(lane, 0, vmul(vhalf, vadd(lo, vnan_is(veven, lo, hi))))
-            vstore(a0, 0, va0)
-            for l in range(L):
-                a[l] = np.float64(a0[l])
-                scale[l] = _floor(_MAD_TO_SIGMA * np.float64(lane[l]), a[l], min_scale,
-                                  rel_min_scale)
-                coef[0, l] = 0.0
-                coef[1, l] = 0.0
-                coef[2, l] = 0.0
+            mad = _median(lo, hi, veven)
+            # Surface, scale and plane in float64, lanes 0-3 and 4-7.
+            a_lo = vwiden(a0, 0)
+            a_hi = vwiden(a0, 1)
+            sc_lo = _scale4(vwiden(mad, 0), a_lo, dmin, drel)
+            sc_hi = _scale4(vwiden(mad, 1), a_hi, dmin, drel)
+            c0_lo = dzero
+            c1_lo = dzero
+            c2_lo = dzero
+            c0_hi = dzero
+            c1_hi = dzero
+            c2_hi = dzero
             if plane:
                 for it in range(iterations):
                     # Tukey-biweight weights of the residuals from the last fit (U; R at first)
                     # and the weighted sums of the normal equations, summed row by row of the
                     # window (a row is one ping offset dp, so dp factors out of its sums).
-                    for l in range(L):
-                        cf[3, l] = np.float32(1.0 / (_TUKEY_C * scale[l]))
-                    inv = vload(cf, 3 * L)
+                    inv = vnarrow(vdiv(vsplat(1.0), vmul(tukey, sc_lo)),
+                                  vdiv(vsplat(1.0), vmul(tukey, sc_hi)))
                     m0 = zero
                     m1 = zero
                     m2 = zero
@@ -219,25 +243,20 @@ def _k_score_file(rowpos, starts, ends, col, depth, good, cand, width, hp, hb, d
                         q0 = vadd(q0, sq)
                         q1 = vadd(q1, sqb)
                         q2 = vadd(q2, vmul(sq, dp))
-                    vstore(acc, 0, m0)
-                    vstore(acc, L, m1)
-                    vstore(acc, 2 * L, m2)
-                    vstore(acc, 3 * L, m3)
-                    vstore(acc, 4 * L, m4)
-                    vstore(acc, 5 * L, m5)
-                    vstore(acc, 6 * L, q0)
-                    vstore(acc, 7 * L, q1)
-                    vstore(acc, 8 * L, q2)
-                    for l in range(L):
-                        _solve_lane(acc, coef, l)
-                        a[l] = np.float64(a0[l]) + coef[0, l]
-                        cf[0, l] = np.float32(coef[0, l])
-                        cf[1, l] = np.float32(coef[1, l])
-                        cf[2, l] = np.float32(coef[2, l])
+                    c0_lo, c1_lo, c2_lo = _solve4(
+                        vwiden(m0, 0), vwiden(m1, 0), vwiden(m2, 0), vwiden(m3, 0),
+                        vwiden(m4, 0), vwiden(m5, 0), vwiden(q0, 0), vwiden(q1, 0),
+                        vwiden(q2, 0), c0_lo, c1_lo, c2_lo)
+                    c0_hi, c1_hi, c2_hi = _solve4(
+                        vwiden(m0, 1), vwiden(m1, 1), vwiden(m2, 1), vwiden(m3, 1),
+                        vwiden(m4, 1), vwiden(m5, 1), vwiden(q0, 1), vwiden(q1, 1),
+                        vwiden(q2, 1), c0_hi, c1_hi, c2_hi)
+                    a_lo = vadd(vwiden(a0, 0), c0_lo)
+                    a_hi = vadd(vwiden(a0, 1), c0_hi)
                     # Residuals from the new plane (float32), and their median absolute value.
-                    c0v = vload(cf, 0)
-                    c1v = vload(cf, L)
-                    c2v = vload(cf, 2 * L)
+                    c0v = vnarrow(c0_lo, c0_hi)
+                    c1v = vnarrow(c1_lo, c1_hi)
+                    c2v = vnarrow(c2_lo, c2_hi)
                     for k in range(K):
                         fit = vadd(vadd(vmul(c1v, vsplat(dbf[k])), vmul(c2v, vsplat(dpf[k]))),
                                    c0v)
@@ -246,52 +265,24 @@ def _k_score_file(rowpos, starts, ends, col, depth, good, cand, width, hp, hb, d
                         pad = vload(P, k * L)
                         vstore(S, k * L, vnan_is(pad, vabs(u), pad))
                     lo, hi = vsort_pair(S, tok)
-                    vstore(lane, 0, vmul(vhalf, vadd(lo, vnan_is(veven, lo, hi))))
-                    for l in range(L):
-                        scale[l] = _floor(_MAD_TO_SIGMA * np.float64(lane[l]), a[l], min_scale,
-                                          rel_min_scale)
+                    mad = _median(lo, hi, veven)
+                    sc_lo = _scale4(vwiden(mad, 0), a_lo, dmin, drel)
+                    sc_hi = _scale4(vwiden(mad, 1), a_hi, dmin, drel)
+            vstore(a, 0, a_lo)
+            vstore(a, 4, a_hi)
+            vstore(scale, 0, sc_lo)
+            vstore(scale, 4, sc_hi)
             for l in range(L):
                 s = cidx[c0 + l]
                 if s < 0:
                     continue
-                if nv[l] >= min_nb:
+                if K - np.int64(missing[l]) >= min_nb:
                     tested += 1
                     flags[s] = abs((depth[s] - a[l]) / scale[l]) > threshold
                 else:
                     sparse += 1
     counts[0] = tested
     counts[1] = sparse
-
-
-@numba.njit(**_JIT)
-def _solve_lane(acc, coef, l):
-    """One lane's weighted least-squares step: ``coef`` from the float32 sums in ``acc``.
-
-    The normal matrix [[a, b, c], [b, d, e], [c, e, f]] (slopes ridged) is solved in float64
-    by the adjugate; with no weight left (a not > 0) the previous estimate is kept.
-    """
-    ma = np.float64(acc[0, l])
-    mb = np.float64(acc[1, l])
-    mc = np.float64(acc[2, l])
-    md = np.float64(acc[3, l]) + _RIDGE
-    me = np.float64(acc[4, l])
-    mf = np.float64(acc[5, l]) + _RIDGE
-    r0 = np.float64(acc[6, l])
-    r1 = np.float64(acc[7, l])
-    r2 = np.float64(acc[8, l])
-    if not ma > 0:
-        ma, mb, mc, md, me, mf = 1.0, 0.0, 0.0, 1.0, 0.0, 1.0
-        r0, r1, r2 = coef[0, l], coef[1, l], coef[2, l]
-    A11 = md * mf - me * me
-    A12 = mc * me - mb * mf
-    A13 = mb * me - mc * md
-    A22 = ma * mf - mc * mc
-    A23 = mb * mc - ma * me
-    A33 = ma * md - mb * mb
-    det = ma * A11 + mb * A12 + mc * A13
-    coef[0, l] = (A11 * r0 + A12 * r1 + A13 * r2) / det
-    coef[1, l] = (A12 * r0 + A22 * r1 + A23 * r2) / det
-    coef[2, l] = (A13 * r0 + A23 * r1 + A33 * r2) / det
 
 
 def _jit_cached(fn):
