@@ -234,7 +234,7 @@ def vnarrow(typingctx, lo, hi):
 
 # ------------------------------------------------------------------------- sorting networks
 def odd_even_merge_sort(n: int) -> list[tuple[int, int]]:
-    """Batcher's odd-even merge sort as compare-exchange pairs ``(i, j)``, ``i < j``, for ``n`` inputs.
+    """Batcher's odd-even merge sort for ``n`` inputs as compare-exchange pairs ``(i, j)``, i < j.
 
     Built for the next power of two and cut to ``n``: a pair reaching past the end would meet
     a +inf and leave its low side as it is, so it is dropped. After applying the pairs in

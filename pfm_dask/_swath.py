@@ -95,9 +95,10 @@ def swath_filter(ping, beam, depth, validity, *, window_pings: int = 5, window_b
     ``"plane"`` (depth = a + b*beam + c*ping; default) or ``"median"`` (a constant). The
     fit starts from the neighbours' median and MAD and takes ``iterations`` Tukey-biweight
     (c = 4.685) reweighting steps, each a weighted least-squares plane with a 1e-6 ridge on
-    the slopes; the robust scale is 1.4826 x the median absolute residual, floored at ``max(min_scale, rel_min_scale * |surface|)``.
-    A sounding with fewer than ``min_neighbours`` valid neighbours is not tested. One is
-    flagged FILTER_INVAL | MODIFIED when ``|depth - surface| > threshold * scale``. Depth is
+    the slopes; the robust scale is 1.4826 x the median absolute residual, floored at
+    ``max(min_scale, rel_min_scale * |surface|)``. A sounding with fewer than
+    ``min_neighbours`` valid neighbours is not tested. One is flagged
+    FILTER_INVAL | MODIFIED when ``|depth - surface| > threshold * scale``. Depth is
     never changed and no flag is ever cleared.
 
     Split files: to score pings ``lo..hi`` pass the soundings of pings
@@ -115,6 +116,49 @@ def swath_filter(ping, beam, depth, validity, *, window_pings: int = 5, window_b
     """
     _check_params(window_pings, window_beams, threshold, min_neighbours, min_scale,
                   rel_min_scale, model, iterations, chunk_cells)
+    x = _sorted_input(ping, beam, depth, validity, score_mask)
+    if x.n == 0:
+        return x.validity.copy(), SwathStats(0, 0, 0, 0, 0)
+    hp, hb = window_pings // 2, window_beams // 2
+    starts, ends, rowpos = _ping_rows(x.ping, hp)
+    bmin = int(x.beam.min())
+    width = int(x.beam.max()) - bmin + 1
+    col = x.beam.astype(np.int64) - bmin
+    dpk, dbk = _offsets(window_pings, window_beams)
+
+    from . import _simd, _swath_kernel as K
+
+    if K.has_duplicate(starts, ends, col, width):
+        raise ValueError("swath_filter: more than one sounding for the same (ping, beam)")
+    flag_sorted = np.zeros(x.n, dtype=bool)
+    counts = np.zeros(2, dtype=np.int64)
+    K.score_file(rowpos, starts, ends, col, x.depth, x.good, x.good & x.scored_sorted, width,
+                 hp, hb, dpk, dbk, _simd.token(dpk.shape[0]), float(threshold),
+                 int(min_neighbours), float(min_scale), float(rel_min_scale), model == "plane",
+                 int(iterations), flag_sorted, counts)
+    return _result(x, flag_sorted, int(counts[0]), int(counts[1]))
+
+
+@dataclass(frozen=True)
+class _SortedInput:
+    """:func:`swath_filter`'s input checked and in ping order (``ping``, ``beam``, ``depth``,
+    ``scored_sorted``, ``good``); ``validity`` and ``scored`` in the caller's order, and the
+    sorting permutation ``order`` (None when the input was already sorted: no copy)."""
+
+    n: int
+    ping: np.ndarray
+    beam: np.ndarray
+    depth: np.ndarray
+    validity: np.ndarray
+    scored: np.ndarray
+    scored_sorted: np.ndarray
+    good: np.ndarray
+    order: np.ndarray | None
+
+
+def _sorted_input(ping, beam, depth, validity, score_mask) -> _SortedInput:
+    """Check the per-sounding arrays and put them in ping order; ``good``: usable soundings
+    (no INVAL or DELETED bit, finite depth)."""
     ping = np.asarray(ping)
     beam = np.asarray(beam)
     depth = np.asarray(depth, dtype=np.float64)
@@ -129,52 +173,41 @@ def swath_filter(ping, beam, depth, validity, *, window_pings: int = 5, window_b
         scored = np.asarray(score_mask, dtype=bool)
         if scored.shape != (n_all,):
             raise ValueError(f"score_mask has shape {scored.shape}, expected ({n_all},)")
-    new_val = val_in.copy()
-    if n_all == 0:
-        return new_val, SwathStats(0, 0, 0, 0, 0)
-
     # Work in ping order; input read from a file is already sorted, so usually no copy.
     order = None
+    val_s, scored_s = val_in, scored
     if np.any(ping[1:] < ping[:-1]):
         order = np.argsort(ping, kind="stable")
         ping, beam, depth, val_s, scored_s = (ping[order], beam[order], depth[order],
                                               val_in[order], scored[order])
-    else:
-        val_s, scored_s = val_in, scored
     good = ((val_s & np.uint32(V.INVAL | V.DELETED)) == 0) & np.isfinite(depth)
+    return _SortedInput(n_all, ping, beam, depth, val_in, scored, scored_s, good, order)
 
+
+def _ping_rows(ping: np.ndarray, hp: int):
+    """First and end sounding of each distinct ping of ping-sorted input, and its grid row.
+
+    The grid row is the ping number with gaps longer than the half window ``hp`` shortened
+    to hp + 1 rows (pings that far apart never share a window either way), so a missing ping
+    is an empty row and the grid stays small whatever the numbering.
+    """
     starts = np.concatenate([[0], np.flatnonzero(ping[1:] != ping[:-1]) + 1]).astype(np.int64)
-    ends = np.append(starts[1:], n_all).astype(np.int64)
-    bmin = int(beam.min())
-    width = int(beam.max()) - bmin + 1
-    col = beam.astype(np.int64) - bmin
-    hp, hb = window_pings // 2, window_beams // 2
-    # Grid row of each distinct ping: its ping number, with gaps longer than the half window
-    # shortened to hp + 1 rows (pings that far apart never share a window either way), so a
-    # missing ping is an empty row and the grid stays small whatever the numbering.
+    ends = np.append(starts[1:], ping.shape[0]).astype(np.int64)
     pvals = ping[starts].astype(np.int64)
     rowpos = np.concatenate([[0], np.cumsum(np.minimum(np.diff(pvals), hp + 1))]).astype(np.int64)
-    dpk, dbk = _offsets(window_pings, window_beams)
+    return starts, ends, rowpos
 
-    from . import _simd, _swath_kernel as K
 
-    if K.has_duplicate(starts, ends, col, width):
-        raise ValueError("swath_filter: more than one sounding for the same (ping, beam)")
-    flag_sorted = np.zeros(n_all, dtype=bool)
-    counts = np.zeros(2, dtype=np.int64)
-    K.score_file(rowpos, starts, ends, col, depth, good, good & scored_s, width, hp, hb,
-                 dpk, dbk, _simd.token(dpk.shape[0]), float(threshold), int(min_neighbours),
-                 float(min_scale), float(rel_min_scale), model == "plane", int(iterations),
-                 flag_sorted, counts)
-    tested, sparse = int(counts[0]), int(counts[1])
-
-    if order is not None:
-        flagged = np.zeros(n_all, dtype=bool)
-        flagged[order] = flag_sorted
+def _result(x: _SortedInput, flag_sorted: np.ndarray, tested: int, sparse: int):
+    """New validity words (FILTER_INVAL | MODIFIED added where flagged) and the stats."""
+    if x.order is not None:
+        flagged = np.zeros(x.n, dtype=bool)
+        flagged[x.order] = flag_sorted
     else:
         flagged = flag_sorted
+    new_val = x.validity.copy()
     new_val[flagged] |= np.uint32(V.FILTER_INVAL | V.MODIFIED)
-    return new_val, SwathStats(soundings=n_all, scored=int(scored.sum()), tested=tested,
+    return new_val, SwathStats(soundings=x.n, scored=int(x.scored.sum()), tested=tested,
                                sparse=sparse, flagged=int(flagged.sum()))
 
 

@@ -155,8 +155,8 @@ def _k_score_file(rowpos, starts, ends, col, depth, good, cand, width, hp, hb, d
                 cidx[col[s]] = s
         for c0 in range(0, width, L):
             todo = False
-            for l in range(L):
-                if cidx[c0 + l] >= 0:
+            for lane in range(L):
+                if cidx[c0 + lane] >= 0:
                     todo = True
             if not todo:
                 continue
@@ -272,13 +272,13 @@ def _k_score_file(rowpos, starts, ends, col, depth, good, cand, width, hp, hb, d
             vstore(a, 4, a_hi)
             vstore(scale, 0, sc_lo)
             vstore(scale, 4, sc_hi)
-            for l in range(L):
-                s = cidx[c0 + l]
+            for lane in range(L):
+                s = cidx[c0 + lane]
                 if s < 0:
                     continue
-                if K - np.int64(missing[l]) >= min_nb:
+                if K - np.int64(missing[lane]) >= min_nb:
                     tested += 1
-                    flags[s] = abs((depth[s] - a[l]) / scale[l]) > threshold
+                    flags[s] = abs((depth[s] - a[lane]) / scale[lane]) > threshold
                 else:
                     sparse += 1
     counts[0] = tested
