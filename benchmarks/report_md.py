@@ -609,6 +609,20 @@ def _ceiling(r: dict) -> str:
             f"{r['speedup_two_serial_halves']:.2f}x")
 
 
+def _swath_line(r: dict) -> str:
+    """bench_swath: both kernels' CPU per sounding, measured in the same run, and the flag check."""
+    s = r["speed"]
+    line = (f"swath filter: {s['compiled']['us_per_sounding_median']:.2f} µs of CPU per sounding "
+            f"on one core, against {s['numpy']['us_per_sounding_median']:.2f} µs for the numpy "
+            f"kernel it replaced ({s['speedup_median']:.1f}x, medians of {s['runs']}, "
+            f"{s['soundings']:,} soundings)")
+    f = r.get("flags")
+    if f:
+        line += (f"; flags identical on {f['surveys']} surveys ({f['soundings']:,} soundings)"
+                 if f["identical"] else f"; flags differ on {f['soundings_differing']} soundings")
+    return line
+
+
 def _others(results_dir: Path) -> str:
     """One line for each earlier benchmark whose results are present."""
     import json
@@ -629,6 +643,7 @@ def _others(results_dir: Path) -> str:
         ("bench_load_filters.json", lambda r: f"bench_load --filters: {r['speedup_2_workers']:.2f}x "
                                               f"with 2 workers on {r['gsf_bytes'] / 1e9:.2f} GB, "
                                               "swath and area filters" + _ceiling(r)),
+        ("bench_swath.json", _swath_line),
     ):
         p = results_dir / fname
         try:

@@ -5,7 +5,8 @@ valid sounding is compared with a robust local surface fitted to its valid neigh
 a ``window_pings x window_beams`` window (itself left out), and flagged
 FILTER_INVAL | MODIFIED when its residual exceeds ``threshold`` robust standard deviations.
 Every decision uses the input validity only, so the result does not depend on the
-order of processing, on chunking, or on how a file is split across workers.
+order of processing or on how a file is split across workers. This module checks and lays
+out the input; the scores are computed by the compiled kernel in ``_swath_kernel``.
 See ``docs/filters.md`` for the design and measured scores.
 """
 
@@ -14,16 +15,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from .errors import ConfigError
 from .pfm import validity as V
 
 __all__ = ["swath_filter", "swath_halo", "SwathStats", "score_against_truth", "spike_mask"]
 
-_TUKEY_C = 4.685      # biweight tuning constant: 95 % efficiency at the normal
-_MAD_TO_SIGMA = 1.4826
-_RIDGE = 1e-6         # keeps slope terms solvable when neighbours lie on one line
 _MODELS = ("plane", "median")
 
 
@@ -73,132 +70,12 @@ def _check_params(window_pings, window_beams, threshold, min_neighbours, min_sca
         raise ConfigError(f"chunk_cells must be >= 1, got {chunk_cells!r}")
 
 
-def _sorted_median(s: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """Median of the first ``n`` entries along the last axis of an ascending-sorted array."""
-    lo = np.maximum((n - 1) // 2, 0)[..., None]
-    hi = np.maximum(n // 2, 0)[..., None]
-    m = 0.5 * (np.take_along_axis(s, lo, -1)[..., 0] + np.take_along_axis(s, hi, -1)[..., 0])
-    return np.where(n > 0, m, np.nan)
-
-
-def _design(window_pings: int, window_beams: int, model: str):
-    """Offsets of the neighbours (centre left out) and the local model's design matrix."""
+def _offsets(window_pings: int, window_beams: int):
+    """Ping and beam offsets of the window's neighbours (centre left out), ping-major."""
     hp, hb = window_pings // 2, window_beams // 2
     dp, db = np.meshgrid(np.arange(-hp, hp + 1), np.arange(-hb, hb + 1), indexing="ij")
     keep = ~((dp == 0) & (db == 0)).ravel()
-    dp = dp.ravel()[keep].astype(np.float64)
-    db = db.ravel()[keep].astype(np.float64)
-    cols = [np.ones_like(db)]
-    if model == "plane":
-        cols += [db, dp]
-    x = np.stack(cols, axis=1)                      # (K, P)
-    return keep, x
-
-
-def _solve3(m: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """Solve many symmetric 3 x 3 systems ``m (n, 6) x = r (n, 3)``; m = (a, b, c, d, e, f).
-
-    The matrix is [[a, b, c], [b, d, e], [c, e, f]]; closed form by the adjugate, which is
-    several times faster than a batched LAPACK call for 3 x 3 and exact enough here (the
-    systems are well conditioned: weighted sums over a fixed offset grid plus a ridge).
-    """
-    a, b, c, d, e, f = m.T
-    r0, r1, r2 = r.T
-    A11 = d * f - e * e
-    A12 = c * e - b * f
-    A13 = b * e - c * d
-    A22 = a * f - c * c
-    A23 = b * c - a * e
-    A33 = a * d - b * b
-    det = a * A11 + b * A12 + c * A13
-    x0 = (A11 * r0 + A12 * r1 + A13 * r2) / det
-    x1 = (A12 * r0 + A22 * r1 + A23 * r2) / det
-    x2 = (A13 * r0 + A23 * r1 + A33 * r2) / det
-    return np.stack([x0, x1, x2], axis=1)
-
-
-def _plane(coef: np.ndarray, one, db, dp) -> np.ndarray:
-    """The fitted plane (relative to the median) at every neighbour offset, float32 (cells, K)."""
-    c = coef.astype(np.float32)
-    out = c[:, 1:2] * db
-    out += c[:, 2:3] * dp
-    out += c[:, 0:1] * one
-    return out
-
-
-def _score_block(zp: np.ndarray, keep: np.ndarray, x: np.ndarray, window, *,
-                 min_scale, rel_min_scale, iterations, model):
-    """Robust residual scores for every centre cell of a NaN-padded block.
-
-    ``zp`` is the block padded by the half windows (NaN = no valid sounding). Returns
-    ``(score, n_neighbours)`` for the ``(rows, beams)`` centre cells; the score is the
-    centre depth minus the local surface, divided by the robust scale.
-
-    The neighbour arrays are float32 (depths to better than 1 mm below 16 km) and every
-    fit is done on residuals from the neighbours' median, so the precision is that of the
-    residuals; the conversion is per sounding, so results do not depend on the blocking.
-    """
-    wp, wb = window
-    hp, hb = wp // 2, wb // 2
-    rows, beams = zp.shape[0] - 2 * hp, zp.shape[1] - 2 * hb
-    centre = zp[hp:hp + rows, hb:hb + beams].reshape(-1)
-    z32 = zp.astype(np.float32)
-    # (cells, K) neighbour depths, NaN where there is no valid neighbour.
-    nb = sliding_window_view(z32, (wp, wb)).reshape(rows * beams, wp * wb)[:, keep]
-    n = np.count_nonzero(~np.isnan(nb), axis=1)
-
-    # Start: median and MAD of the neighbours' depths (NaN sorts last).
-    a0 = _sorted_median(np.sort(nb, axis=1), n)
-    nb -= a0[:, None]                           # residuals from the median, float32
-    res = np.abs(nb)
-    res.sort(axis=1)
-    a0 = a0.astype(np.float64)
-    a = a0
-
-    def floor(s, level):
-        return np.maximum(s, np.maximum(min_scale, rel_min_scale * np.abs(level)))
-
-    scale = floor(_MAD_TO_SIGMA * _sorted_median(res, n).astype(np.float64), a0)
-    del res
-    if model != "median":
-        nb0 = np.where(np.isnan(nb), np.float32(0), nb)
-        # Weighted sums by per-row inner products (einsum's own loops: no BLAS, so the
-        # result of a cell does not depend on the block size or on BLAS threading).
-        one, db, dp = (x[:, j].astype(np.float32) for j in range(3))
-        xx = [one, db, dp, db * db, db * dp, dp * dp]     # upper triangle of X'X
-        ridge = np.array([0.0, 0.0, 0.0, _RIDGE, 0.0, _RIDGE])
-        coef = np.zeros((rows * beams, 3))
-        for it in range(iterations):
-            # Tukey biweight weights; fmax turns the NaN of missing neighbours into 0.
-            if it:
-                u = _plane(coef, one, db, dp)
-                np.subtract(nb, u, out=u)
-            else:
-                u = nb.copy()
-            u *= (1.0 / (_TUKEY_C * scale)).astype(np.float32)[:, None]
-            np.square(u, out=u)
-            np.subtract(np.float32(1), u, out=u)
-            w = np.fmax(u, np.float32(0), out=u)
-            np.square(w, out=w)
-            m = np.stack([np.einsum("ck,k->c", w, c) for c in xx], axis=1).astype(np.float64)
-            m += ridge
-            w *= nb0
-            rhs = np.stack([np.einsum("ck,k->c", w, c) for c in (one, db, dp)],
-                           axis=1).astype(np.float64)
-            del w, u
-            bad = ~(m[:, 0] > 0)            # no neighbour keeps a weight: keep the estimate
-            m[bad] = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0]
-            rhs[bad] = coef[bad]
-            coef = _solve3(m, rhs)
-            a = a0 + coef[:, 0]
-            res = _plane(coef, one, db, dp)
-            np.subtract(nb, res, out=res)
-            np.abs(res, out=res)
-            res.sort(axis=1)
-            scale = floor(_MAD_TO_SIGMA * _sorted_median(res, n).astype(np.float64), a)
-            del res
-    score = (centre - a) / scale
-    return score.reshape(rows, beams), n.reshape(rows, beams)
+    return dp.ravel()[keep].astype(np.int64), db.ravel()[keep].astype(np.int64)
 
 
 def swath_filter(ping, beam, depth, validity, *, window_pings: int = 5, window_beams: int = 9,
@@ -216,27 +93,72 @@ def swath_filter(ping, beam, depth, validity, *, window_pings: int = 5, window_b
     For each tested sounding a local surface is fitted to its valid neighbours in the
     ``window_pings x window_beams`` window (the sounding itself left out): ``model`` is
     ``"plane"`` (depth = a + b*beam + c*ping; default) or ``"median"`` (a constant). The
-    fit starts from the neighbours' median and MAD and takes ``iterations`` Tukey-biweight reweighting steps; the robust scale is 1.4826 x the
-    median absolute residual, floored at ``max(min_scale, rel_min_scale * |surface|)``.
-    A sounding with fewer than ``min_neighbours`` valid neighbours is not tested. One is
-    flagged FILTER_INVAL | MODIFIED when ``|depth - surface| > threshold * scale``. Depth is
+    fit starts from the neighbours' median and MAD and takes ``iterations`` Tukey-biweight
+    (c = 4.685) reweighting steps, each a weighted least-squares plane with a 1e-6 ridge on
+    the slopes; the robust scale is 1.4826 x the median absolute residual, floored at
+    ``max(min_scale, rel_min_scale * |surface|)``. A sounding with fewer than
+    ``min_neighbours`` valid neighbours is not tested. One is flagged
+    FILTER_INVAL | MODIFIED when ``|depth - surface| > threshold * scale``. Depth is
     never changed and no flag is ever cleared.
 
     Split files: to score pings ``lo..hi`` pass the soundings of pings
     ``lo - swath_halo() .. hi + swath_halo()`` (by ping number, whatever was dropped from
-    them), and ``score_mask`` True only for the range's own soundings. Context soundings are used as neighbours but never flagged, and the
-    result on the range equals the whole-file result.
+    them), and ``score_mask`` True only for the range's own soundings. Context soundings are
+    used as neighbours but never flagged, and the result on the range equals the whole-file
+    result.
 
-    Memory: the file is processed in blocks of about ``chunk_cells`` (ping, beam) cells
-    (whole pings, plus the halo rows); the working arrays take about
-    ``chunk_cells x window x 4 x 6`` bytes (4 MB at the defaults) on top of the inputs, the
-    output and two bytes per sounding. Input not sorted by ping is sorted first (a copy).
-    ``chunk_cells`` never changes the result.
+    Memory: the kernel works on one strip of ``window_pings`` pings at a time (a few
+    kilobytes); on top of the inputs and the output it takes about 12 bytes per sounding.
+    Input not sorted by ping is sorted first (a copy). ``chunk_cells`` is still accepted and
+    checked for existing callers but no longer has any effect.
 
     Returns ``(new_validity uint32, SwathStats)``; the input arrays are not modified.
     """
     _check_params(window_pings, window_beams, threshold, min_neighbours, min_scale,
                   rel_min_scale, model, iterations, chunk_cells)
+    x = _sorted_input(ping, beam, depth, validity, score_mask)
+    if x.n == 0:
+        return x.validity.copy(), SwathStats(0, 0, 0, 0, 0)
+    hp, hb = window_pings // 2, window_beams // 2
+    starts, ends, rowpos = _ping_rows(x.ping, hp)
+    bmin = int(x.beam.min())
+    width = int(x.beam.max()) - bmin + 1
+    col = x.beam.astype(np.int64) - bmin
+    dpk, dbk = _offsets(window_pings, window_beams)
+
+    from . import _simd, _swath_kernel as K
+
+    if K.has_duplicate(starts, ends, col, width):
+        raise ValueError("swath_filter: more than one sounding for the same (ping, beam)")
+    flag_sorted = np.zeros(x.n, dtype=bool)
+    counts = np.zeros(2, dtype=np.int64)
+    K.score_file(rowpos, starts, ends, col, x.depth, x.good, x.good & x.scored_sorted, width,
+                 hp, hb, dpk, dbk, _simd.token(dpk.shape[0]), float(threshold),
+                 int(min_neighbours), float(min_scale), float(rel_min_scale), model == "plane",
+                 int(iterations), flag_sorted, counts)
+    return _result(x, flag_sorted, int(counts[0]), int(counts[1]))
+
+
+@dataclass(frozen=True)
+class _SortedInput:
+    """:func:`swath_filter`'s input checked and in ping order (``ping``, ``beam``, ``depth``,
+    ``scored_sorted``, ``good``); ``validity`` and ``scored`` in the caller's order, and the
+    sorting permutation ``order`` (None when the input was already sorted: no copy)."""
+
+    n: int
+    ping: np.ndarray
+    beam: np.ndarray
+    depth: np.ndarray
+    validity: np.ndarray
+    scored: np.ndarray
+    scored_sorted: np.ndarray
+    good: np.ndarray
+    order: np.ndarray | None
+
+
+def _sorted_input(ping, beam, depth, validity, score_mask) -> _SortedInput:
+    """Check the per-sounding arrays and put them in ping order; ``good``: usable soundings
+    (no INVAL or DELETED bit, finite depth)."""
     ping = np.asarray(ping)
     beam = np.asarray(beam)
     depth = np.asarray(depth, dtype=np.float64)
@@ -251,78 +173,41 @@ def swath_filter(ping, beam, depth, validity, *, window_pings: int = 5, window_b
         scored = np.asarray(score_mask, dtype=bool)
         if scored.shape != (n_all,):
             raise ValueError(f"score_mask has shape {scored.shape}, expected ({n_all},)")
-    new_val = val_in.copy()
-    if n_all == 0:
-        return new_val, SwathStats(0, 0, 0, 0, 0)
-
     # Work in ping order; input read from a file is already sorted, so usually no copy.
     order = None
+    val_s, scored_s = val_in, scored
     if np.any(ping[1:] < ping[:-1]):
         order = np.argsort(ping, kind="stable")
         ping, beam, depth, val_s, scored_s = (ping[order], beam[order], depth[order],
                                               val_in[order], scored[order])
-    else:
-        val_s, scored_s = val_in, scored
     good = ((val_s & np.uint32(V.INVAL | V.DELETED)) == 0) & np.isfinite(depth)
+    return _SortedInput(n_all, ping, beam, depth, val_in, scored, scored_s, good, order)
 
-    starts = np.concatenate([[0], np.flatnonzero(ping[1:] != ping[:-1]) + 1])
-    ends = np.append(starts[1:], n_all)
-    n_rows = starts.shape[0]
-    bmin = int(beam.min())
-    width = int(beam.max()) - bmin + 1
-    hp, hb = window_pings // 2, window_beams // 2
-    # Grid row of each distinct ping: its ping number, with gaps longer than the half window
-    # shortened to hp + 1 rows (pings that far apart never share a window either way), so a
-    # missing ping is an empty row and the grid stays small whatever the numbering.
+
+def _ping_rows(ping: np.ndarray, hp: int):
+    """First and end sounding of each distinct ping of ping-sorted input, and its grid row.
+
+    The grid row is the ping number with gaps longer than the half window ``hp`` shortened
+    to hp + 1 rows (pings that far apart never share a window either way), so a missing ping
+    is an empty row and the grid stays small whatever the numbering.
+    """
+    starts = np.concatenate([[0], np.flatnonzero(ping[1:] != ping[:-1]) + 1]).astype(np.int64)
+    ends = np.append(starts[1:], ping.shape[0]).astype(np.int64)
     pvals = ping[starts].astype(np.int64)
-    rowpos = np.concatenate([[0], np.cumsum(np.minimum(np.diff(pvals), hp + 1))])
-    keep, x = _design(window_pings, window_beams, model)
-    rows_per_chunk = max(1, chunk_cells // width)
+    rowpos = np.concatenate([[0], np.cumsum(np.minimum(np.diff(pvals), hp + 1))]).astype(np.int64)
+    return starts, ends, rowpos
 
-    flag_sorted = np.zeros(n_all, dtype=bool)
-    tested = sparse = 0
-    for r0 in range(0, n_rows, rows_per_chunk):
-        r1 = min(r0 + rows_per_chunk, n_rows)
-        s0, s1 = starts[r0], ends[r1 - 1]
-        if not np.any(good[s0:s1] & scored_s[s0:s1]):
-            continue
-        top = rowpos[r0] - hp                      # grid row of the block's first row
-        height = rowpos[r1 - 1] - rowpos[r0] + 1 + 2 * hp
-        g0 = int(np.searchsorted(rowpos, top, side="left"))
-        g1 = int(np.searchsorted(rowpos, top + height, side="left"))
-        lo, hi = starts[g0], ends[g1 - 1]
-        row_id = np.repeat(rowpos[g0:g1] - top, ends[g0:g1] - starts[g0:g1])
-        col = beam[lo:hi].astype(np.int64) - bmin + hb
-        flat = row_id * (width + 2 * hb) + col
-        if np.bincount(flat).max() > 1:
-            raise ValueError("swath_filter: more than one sounding for the same (ping, beam)")
-        zp = np.full((height, width + 2 * hb), np.nan)
-        g = good[lo:hi]
-        zp.reshape(-1)[flat[g]] = depth[lo:hi][g]
-        # A zero scale (min_scale = rel_min_scale = 0 on noise-free data) or an empty window
-        # gives inf/NaN scores by design; NaN scores are never flagged.
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            score, nnb = _score_block(zp, keep, x, (window_pings, window_beams),
-                                      min_scale=min_scale, rel_min_scale=rel_min_scale,
-                                      iterations=iterations, model=model)
-        # Back to the soundings of rows r0..r1.
-        sl = slice(s0 - lo, s1 - lo)
-        rr = row_id[sl] - hp
-        cc = col[sl] - hb
-        cand = good[s0:s1] & scored_s[s0:s1]
-        enough = nnb[rr, cc] >= min_neighbours
-        test = cand & enough
-        tested += int(test.sum())
-        sparse += int((cand & ~enough).sum())
-        flag_sorted[s0:s1] = test & (np.abs(score[rr, cc]) > threshold)
 
-    if order is not None:
-        flagged = np.zeros(n_all, dtype=bool)
-        flagged[order] = flag_sorted
+def _result(x: _SortedInput, flag_sorted: np.ndarray, tested: int, sparse: int):
+    """New validity words (FILTER_INVAL | MODIFIED added where flagged) and the stats."""
+    if x.order is not None:
+        flagged = np.zeros(x.n, dtype=bool)
+        flagged[x.order] = flag_sorted
     else:
         flagged = flag_sorted
+    new_val = x.validity.copy()
     new_val[flagged] |= np.uint32(V.FILTER_INVAL | V.MODIFIED)
-    return new_val, SwathStats(soundings=n_all, scored=int(scored.sum()), tested=tested,
+    return new_val, SwathStats(soundings=x.n, scored=int(x.scored.sum()), tested=tested,
                                sparse=sparse, flagged=int(flagged.sum()))
 
 
