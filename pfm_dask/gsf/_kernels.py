@@ -242,14 +242,14 @@ def _k_decode(u8, doffs, nb, pos, width, mult, off, signed, t, tsec, tnsec, lat,
         lav = np.float64(la) / 1.0e7
         lov = np.float64(lo) / 1.0e7
         hv = np.float64(hd) / 100.0
+        t[r:r + n] = tv
+        tsec[r:r + n] = sec
+        tnsec[r:r + n] = nsec
+        lat[r:r + n] = lav
+        lon[r:r + n] = lov
+        heading[r:r + n] = hv
+        pflags[r:r + n] = pf
         for b in range(n):
-            t[r + b] = tv
-            tsec[r + b] = sec
-            tnsec[r + b] = nsec
-            lat[r + b] = lav
-            lon[r + b] = lov
-            heading[r + b] = hv
-            pflags[r + b] = pf
             beam[r + b] = b + 1
         a = 0
         for k in range(pos.shape[1]):
@@ -257,43 +257,42 @@ def _k_decode(u8, doffs, nb, pos, width, mult, off, signed, t, tsec, tnsec, lat,
             w = width[i, k]
             has = q >= 0
             if valid.shape[1] > 0:
-                for b in range(n):
-                    valid[k, r + b] = has
+                valid[k, r:r + n] = has
             if k == fslot:
                 if has:
-                    for b in range(n):
-                        flags[r + b] = u8[q + b]
+                    flags[r:r + n] = u8[q:q + n]
                 else:
-                    for b in range(n):
-                        flags[r + b] = 0
+                    flags[r:r + n] = 0
                 continue
             out = arrays[a]
             a += 1
             if not has:
-                for b in range(n):
-                    out[r + b] = 0.0
+                out[r:r + n] = 0.0
                 continue
             m = mult[i, k]
             o = off[i, k]
             sg = signed[k]
+            # Whole words through a native view, byte-swapped with shifts (which the
+            # compiler turns into vector byte shuffles), sign taken arithmetically.
             if w == 1:
                 for b in range(n):
                     v = np.int64(u8[q + b])
-                    if sg and v >= 0x80:
-                        v -= 0x100
+                    v -= sg * ((v & 0x80) << 1)
                     out[r + b] = np.float64(v) / m - o
             elif w == 2:
+                h = u8[q:q + 2 * n].view(np.uint16)
                 for b in range(n):
-                    c = q + 2 * b
-                    v = (np.int64(u8[c]) << 8) | np.int64(u8[c + 1])
-                    if sg and v >= 0x8000:
-                        v -= 0x10000
+                    x = np.int64(h[b])
+                    v = ((x >> 8) | (x << 8)) & 0xFFFF
+                    v -= sg * ((v & 0x8000) << 1)
                     out[r + b] = np.float64(v) / m - o
             else:
+                g = u8[q:q + 4 * n].view(np.uint32)
                 for b in range(n):
-                    v = _u32(u8, q + 4 * b)
-                    if sg and v >= 0x80000000:
-                        v -= 0x100000000
+                    x = np.int64(g[b])
+                    v = ((x >> 24) & 0xFF) | ((x >> 8) & 0xFF00) | ((x << 8) & 0xFF0000) \
+                        | ((x << 24) & 0xFF000000)
+                    v -= sg * ((v & 0x80000000) << 1)
                     out[r + b] = np.float64(v) / m - o
         r += n
 
