@@ -1,4 +1,4 @@
-"""numba kernels of the ping decoder: the subrecord walk of many pings, and the beam decode.
+"""numba kernels of the GSF reader: the record walk, the subrecord walk of many pings, the decode.
 
 Real files change their ping layout from ping to ping (a scale-factor table in some pings
 only, optional arrays, an intensity series of varying size), so the pings cannot be decoded
@@ -9,6 +9,8 @@ ping) and stops at the first ping that needs anything else: damage, or state fro
 run. Python then walks that ping with :func:`._decode.walk_ping`, which raises the error
 (naming file and byte offset) or resolves the state, and the kernel resumes after it.
 ``_k_decode`` then turns every ping's arrays into the output columns in one pass.
+``_k_frame`` lists the records of a file (sizes change from ping to ping in real files, so
+each record header is read in turn); it leaves checksummed records and damage to Python.
 
 Kernels are compiled on first use (or loaded from numba's on-disk cache) and never import
 Dask. No fastmath: every value is ``float64(raw) / multiplier - offset``, as libgsf computes.
@@ -19,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from .._numeric import CompiledKernels
-from ._records import ARRAY_SPECS, MAX_ARRAY_ID, MAX_BEAMS, OUTPUT_ARRAYS
+from ._records import (ARRAY_SPECS, MAX_ARRAY_ID, MAX_BEAMS, MAX_RECORD_SIZE, MIN_RECORD_SIZE,
+                       OUTPUT_ARRAYS)
 
 __all__ = ["SPEC_TABLE", "OUT_SIGNED", "FLAGS_SLOT", "kernel"]
 
@@ -56,6 +59,37 @@ def _field_size(v):
 def _u32(u8, at):
     return (np.int64(u8[at]) << 24) | (np.int64(u8[at + 1]) << 16) \
         | (np.int64(u8[at + 2]) << 8) | np.int64(u8[at + 3])
+
+
+def _k_frame(u8, pos, offs, sizes, ids, state):
+    """List the plain records from byte ``pos`` on: offset, data size, record id.
+
+    Stops (``state`` = [records listed, next position]) and returns 0 at the end of the
+    file (fewer than 8 bytes left), 1 when the output arrays are full, 2 at a record Python
+    must look at: one with a checksum word, or whose size is out of bounds or past the end.
+    """
+    n = len(u8)
+    cap = len(offs)
+    k = 0
+    code = 0
+    while pos + 8 <= n:
+        if k == cap:
+            code = 1
+            break
+        size = _u32(u8, pos)
+        word = _u32(u8, pos + 4)
+        if (word & 0x80000000) or size > MAX_RECORD_SIZE or size < MIN_RECORD_SIZE \
+                or pos + 8 + size > n:
+            code = 2
+            break
+        offs[k] = pos
+        sizes[k] = size
+        ids[k] = word & 0x3FFFFF
+        k += 1
+        pos += 8 + size
+    state[0] = k
+    state[1] = pos
+    return code
 
 
 def _k_walk(u8, doffs, sizes, hdr_len, i0, spec, mult, soff, low, high, tknown, hknown,
@@ -317,6 +351,7 @@ def _signatures(T) -> dict:
     f8, i4, u2 = T.Array(T.float64, 1, "C"), T.Array(T.int32, 1, "C"), T.Array(T.uint16, 1, "C")
     b2 = T.Array(T.bool_, 2, "C")
     return {
+        "frame": T.int64(u8r, T.int64, i8, i8, i4, i8),
         "walk": T.int64(u8r, i8r, i8r, T.int64, T.int64, i8r2, i8, i8, i8, i8, i8, i8,
                         i8, i8_2, i1_2, f8_2, f8_2, u1, i8_2),
         "decode": T.void(u8r, i8r, i8r, i8r2, i1r2, f8r2, f8r2, i8r, f8, i8, i4, f8, f8, f8,
