@@ -61,6 +61,12 @@ def _u32(u8, at):
         | (np.int64(u8[at + 2]) << 8) | np.int64(u8[at + 3])
 
 
+def _bswap32(x):
+    """A uint32 with its bytes reversed (big-endian word read natively)."""
+    return ((x >> np.uint32(24)) & np.uint32(0xFF)) | ((x >> np.uint32(8)) & np.uint32(0xFF00)) \
+        | ((x << np.uint32(8)) & np.uint32(0xFF0000)) | ((x << np.uint32(24)) & np.uint32(0xFF000000))
+
+
 def _k_frame(u8, pos, offs, sizes, ids, state):
     """List the plain records from byte ``pos`` on: offset, data size, record id.
 
@@ -306,32 +312,42 @@ def _k_decode(u8, doffs, nb, pos, width, mult, off, signed, t, tsec, tnsec, lat,
             m = mult[i, k]
             o = off[i, k]
             sg = signed[k]
-            # Whole words through a native view, byte-swapped with shifts (which the
-            # compiler turns into vector byte shuffles), sign taken arithmetically.
+            # Whole words through a native view, byte-swapped with shifts, in 32-bit
+            # integers: the compiler turns each loop into vector shuffles and
+            # int32 -> double conversions (64-bit ones have no vector form on AVX2).
+            # A u32 goes through int32 as (v - 2**31) + 2**31.0, exact in double.
             if w == 1:
-                for b in range(n):
-                    v = np.int64(u8[q + b])
-                    v -= sg * ((v & 0x80) << 1)
-                    out[r + b] = np.float64(v) / m - o
+                if sg:
+                    c = u8[q:q + n].view(np.int8)
+                    for b in range(n):
+                        out[r + b] = np.float64(np.int32(c[b])) / m - o
+                else:
+                    for b in range(n):
+                        out[r + b] = np.float64(np.int32(u8[q + b])) / m - o
             elif w == 2:
                 h = u8[q:q + 2 * n].view(np.uint16)
-                for b in range(n):
-                    x = np.int64(h[b])
-                    v = ((x >> 8) | (x << 8)) & 0xFFFF
-                    v -= sg * ((v & 0x8000) << 1)
-                    out[r + b] = np.float64(v) / m - o
+                if sg:
+                    for b in range(n):
+                        x = np.int32(h[b])
+                        v = np.int32(np.int16(((x >> 8) | (x << 8)) & 0xFFFF))
+                        out[r + b] = np.float64(v) / m - o
+                else:
+                    for b in range(n):
+                        x = np.int32(h[b])
+                        out[r + b] = np.float64(((x >> 8) | (x << 8)) & 0xFFFF) / m - o
             else:
                 g = u8[q:q + 4 * n].view(np.uint32)
-                for b in range(n):
-                    x = np.int64(g[b])
-                    v = ((x >> 24) & 0xFF) | ((x >> 8) & 0xFF00) | ((x << 8) & 0xFF0000) \
-                        | ((x << 24) & 0xFF000000)
-                    v -= sg * ((v & 0x80000000) << 1)
-                    out[r + b] = np.float64(v) / m - o
+                if sg:
+                    for b in range(n):
+                        out[r + b] = np.float64(np.int32(_bswap32(g[b]))) / m - o
+                else:
+                    for b in range(n):
+                        v = np.int32(_bswap32(g[b]) ^ np.uint32(0x80000000))
+                        out[r + b] = (np.float64(v) + 2147483648.0) / m - o
         r += n
 
 
-_HELPERS = ("_field_size", "_u32")
+_HELPERS = ("_field_size", "_u32", "_bswap32")
 
 
 def _signatures(T) -> dict:
