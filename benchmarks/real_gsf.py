@@ -24,7 +24,7 @@ import numpy as np
 
 from ._report import DATA_DIR
 
-__all__ = ["SAMPLE_NAME", "find_sample", "build", "cached_file"]
+__all__ = ["SAMPLE_NAME", "build", "cached_file", "find_sample", "samples_dir"]
 
 SAMPLE_NAME = "ukho-gsfpy__0059_20181102_212138_EX1811_MB_EM302.gsf.mb121"
 _REPO = Path(__file__).resolve().parent.parent
@@ -108,7 +108,7 @@ def build(path, *, sample=None, mb: float = 100.0, repeats: int | None = None,
     at = np.cumsum([0] + [len(f) for f in frames[:-1]]) + 8
     sec = np.array([struct.unpack_from(">I", d, _TIME_SEC)[0] for d in pings], np.int64)
     lat = np.array([struct.unpack_from(">i", d, _LAT)[0] for d in pings], np.int64)
-    dlat = int(round(dlat_deg * 1e7))
+    dlat = round(dlat_deg * 1e7)
     if (lat + (repeats - 1) * dlat).max() > 900_000_000:
         raise ValueError("the repeats would move the latitude past 90 degrees")
     path = Path(path)

@@ -224,7 +224,6 @@ def real_derived(tmp_path_factory):
     """The EX1811 sample's 50 ping records repeated 3 times (150 pings), times and positions
     shifted, with the subrecords of ``_DROP`` removed."""
     from benchmarks import real_gsf
-
     from tests.conftest import SAMPLE_FILES
 
     hits = [p for p in SAMPLE_FILES if p.name == real_gsf.SAMPLE_NAME]
