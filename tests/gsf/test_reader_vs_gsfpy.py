@@ -273,7 +273,8 @@ def test_real_derived_file_in_batches_equals_whole(real_derived):
     ping = whole.column("ping").to_numpy()
     with gsf.GsfFile(real_derived) as f:
         f._forward_limit = 0                 # rebuild the state by walking back
-        for start in (2, 10, 29, 50, 51, 99, 149):
+        # pings 9, 28, 37, 42 carry no table in the sample, 1 and 49 lost theirs here
+        for start in (1, 2, 9, 28, 37, 42, 49, 51, 78, 99, 149):
             part = f.read(start, start + 5)
             keep = (ping > start) & (ping <= start + 5)
             assert part.equals(whole.filter(pa.array(keep))), start
