@@ -8,9 +8,18 @@ both readers start from the page cache; then each reader runs ``--runs`` times, 
 the median and best soundings per second are reported with their ratio (target: ours ≥ 3×).
 
     python -m benchmarks.bench_gsf [--quick] [--mb 200] [--runs 3]
+    python -m benchmarks.bench_gsf --real [--quick] [--mb 100] [--runs 3]
 
-``--quick`` uses a tiny survey and one run so that it finishes in seconds (CI keeps it working);
-its results go to ``bench_gsf_quick.json`` so they never overwrite a real run.
+``--real`` reads a file of at least ``--mb`` MB made of the real EX1811 EM302 sample's ping
+records instead (``benchmarks.real_gsf``: the 50 pings repeated with shifted times and
+positions, every subrecord as recorded, layouts changing from ping to ping). gsfpy reads
+depth, across- and along-track and beam flags, ``read_pings`` decodes every column; the
+ratio of best times (best of ``--runs``) is the target (≥ 3×). Before timing, the four
+arrays are checked equal, value for value, between the two readers. Without the sample it
+says why and skips. Results: ``bench_gsf_real.json``.
+
+``--quick`` uses a tiny input and one run so that it finishes in seconds (CI keeps it working);
+its results go to ``bench_gsf[_real]_quick.json`` so they never overwrite a real run.
 """
 
 from __future__ import annotations
@@ -58,27 +67,38 @@ def survey(mb: float, *, seed: int = 0, pings_per_file: int = 2000, beams: int =
 
 
 # ---------------------------------------------------------------------------------- readers
-def read_ours(paths) -> dict:
-    """Our reader: every file into numpy arrays of the benchmark's quantities."""
+QUANTITIES = ("depth", "across_track", "along_track", "beam_flags", "latitude", "longitude",
+              "time")
+#: what the real-file run asks of gsfpy (the issue's baseline): the per-beam arrays only
+REAL_QUANTITIES = ("depth", "across_track", "along_track", "beam_flags")
+
+
+def read_ours(paths, quantities=QUANTITIES, *, keep: bool = False) -> dict:
+    """Our reader: every file into numpy arrays of the benchmark's quantities.
+
+    ``read_pings`` decodes every column of the schema whatever is asked; ``keep`` returns
+    the arrays of the last file too (for the equality check)."""
     from pfm_dask.gsf import read_pings
 
     n, checksum = 0, 0.0
     for path in paths:
         t = read_pings(path)
-        cols = {c: t.column(c).to_numpy() for c in ("depth", "across_track", "along_track",
-                                                    "beam_flags", "latitude", "longitude", "time")}
+        cols = {c: t.column(c).to_numpy() for c in quantities}
         n += len(cols["depth"])
         checksum += float(cols["depth"].sum())
-    return {"soundings": n, "depth_sum": checksum}
+    return {"soundings": n, "depth_sum": checksum, **({"arrays": cols} if keep else {})}
 
 
-def read_gsfpy(paths) -> dict:
-    """gsfpy (libgsf 3.08): the same arrays, one file open at a time (P2), lat/lon unswapped (P1)."""
+def read_gsfpy(paths, quantities=QUANTITIES, *, keep: bool = False) -> dict:
+    """gsfpy (libgsf 3.08): the same arrays, one file open at a time (P2), lat/lon unswapped (P1).
+
+    Only ``quantities`` are copied out of each ping (the per-ping ones only if asked)."""
     from gsfpy import open_gsf
     from gsfpy3_08 import GsfException
 
     n, checksum = 0, 0.0
     as_array = np.ctypeslib.as_array
+    per_ping = any(q in quantities for q in ("latitude", "longitude", "time"))
     for path in paths:
         depth, across, along, flags, counts, lat, lon, tim = [], [], [], [], [], [], [], []
         with open_gsf(str(path)) as f:
@@ -98,17 +118,20 @@ def read_gsfpy(paths) -> dict:
                 along.append(as_array(m.along_track, (nb,)).copy())
                 flags.append(as_array(m.beam_flags, (nb,)).copy())
                 counts.append(nb)
-                lat.append(m.longitude)      # P1: gsfpy's fields are swapped
-                lon.append(m.latitude)
-                tim.append(m.ping_time.tv_sec + m.ping_time.tv_nsec * 1e-9)
+                if per_ping:
+                    lat.append(m.longitude)      # P1: gsfpy's fields are swapped
+                    lon.append(m.latitude)
+                    tim.append(m.ping_time.tv_sec + m.ping_time.tv_nsec * 1e-9)
         cnt = np.array(counts)
         cols = {"depth": np.concatenate(depth), "across_track": np.concatenate(across),
-                "along_track": np.concatenate(along), "beam_flags": np.concatenate(flags),
-                "latitude": np.repeat(np.array(lat), cnt), "longitude": np.repeat(np.array(lon), cnt),
-                "time": np.repeat(np.array(tim), cnt)}
+                "along_track": np.concatenate(along), "beam_flags": np.concatenate(flags)}
+        if per_ping:
+            cols.update({"latitude": np.repeat(np.array(lat), cnt),
+                         "longitude": np.repeat(np.array(lon), cnt),
+                         "time": np.repeat(np.array(tim), cnt)})
         n += len(cols["depth"])
         checksum += float(cols["depth"].sum())
-    return {"soundings": n, "depth_sum": checksum}
+    return {"soundings": n, "depth_sum": checksum, **({"arrays": cols} if keep else {})}
 
 
 def _one_core() -> None:
@@ -129,11 +152,13 @@ def _warm(paths) -> None:
                 pass
 
 
-def measure(paths, runs: int, *, with_gsfpy: bool = True) -> dict:
+def measure(paths, runs: int, *, with_gsfpy: bool = True, quantities=QUANTITIES) -> dict:
     """Time both readers ``runs`` times (alternating); soundings/s median and best."""
-    readers = {"ours": read_ours}
+    from functools import partial
+
+    readers = {"ours": partial(read_ours, quantities=quantities)}
     if with_gsfpy:
-        readers["gsfpy"] = read_gsfpy
+        readers["gsfpy"] = partial(read_gsfpy, quantities=quantities)
     times = {k: [] for k in readers}
     cpu = {k: [] for k in readers}
     counts = {}
@@ -171,14 +196,19 @@ def measure(paths, runs: int, *, with_gsfpy: bool = True) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_gsf", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="tiny input, one run (seconds; for CI)")
-    ap.add_argument("--mb", type=float, default=200.0, help="survey size in MB (default 200)")
+    ap.add_argument("--real", action="store_true",
+                    help="read a file made of the real EX1811 EM302 ping records instead")
+    ap.add_argument("--mb", type=float, default=None,
+                    help="input size in MB (default 200 synthetic, 100 real)")
     ap.add_argument("--runs", type=int, default=3, help="timed runs per reader (default 3)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", type=Path, default=DATA_DIR, help="cache for generated surveys")
     ap.add_argument("--results-dir", type=Path, default=None, help="default benchmarks/results")
     args = ap.parse_args(argv)
+    if args.mb is None:
+        args.mb = 100.0 if args.real else 200.0
     if args.quick:
-        args.mb, args.runs = 0.6, 1
+        args.mb, args.runs = (2.0 if args.real else 0.6), 1
     _one_core()
     try:
         import gsfpy  # noqa: F401
@@ -186,6 +216,8 @@ def main(argv=None) -> int:
     except ImportError:
         with_gsfpy = False
         print("gsfpy is not installed: measuring our reader only")
+    if args.real:
+        return main_real(args, with_gsfpy)
 
     pings_per_file = 40 if args.quick else 2000
     folder, paths, meta = survey(args.mb, seed=args.seed, pings_per_file=pings_per_file,
@@ -229,6 +261,55 @@ def main(argv=None) -> int:
               f"{res['gsfpy']['soundings_per_s_median'] / 1e6:.2f} M soundings/s: "
               f"{res['speedup_median']:.1f}× (best of {res['runs']}: {res['speedup_best']:.1f}×, "
               f"CPU time: {res['speedup_cpu_median']:.1f}×; target ≥ 3×)")
+    return 0
+
+
+def same_arrays(path) -> dict:
+    """Both readers' depth, across, along and beam flags of ``path``, compared value for value
+    (untimed): the benchmark refuses to time readers that disagree."""
+    ours = read_ours([path], REAL_QUANTITIES, keep=True)["arrays"]
+    theirs = read_gsfpy([path], REAL_QUANTITIES, keep=True)["arrays"]
+    for q in REAL_QUANTITIES:
+        if not np.array_equal(ours[q], theirs[q]):
+            raise SystemExit(f"{q}: read_pings and gsfpy disagree on {path}")
+    return {"checked": list(REAL_QUANTITIES), "values": int(len(ours["depth"])) * len(ours)}
+
+
+def main_real(args, with_gsfpy: bool) -> int:
+    """The ``--real`` run: the real-derived file, read_pings (all columns) against gsfpy."""
+    from benchmarks import real_gsf
+
+    got = real_gsf.cached_file(args.mb, data_dir=args.data_dir)
+    if got is None:
+        print(f"skipped: the real sample {real_gsf.SAMPLE_NAME} is not in "
+              f"{real_gsf.samples_dir()} (set PFM_DASK_GSF_SAMPLES)")
+        return 0
+    path, built = got
+    _warm([path])
+    check = same_arrays(path) if with_gsfpy else None
+    res = measure([path], args.runs, with_gsfpy=with_gsfpy, quantities=REAL_QUANTITIES)
+    from pfm_dask import gsf
+
+    with gsf.GsfFile(path) as f:
+        n_pings = f.n_pings
+    results = {
+        "input": {"path": str(path), "bytes": path.stat().st_size, "pings": n_pings,
+                  "soundings": res["soundings"], "sample": real_gsf.SAMPLE_NAME,
+                  "made_by": "benchmarks.real_gsf: the sample's 50 ping records repeated, "
+                             "time and latitude shifted per repetition"},
+        "quantities_gsfpy": list(REAL_QUANTITIES),
+        "ours_decodes": "every column of pfm_dask.gsf.SOUNDING_SCHEMA",
+        "equality_check": check, "one_core": True, **res,
+    }
+    if "gsfpy" in res:
+        results["target_best_ratio"] = 3.0
+    name = "bench_gsf_real_quick" if args.quick else "bench_gsf_real"
+    write_results(name, results, results_dir=args.results_dir)
+    if "speedup_best" in res:
+        print(f"real-derived file, {results['input']['bytes'] / 1e6:.0f} MB, {n_pings:,} pings: "
+              f"read_pings best {res['ours']['best_s']:.3f} s, gsfpy best "
+              f"{res['gsfpy']['best_s']:.3f} s: {res['speedup_best']:.2f}x (best of "
+              f"{res['runs']}; median {res['speedup_median']:.2f}x; target >= 3x)")
     return 0
 
 

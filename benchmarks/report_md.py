@@ -631,6 +631,10 @@ def _others(results_dir: Path) -> str:
     for fname, fmt in (
         ("bench_gsf.json", lambda r: f"GSF reader: {r['ours']['mb_per_s_median']:.0f} MB/s on one "
                                      f"core, {r.get('speedup_median', 0):.1f}x gsfpy"),
+        ("bench_gsf_real.json", lambda r: f"GSF reader on {r['input']['bytes'] / 1e6:.0f} MB of "
+                                          f"real EM302 ping records (EX1811, repeated): "
+                                          f"{r['speedup_best']:.1f}x gsfpy (best of "
+                                          f"{r['runs']}; median {r['speedup_median']:.1f}x)"),
         ("bench_pfm_write.json", lambda r: f"PFM writer: {r['pfm']['mb_per_s']:.0f} MB/s, "
                                            f"{100 * r['ratio_pfm_to_sequential']:.0f} % of plain "
                                            "sequential writes"),

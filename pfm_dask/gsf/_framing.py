@@ -2,8 +2,9 @@
 
 A GSF file has no index and no sync marker, so record boundaries are found by
 reading each 8-byte record header (size, id word) and jumping over the data;
-12 bytes when bit 31 of the id word says a checksum follows. The walk is one
-Python step per record (unavoidable), kept to a single ``struct`` call each.
+12 bytes when bit 31 of the id word says a checksum follows. A numba kernel
+(``_kernels._k_frame``) steps from record to record; records with a checksum
+word and every kind of damage are handled here in Python.
 Damage (truncation, absurd sizes, bad checksums, a missing header record)
 stops the walk; what was found before it is kept and the damage is returned.
 """
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import GsfError
+from ._kernels import kernel
 from ._records import (MAX_RECORD_SIZE, MIN_RECORD_SIZE, RECORD_NAMES, REC_HEADER,
                        REC_SWATH_PING)
 
@@ -111,81 +113,50 @@ def scan_records(buf, path=None) -> Framing:
         damage.append(err)
         return _framing(offs, sizes, ids, None, None, None, 0, damage, [])
 
+    # The walk: a kernel lists the plain records; a record with a checksum word is
+    # checked here, and damage is described here, after which the kernel resumes.
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    k_frame = kernel("frame")
+    chunks: list = []       # (offsets, sizes, ids) arrays, in file order
+    listed = 0              # records in chunks
+    cap = min(n // (8 + MIN_RECORD_SIZE) + 1, 1 << 16)
+    state = np.zeros(2, dtype=np.int64)
     pos = 0
-    o_append, s_append, i_append = offs.append, sizes.append, ids.append
-    limit = n - 8
-    prev = None          # (size, word) of the previous record
-    chunks: list = []    # (offsets, sizes, ids) arrays of records already listed
-    flushed = 0          # number of records in chunks
-    run_len = 64         # how far ahead a run of identical records is probed
-    words = None         # the file as big-endian u32 words, made on first use
-    while pos <= limit:
-        size, word = unpack(buf, pos)
-        if word & _CHECKSUM_FLAG:
-            err = _check_checksummed(buf, pos, size, word, n, path)
-            if err is not None:
-                damage.append(err)
-                break
-            checksummed.append(flushed + len(offs))
-            o_append(pos)
-            s_append(size)
-            i_append(word & _ID_MASK)
-            pos += 12 + size
-            prev = None
+    while True:
+        offs = np.empty(cap, np.int64)
+        sizes = np.empty(cap, np.int64)
+        ids = np.empty(cap, np.int32)
+        code = k_frame(u8, pos, offs, sizes, ids, state)
+        k, pos = int(state[0]), int(state[1])
+        if k:
+            chunks.append((offs[:k], sizes[:k], ids[:k]))
+            listed += k
+        if code == 1:
+            cap = min(cap * 4, 1 << 22)
             continue
-        if size > MAX_RECORD_SIZE or size < MIN_RECORD_SIZE or pos + 8 + size > n:
+        if code == 0:
+            if pos < n:
+                damage.append(GsfError(
+                    f"file ends inside a record header: {n - pos} byte(s) left, "
+                    "a record header needs 8 (truncated file?)", path=path, offset=pos))
+            break
+        size, word = unpack(buf, pos)
+        if not word & _CHECKSUM_FLAG:
             damage.append(_size_error(pos, size, word, 8, n, path))
             break
-        o_append(pos)
-        s_append(size)
-        i_append(word & _ID_MASK)
-        stride = 8 + size
-        pos += stride
-        if prev != (size, word):
-            prev = (size, word)
-            continue
-        # Third record in a row with the same size and id word (e.g. thousands of
-        # attitude records): probe ahead with numpy for more identical headers.
-        if pos & 3 or stride & 3:
-            continue
-        if words is None:
-            words = np.frombuffer(buf, dtype=">u4", count=n // 4)
-        while True:
-            k_max = min(run_len, (n - pos) // stride)
-            if k_max < 2:
-                break
-            at = (pos >> 2) + (stride >> 2) * np.arange(k_max, dtype=np.int64)
-            same = (words[at] == size) & (words[at + 1] == word)
-            k = k_max if same.all() else int(np.argmin(same))
-            if k:
-                # Flush the single records, then add the run as numpy chunks.
-                flushed += len(offs)
-                chunks.append((np.asarray(offs, np.int64), np.asarray(sizes, np.int64),
-                               np.asarray(ids, np.int32)))
-                offs.clear()
-                sizes.clear()
-                ids.clear()
-                chunks.append((np.arange(pos, pos + k * stride, stride, dtype=np.int64),
-                               np.full(k, size, np.int64),
-                               np.full(k, word & _ID_MASK, np.int32)))
-                flushed += k
-                pos += k * stride
-            if k < k_max:
-                run_len = max(64, run_len // 2)
-                break
-            run_len = min(run_len * 4, 1 << 16)
-    else:
-        if pos < n:
-            damage.append(GsfError(
-                f"file ends inside a record header: {n - pos} byte(s) left, "
-                "a record header needs 8 (truncated file?)", path=path, offset=pos))
-    words = None
-    if chunks:
-        chunks.append((np.asarray(offs, np.int64), np.asarray(sizes, np.int64),
-                       np.asarray(ids, np.int32)))
-        offs = np.concatenate([c[0] for c in chunks])
-        sizes = np.concatenate([c[1] for c in chunks])
-        ids = np.concatenate([c[2] for c in chunks])
+        err = _check_checksummed(buf, pos, size, word, n, path)
+        if err is not None:
+            damage.append(err)
+            break
+        checksummed.append(listed)
+        chunks.append((np.array([pos], np.int64), np.array([size], np.int64),
+                       np.array([word & _ID_MASK], np.int32)))
+        listed += 1
+        pos += 12 + size
+    del u8
+    offs = np.concatenate([c[0] for c in chunks]) if chunks else np.zeros(0, np.int64)
+    sizes = np.concatenate([c[1] for c in chunks]) if chunks else np.zeros(0, np.int64)
+    ids = np.concatenate([c[2] for c in chunks]) if chunks else np.zeros(0, np.int32)
     return _framing(offs, sizes, ids, version, major, minor, pos, damage, checksummed)
 
 

@@ -189,3 +189,100 @@ def test_synthetic_survey_equals_libgsf(tmp_path):
     synth = pytest.importorskip("pfm_dask.synth")
     summary = synth.generate(tmp_path / "s", files=1, pings=300, beams=432, seed=11)
     _compare_with_libgsf(tmp_path / "s" / summary["files"][0]["name"])
+
+
+# --- a multi-ping file of real EM302 records (EX1811), layouts changing from ping to ping ---
+
+#: Subrecords removed from some of the sample's 50 pings (in every repetition), so that the
+#: file also has optional arrays absent: ping 1 loses its scale-factor table (its factors
+#: differ from ping 0's, which libgsf then carries over), others along-track, beam flags,
+#: the error arrays, or depth and across-track.
+_DROP = {1: {100}, 5: {3}, 12: {16}, 20: {19, 20}, 27: {1, 2}, 49: {16, 100}}
+
+
+def _ping_subrecord_ids(path) -> list[set]:
+    """Subrecord ids of each ping record, by a plain walk of the bytes (test premise)."""
+    import struct
+
+    blob = path.read_bytes()
+    out, pos = [], 0
+    while pos + 8 <= len(blob):
+        size, word = struct.unpack_from(">II", blob, pos)
+        if word & 0x3FFFFF == 2:
+            ids, p, end = set(), pos + 8 + 56, pos + 8 + size
+            while end - p > 4:
+                (w,) = struct.unpack_from(">I", blob, p)
+                ids.add(w >> 24)
+                p += 4 + (w & 0xFFFFFF)
+            out.append(ids)
+        pos += 8 + size
+    return out
+
+
+@pytest.fixture(scope="module")
+def real_derived(tmp_path_factory):
+    """The EX1811 sample's 50 ping records repeated 3 times (150 pings), times and positions
+    shifted, with the subrecords of ``_DROP`` removed."""
+    from benchmarks import real_gsf
+    from tests.conftest import SAMPLE_FILES
+
+    hits = [p for p in SAMPLE_FILES if p.name == real_gsf.SAMPLE_NAME]
+    if not hits:
+        pytest.skip(f"real sample {real_gsf.SAMPLE_NAME} not found (set PFM_DASK_GSF_SAMPLES)")
+    path = tmp_path_factory.mktemp("real") / "ex1811_x3.gsf"
+    real_gsf.build(path, sample=hits[0], repeats=3, drop=_DROP)
+    return path
+
+
+def test_real_derived_file_has_varying_layouts(real_derived):
+    """The premise: pings without a scale-factor table, pings without some arrays, and
+    intensity series of different sizes, all in one file."""
+    ids = _ping_subrecord_ids(real_derived)
+    assert len(ids) == 150
+    no_table = [k for k, s in enumerate(ids) if 100 not in s]
+    assert {1, 9, 28, 37, 42, 49} <= {k % 50 for k in no_table} and 0 not in no_table
+    assert any(16 not in s for s in ids) and any(3 not in s for s in ids)
+    assert any(1 not in s for s in ids) and any(19 not in s for s in ids)
+    assert all(21 in s and 134 in s for s in ids)
+    with gsf.GsfFile(real_derived) as f:
+        assert len(set(f._psize.tolist())) > 40     # record sizes differ from ping to ping
+
+
+def test_real_derived_file_equals_libgsf(real_derived):
+    """Every column of every ping equals libgsf's, field by field (nulls where libgsf has
+    NULL arrays), and the repetitions differ only in time and latitude."""
+    _compare_with_libgsf(real_derived)
+    table = gsf.read_pings(real_derived)
+    per = table.num_rows // 3
+    a, b = table.slice(0, per), table.slice(per, per)
+    np.testing.assert_array_equal(b.column("time_sec").to_numpy() - a.column("time_sec").to_numpy(),
+                                  360)
+    for name in ("depth", "across_track", "along_track", "beam_flags", "vertical_error"):
+        assert a.column(name).equals(b.column(name)), name
+
+
+def test_real_derived_file_in_batches_equals_whole(real_derived):
+    """Reading from any ping (state carried from the pings before, or rebuilt by walking
+    back) gives the rows of the whole read."""
+    import pyarrow as pa
+
+    whole = gsf.read_pings(real_derived)
+    for max_pings in (1, 7, 64):
+        joined = pa.Table.from_batches(list(gsf.iter_batches(real_derived, max_pings)))
+        assert joined.equals(whole), max_pings
+    ping = whole.column("ping").to_numpy()
+    with gsf.GsfFile(real_derived) as f:
+        f._forward_limit = 0                 # rebuild the state by walking back
+        # pings 9, 28, 37, 42 carry no table in the sample, 1 and 49 lost theirs here
+        for start in (1, 2, 9, 28, 37, 42, 49, 51, 78, 99, 149):
+            part = f.read(start, start + 5)
+            keep = (ping > start) & (ping <= start + 5)
+            assert part.equals(whole.filter(pa.array(keep))), start
+
+
+def test_real_derived_kernel_walk_equals_python_walk(real_derived, tmp_path):
+    """The numba walk and the per-ping Python walk give the same directory (positions,
+    widths, scale factors carried over) on every ping."""
+    from .test_damage import _assert_same_directory, _directories
+
+    _assert_same_directory(_directories(real_derived.read_bytes(), tmp_path))
