@@ -25,7 +25,6 @@ its results go to ``bench_gsf[_real]_quick.json`` so they never overwrite a real
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import shutil

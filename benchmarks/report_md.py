@@ -566,7 +566,7 @@ def _summary(res: dict, titles: dict) -> str:
                           if hi[2]["busy_fraction_of_disk"] < 0.5 else ""))
     shares = [(s, c["serial_share"]["serial"]["area_filter_and_recompute"])
               for s, c in e["setups"].items()]
-    out.append(f"- **The serial phase** (area filter + recompute) takes "
+    out.append("- **The serial phase** (area filter + recompute) takes "
                + ", ".join(f"{_pct(v)} ({s})" for s, v in shares)
                + f" of the serial time at {top} files.")
     m = res.get("memory")

@@ -74,7 +74,6 @@ def write_bag(pfm_path, out, *, surface: str = DEFAULT_SURFACE, memory: int = DE
     tmp = temp_path(out)
     f = open_pfm(pfm_path, "r")
     try:
-        grid = f.grid
         W, H = f.width, f.height
         tiles = plan_tiles(W, H, memory, row_multiple=min(_CHUNK, H))
         band = tiles[0][1] - tiles[0][0]

@@ -325,7 +325,6 @@ class GsfWriter:
             except GsfError as err:
                 raise self._error(f"scale factor for {name}: {err.reason}") from None
         chosen: dict[str, ScaleFactor] = {}
-        raws: dict[str, np.ndarray] = {}
         for name, a in arrays.items():
             vals = a[valid] if ragged else a
             vmin, vmax = float(vals.min()), float(vals.max())

@@ -1121,7 +1121,7 @@ def _signature(name: str, T):
         return T.Array(dt, nd, layout, readonly=ro)
 
     i64, u64, f32, f64 = T.int64, T.uint64, T.float32, T.float64
-    ai, au = arr(i64), arr(u64)
+    ai = arr(i64)
     out_u8 = arr(T.uint8, ro=False)
     scratch = arr(u64, ro=False)
     sigs = {
