@@ -267,13 +267,14 @@ def _cluster_profile(kind, config, *, serial, scheduler):
 
 def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_json, quiet,
               cluster=None, cluster_config=None, resume=False, strict=False,
-              checkpoint_seconds=10.0, resume_options=None):
+              checkpoint_seconds=10.0, resume_options=None, auto=False):
     from . import pipeline
     from .inputs import expand_inputs
 
     profile = _cluster_profile(cluster, cluster_config, serial=serial, scheduler=scheduler)
+    # auto: no mode asked for (no --workers either): small inputs load in this process
     mode = ("serial" if serial else "scheduler" if scheduler else
-            "cluster" if profile is not None else "local")
+            "cluster" if profile is not None else "auto" if auto else "local")
     files = expand_inputs(inputs, keep_duplicates=True) if inputs else []  # the load reports repeats
     prog = _Progress(not quiet, as_json)
 
@@ -403,7 +404,9 @@ def load(
                         scheduler=scheduler, append=append, as_json=as_json, quiet=quiet,
                         cluster=cluster, cluster_config=cluster_config, resume=resume,
                         strict=strict, checkpoint_seconds=checkpoint_seconds,
-                        resume_options=_resume_options(ctx))
+                        resume_options=_resume_options(ctx),
+                        auto=getattr(ctx.get_parameter_source("workers"), "name", "")
+                        != "COMMANDLINE")
         if png is not None and res.exit_code in (EXIT_OK, EXIT_PROBLEMS):
             from .export import write_png
 
