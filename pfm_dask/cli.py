@@ -23,6 +23,7 @@ from typing import List, Optional, Tuple
 
 import typer
 
+from . import _typer_plain
 from .errors import PfmDaskError
 
 EXIT_OK = 0
@@ -30,6 +31,7 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_PROBLEMS = 3
 
+_typer_plain.install()  # plain values without pydantic: 0.25 s less start-up for every command
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,

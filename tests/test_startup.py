@@ -92,3 +92,60 @@ def test_auto_mode_is_serial_below_the_threshold_and_a_cluster_above(tmp_path):
     assert pipeline.auto_mode(big, plain)[0] == "local"
     # a missing file counts for nothing here (the pre-scan reports it, in any mode)
     assert pipeline.auto_mode([str(tmp_path / "missing.gsf")], plain) == ("serial", 0)
+
+
+@pytest.fixture(scope="module")
+def small_pfm(tiny, tmp_path_factory):
+    out = tmp_path_factory.mktemp("small") / "small.pfm"
+    from pfm_dask.inputs import expand_inputs
+
+    res = pipeline.run_load(expand_inputs([tiny]), out, LoadConfig(bin_size_m=25.0), mode="serial")
+    assert res.exit_code == 0, res.summary()
+    return out
+
+
+def test_cli_import_and_quick_commands_load_no_dask_numba_or_pydantic(tiny, small_pfm):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r = subprocess.run([sys.executable, "-c", "import sys, pfm_dask.cli; print(' '.join(sorted("
+                        "{m.split('.')[0] for m in sys.modules})))"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert not set(r.stdout.split()) & {"dask", "distributed", "numba", "pydantic"}
+    gsf_file = sorted(Path(tiny).glob("*.gsf"))[0]
+    for args in (["info", small_pfm], ["info", small_pfm, "--json"], ["--help"],
+                 ["load", "--help"], ["gsf-info", gsf_file]):
+        r, imported = _cli(*args)
+        assert r.returncode == 0, (args, r.stderr)
+        assert not _tops(imported) & {"dask", "distributed", "numba", "llvmlite"}, (args, imported)
+    r, imported = _cli("check", small_pfm)
+    assert r.returncode == 0 and "sound" in r.stdout, r.stderr
+    assert not _tops(imported) & {"dask", "distributed"}, imported
+
+
+def test_info_reads_the_same_with_and_without_numba(small_pfm):
+    """info reads bin records with numpy until numba is imported: same figures either way."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    outs = []
+    for pre in ("", "import numba; "):
+        code = (pre + "import sys; sys.argv[0] = 'pfm-dask'; from pfm_dask.cli import main; "
+                "main()")
+        r = subprocess.run([sys.executable, "-c", code, "info", str(small_pfm), "--json"],
+                           capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode == 0, r.stderr
+        outs.append(json.loads(r.stdout))
+    assert outs[0] == outs[1]
+    assert outs[0]["counts"]["soundings"] > 0
+
+
+def test_plain_values_keep_typer_checks_and_wording():
+    """The command line's own coercion (no pydantic): numbers, tuples, lists and paths."""
+    from typer.testing import CliRunner
+
+    from pfm_dask.cli import app
+
+    r = CliRunner().invoke(app, ["load", "x.gsf", "-o", "o.pfm", "--bin-size", "abc"])
+    assert r.exit_code == 2 and "Input should be a valid number" in r.output
+    r = CliRunner().invoke(app, ["load", "x.gsf", "-o", "o.pfm", "--workers", "2.5"])
+    assert r.exit_code == 2 and "Input should be a valid integer" in r.output
+    r = CliRunner().invoke(app, ["load", "x.gsf", "-o", "o.pfm", "--mbr", "1", "2", "3", "x"])
+    assert r.exit_code == 2 and "--mbr" in r.output
