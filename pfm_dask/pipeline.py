@@ -66,11 +66,13 @@ _SLOTS_EVERY = 2.0  # seconds between two looks at the cluster's compute slots
 
 #: ``mode="auto"`` (the command line's default) loads inputs smaller than this in the driver's
 #: own process, as ``--serial`` does: below it the embedded cluster's start-up and transfers
-#: (1.8-2.0 s more than ``--serial`` on the 3 MB EX1811 sample, benchmarks/bench_startup.py)
-#: cost more than its second worker saves (about 0.010 s per MB without the swath filter:
-#: bench_load's 1.1 GB survey in 32.4 s serial, 21.0 s on 2 workers), so the break-even is
-#: near 190 MB; with the swath filter, which the workers run in parallel, it saves 0.045 s per
-#: MB (107.6 s against 57.9 s) and the break-even is near 44 MB.
+#: cost more than its second worker saves. The cluster costs about 2 s more than ``--serial``
+#: on the 3.5 MB EX1811 sample on a quiet 2-core machine (2.84 s against 0.88 s), 6.5 s on a
+#: busy one (benchmarks/bench_startup.py); the second worker saves about 0.010 s per MB
+#: without the swath filter (bench_load's 1.1 GB survey: 32.4 s serial, 21.0 s on 2 workers)
+#: and 0.045 s per MB with it, which the workers run in parallel (107.6 s against 57.9 s).
+#: Break-even: 190 MB (quiet) to 620 MB (busy) without it, 44 to 143 MB with it; the limits
+#: take the quiet figures, so no input that a cluster would load faster stays in-process.
 SMALL_LOAD_BYTES = 160 << 20
 SMALL_LOAD_BYTES_SWATH = 40 << 20
 

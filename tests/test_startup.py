@@ -149,3 +149,24 @@ def test_plain_values_keep_typer_checks_and_wording():
     assert r.exit_code == 2 and "Input should be a valid integer" in r.output
     r = CliRunner().invoke(app, ["load", "x.gsf", "-o", "o.pfm", "--mbr", "1", "2", "3", "x"])
     assert r.exit_code == 2 and "--mbr" in r.output
+
+
+def test_bench_startup_runs_and_records_the_floor(tmp_path):
+    """benchmarks/bench_startup.py with one repeat of two cases (no timing asserted)."""
+    from tests.conftest import SAMPLES_DIR
+
+    sample = SAMPLES_DIR / "ukho-gsfpy__0059_20181102_212138_EX1811_MB_EM302.gsf.mb121"
+    if not sample.is_file():
+        pytest.skip("the EX1811 sample is not here")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    r = subprocess.run([sys.executable, "-m", "benchmarks.bench_startup", "--repeats", "1",
+                        "--sample", str(sample), "--only", "info (25 m PFM)", "gsf-info",
+                        "--results-dir", str(tmp_path)],
+                       cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads((tmp_path / "bench_startup.json").read_text())["results"]["ours"]
+    assert set(res) == {"python -c pass", "info (25 m PFM)", "gsf-info"}
+    assert res["info (25 m PFM)"]["exit_codes"] == [0]
+    assert "numba" not in res["info (25 m PFM)"]["imported"]
+    assert res["python -c pass"]["over_floor_x"] == 1.0
