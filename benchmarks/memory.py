@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ._report import remove_pfm
 
-__all__ = ["peak_rss_serial", "peak_rss_dask", "fixed_grid"]
+__all__ = ["peak_rss_serial", "peak_rss_dask", "fixed_grid", "survey_peaks"]
 
 _SAMPLER: dict = {}
 _WARMED: list = []  # non-empty once a serial load has run in a child (numba cache filled)
@@ -210,8 +210,47 @@ def fixed_grid(cfg, survey_json: Path):
                              area["north"] + pad_lat, area["east"] + pad_lon))
 
 
+def survey_peaks(folder: Path, *, bin_size: float = 25.0, max_backlog: str = "512MiB",
+                 workers: int = 2, results_dir: Path | None = None) -> dict:
+    """Peak RSS of a ``--serial`` load and of each process of a ``workers``-worker load of the
+    survey in ``folder``, beside its size, at the command line's default ``--max-backlog``."""
+    from pfm_dask.config import LoadConfig, parse_size
+    from pfm_dask.inputs import expand_inputs
+
+    from ._report import write_results
+
+    paths = expand_inputs([str(folder)])
+    gsf = sum(os.path.getsize(p) for p in paths)
+    cfg = LoadConfig(bin_size_m=bin_size, max_backlog_bytes=parse_size(max_backlog))
+    work = Path(folder).parent / "memory-work"
+    work.mkdir(exist_ok=True)
+    s = peak_rss_serial(paths, cfg, work / "serial.pfm")
+    d = peak_rss_dask(paths, cfg, work / "dask.pfm", workers=workers)
+    procs = [v["peak_rss_bytes"] for v in d["workers"].values()]
+    res = {"files": len(paths), "gsf_bytes": gsf, "bin_size_m": bin_size,
+           "max_backlog": max_backlog, "serial": s, f"dask_{workers}_workers": d,
+           "serial_peak_rss_bytes": s["peak_rss_bytes"],
+           "dask_max_process_peak_rss_bytes": max(procs) if procs else None,
+           "serial_peak_over_input": s["peak_rss_bytes"] / gsf}
+    write_results("memory_survey", res, results_dir=results_dir)
+    return res
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         _child(sys.argv[2])
     else:
-        sys.exit("internal: python -m benchmarks.memory --child JOB (the runner calls it)")
+        import argparse
+
+        ap = argparse.ArgumentParser(description="peak RSS of a serial and a Dask load of a "
+                                                 "survey (results/memory_survey.json)")
+        ap.add_argument("survey", type=Path, help="folder of GSF files (pfm-dask synth ...)")
+        ap.add_argument("--bin-size", type=float, default=25.0)
+        ap.add_argument("--max-backlog", default="512MiB")
+        ap.add_argument("--workers", type=int, default=2)
+        ap.add_argument("--results-dir", type=Path)
+        a = ap.parse_args()
+        from benchmarks.memory import survey_peaks as run  # by module: workers run its samplers
+
+        run(a.survey, bin_size=a.bin_size, max_backlog=a.max_backlog,
+                     workers=a.workers, results_dir=a.results_dir)

@@ -530,6 +530,7 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
                      f"({s600['serial_h']:.0f} h to 2 h 39 min).\n")
         L.append(img("model", "scaling model") + "\n")
 
+    L.append(_startup(results_dir))
     L.append(_others(results_dir))
     md_path.write_text("\n".join(x for x in L if x is not None))
 
@@ -621,6 +622,51 @@ def _swath_line(r: dict) -> str:
         line += (f"; flags identical on {f['surveys']} surveys ({f['soundings']:,} soundings)"
                  if f["identical"] else f"; flags differ on {f['soundings_differing']} soundings")
     return line
+
+
+def _startup(results_dir: Path) -> str:
+    """The start-up section from ``bench_startup.json``, if that benchmark has run."""
+    import json
+
+    try:
+        doc = json.loads((results_dir / "bench_startup.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    r, mach = doc["results"], doc["machine"]
+    trees = [t for t in ("baseline", "ours") if t in r]
+    head = ["command"] + [f"{t}: best / median wall, CPU" for t in trees] + ["ours / floor"]
+    rows = []
+    for case, ours in r["ours"].items():
+        cells = [f"`{case}`"]
+        for t in trees:
+            c = r[t].get(case)
+            cells.append(f"{c['wall_best_s']:.2f} / {c['wall_median_s']:.2f} s, "
+                         f"{c['cpu_best_s']:.2f} s" if c else "")
+        cells.append(_x(ours["over_floor_x"]) if ours.get("over_floor_x") else "")
+        rows.append(cells)
+    imports = "; ".join(f"`{case}`: {', '.join(c['imported']) or 'none'}"
+                        for case, c in r["ours"].items() if c.get("imported") is not None)
+    L = ["## Start-up and small loads (`benchmarks/bench_startup.py`)", "",
+         f"Each command a fresh process, {r['repeats']} measured runs after one warm-up, on "
+         f"{mach.get('date_utc', '?')} (load average {mach.get('load_average_1m', 0):.1f} at the "
+         f"start, {r.get('load_avg_1m_at_end', 0):.1f} at the end: the 2-core machine was shared, "
+         "so the best run is the figure and CPU time the steadier one). Input: the real "
+         f"`{r['sample']}` ({r['sample_bytes'] / 1e6:.1f} MB)." +
+         (" `baseline` is the package before this work, timed in the same run." if
+          "baseline" in r else ""), "", _table(head, rows), "",
+         f"Heavy packages each command imported (ours): {imports}.", ""]
+    if "cluster_overhead_s" in r:
+        be = r.get("break_even", {})
+        parts = [f"{k}: {v['saving_s_per_mb']:.3f} s/MB saved, break-even "
+                 f"{v['break_even_mb']:.0f} MB" for k, v in be.items() if v.get("break_even_mb")]
+        L += [f"The embedded cluster's extra cost on this input (median `--workers 2` minus "
+              f"median `--serial`): {r['cluster_overhead_s']:.2f} s. "
+              + ("With the second worker's saving per MB from " + "; ".join(parts) + ". "
+                 if parts else "")
+              + f"The default load stays in-process under "
+              f"{r['small_load_bytes']['plain'] / 2**20:.0f} MiB "
+              f"({r['small_load_bytes']['swath'] / 2**20:.0f} MiB with the swath filter).", ""]
+    return "\n".join(L)
 
 
 def _others(results_dir: Path) -> str:

@@ -52,7 +52,7 @@ from .soundings import BATCH_SCHEMA, Piece, prepare_piece
 from .writer import PfmWriter
 
 __all__ = ["prescan_file", "area_from_scans", "plan_pieces", "run_load", "LoadResult",
-           "make_local_cluster"]
+           "make_local_cluster", "auto_mode", "SMALL_LOAD_BYTES", "SMALL_LOAD_BYTES_SWATH"]
 
 log = logging.getLogger("pfm_dask")
 
@@ -62,6 +62,32 @@ _PIECE_OVERHEAD = 16 * 1024  # Arrow buffers and the ping table of a piece, beyo
 _STATUS_TOPIC = "pfm-writer"  # the writer's status events (pfm_dask.dashboard.TOPIC)
 _STATUS_EVERY = 0.5  # seconds between two status events
 _SLOTS_EVERY = 2.0  # seconds between two looks at the cluster's compute slots
+
+
+#: ``mode="auto"`` (the command line's default) loads inputs smaller than this in the driver's
+#: own process, as ``--serial`` does: below it the embedded cluster's start-up and transfers
+#: cost more than its second worker saves. The cluster costs about 2 s more than ``--serial``
+#: on the 3.5 MB EX1811 sample on a quiet 2-core machine (2.84 s against 0.88 s), 6.5 s on a
+#: busy one (benchmarks/bench_startup.py); the second worker saves about 0.010 s per MB
+#: without the swath filter (bench_load's 1.1 GB survey: 32.4 s serial, 21.0 s on 2 workers)
+#: and 0.045 s per MB with it, which the workers run in parallel (107.6 s against 57.9 s).
+#: Break-even: 190 MB (quiet) to 620 MB (busy) without it, 44 to 143 MB with it; the limits
+#: take the quiet figures, so no input that a cluster would load faster stays in-process.
+SMALL_LOAD_BYTES = 160 << 20
+SMALL_LOAD_BYTES_SWATH = 40 << 20
+
+
+def auto_mode(files: list[str], cfg: LoadConfig | None) -> tuple[str, int]:
+    """``("serial" | "local", input bytes)``: where ``mode="auto"`` runs a load of ``files``."""
+    total = 0
+    for f in files:
+        try:
+            total += os.path.getsize(f)
+        except OSError:  # reported by the pre-scan, as in any mode
+            pass
+    swath = cfg is not None and cfg.swath.enabled
+    limit = SMALL_LOAD_BYTES_SWATH if swath else SMALL_LOAD_BYTES
+    return ("serial" if total < limit else "local"), total
 
 
 def _estimate_bytes(piece: Piece) -> int:
@@ -1139,8 +1165,10 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
              resume: bool = False, strict: bool = False, command: list[str] | None = None,
              resume_options: list[str] | None = None,
              checkpoint_seconds: float = 10.0, journal: bool = True) -> LoadResult:
-    """Run a whole load; ``mode`` is ``serial``, ``local`` (embedded cluster), ``scheduler``
-    or ``cluster`` (Slurm, PBS or local jobs from a :class:`~pfm_dask.cluster.ClusterProfile`).
+    """Run a whole load; ``mode`` is ``serial``, ``local`` (embedded cluster), ``scheduler``,
+    ``cluster`` (Slurm, PBS or local jobs from a :class:`~pfm_dask.cluster.ClusterProfile`) or
+    ``auto``: ``serial`` for inputs under :data:`SMALL_LOAD_BYTES` (:func:`auto_mode`, said in
+    one line through ``on_message``), else ``local``.
 
     ``client``: an existing :class:`distributed.Client` to run on (any mode but serial).
     ``on_message``: where the cluster's notices go (jobs submitted, waiting, cancelled).
@@ -1205,6 +1233,13 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
         else:
             files, job.input_problems = _dedupe(files)
             job.given = _given(files)
+    if mode == "auto" and client is None:
+        mode, size = auto_mode(files, cfg)
+        if mode == "serial":
+            say(f"{size / 2**20:.1f} MB of input: loading in this process, no cluster "
+                "(--workers N starts one)")
+    elif mode == "auto":
+        mode = "local"
     if mode == "serial":
         res = _run_serial(files, output, cfg, progress, append, job)
     elif client is not None:

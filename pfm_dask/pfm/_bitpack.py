@@ -37,6 +37,7 @@ checks belong to the caller, which knows what a field means.
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Hashable, Iterable, Mapping, Sequence
@@ -96,6 +97,8 @@ class BitLayout:
     # ------------------------------------------------------------------ words
     def _to_words(self, records: np.ndarray) -> np.ndarray:
         """(n, record_bytes) uint8 -> (n, n_words) native uint64, zero padded."""
+        if not _numba_loaded():
+            return self._to_words_numpy(records)
         recs = self._check_records(records)
         words = np.empty((recs.shape[0], self.n_words), dtype=_U64)
         if recs.shape[0] and self.n_words:
@@ -223,6 +226,8 @@ class BitLayout:
                 raise IndexError(f"rows outside 0..{words.shape[0] - 1}")
         else:
             nrow = words.shape[0]
+        if not _numba_loaded():
+            return self._unpack_words_numpy(words, keys, rows)
         out = np.empty((len(keys), nrow), dtype=_U64)
         if nrow and keys:
             fs = [self.fields[k] for k in keys]
@@ -1198,6 +1203,13 @@ def load_kernels(names: Iterable[str] | None = None) -> float:
     for name in (names if names is not None else _KERNEL_NAMES):
         _kernel(name)
     return time.perf_counter() - t
+
+
+def _numba_loaded() -> bool:
+    """Whether this process has imported numba. Reading records (``unpack``) takes the numpy
+    references, same values, until it has: ``info``, ``dump`` and the exports of a small PFM
+    then need no numba (about 0.5 s to import, more than their whole read)."""
+    return "numba" in sys.modules
 
 
 def _kernel(name: str):

@@ -17,6 +17,7 @@ import sys
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
 
+import numba  # noqa: F401  (_bitpack reads records with its numpy references until numba is imported)
 import numpy as np
 import pytest
 from hypothesis import given, settings

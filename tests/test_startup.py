@@ -1,0 +1,172 @@
+"""Start-up and the default mode: a small load runs in the driver's process (no cluster) and
+writes what a cluster writes; the quick commands import neither Dask nor numba."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pfm_dask import pipeline
+from pfm_dask.config import LoadConfig, SwathFilterConfig
+
+# Runs the command line as the console script does, then says which heavy packages it imported.
+_RUN_CLI = ("import atexit, sys\n"
+            "atexit.register(lambda: print('IMPORTED', ' '.join(sorted(m for m in sys.modules "
+            "if m.split('.')[0] in ('dask', 'distributed', 'numba', 'llvmlite'))), "
+            "file=sys.stderr))\n"
+            "sys.argv[0] = 'pfm-dask'\n"
+            "from pfm_dask.cli import main\n"
+            "main()\n")
+
+
+def _cli(*args) -> tuple[subprocess.CompletedProcess, set[str]]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r = subprocess.run([sys.executable, "-c", _RUN_CLI, *map(str, args)], capture_output=True,
+                       text=True, timeout=300, env=env)
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("IMPORTED")]
+    assert lines, r.stderr
+    return r, set(lines[-1].split()[1:])
+
+
+def _tops(modules: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in modules}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from pfm_dask import synth
+
+    out = tmp_path_factory.mktemp("tiny")
+    synth.generate(out, files=2, pings=50, beams=96, seed=5)
+    return out
+
+
+def _parts(out: Path) -> dict[str, bytes]:
+    data = Path(str(out) + ".data")
+    parts = {p: (data / f"{out.name}{p}").read_bytes() for p in (".ndx", ".bin", ".lin")}
+    parts[".bin"] = parts[".bin"][131072:]  # the header holds the creation date
+    return parts
+
+
+@pytest.mark.cluster
+def test_tiny_load_by_default_starts_no_cluster_and_writes_what_two_workers_write(tiny, tmp_path):
+    auto, two = tmp_path / "auto.pfm", tmp_path / "two.pfm"
+    r, imported = _cli("load", tiny, "-o", auto, "--bin-size", "25", "--area-filter")
+    assert r.returncode == 0, r.stderr
+    said = [ln for ln in r.stderr.splitlines() if "no cluster" in ln]
+    assert len(said) == 1 and "MB of input: loading in this process" in said[0], r.stderr
+    assert not _tops(imported) & {"dask", "distributed"}, imported
+    rep = json.loads((Path(str(auto) + ".data") / "load-report.json").read_text())
+    assert rep["mode"] == "serial" and rep["check"]["sound"]
+
+    r2, imported2 = _cli("load", tiny, "-o", two, "--bin-size", "25", "--area-filter",
+                         "--workers", "2", "-q")
+    assert r2.returncode == 0, r2.stderr
+    assert "distributed" in _tops(imported2)
+    rep2 = json.loads((Path(str(two) + ".data") / "load-report.json").read_text())
+    assert rep2["mode"].startswith("local (2 workers)")
+    assert _parts(auto) == _parts(two)
+
+
+def _sized(tmp_path: Path, name: str, size: int) -> str:
+    p = tmp_path / name
+    with open(p, "wb") as fh:
+        fh.truncate(size)  # sparse: only the size matters to the choice
+    return str(p)
+
+
+def test_auto_mode_is_serial_below_the_threshold_and_a_cluster_above(tmp_path):
+    plain, swath = LoadConfig(), LoadConfig(swath=SwathFilterConfig(enabled=True))
+    small = [_sized(tmp_path, f"s{i}.gsf", pipeline.SMALL_LOAD_BYTES_SWATH // 4) for i in range(3)]
+    assert pipeline.auto_mode(small, plain) == ("serial", 3 * (pipeline.SMALL_LOAD_BYTES_SWATH // 4))
+    assert pipeline.auto_mode(small, swath)[0] == "serial"
+    small.append(_sized(tmp_path, "s3.gsf", pipeline.SMALL_LOAD_BYTES_SWATH // 4))
+    assert pipeline.auto_mode(small, swath)[0] == "local"   # the swath filter parallelises
+    assert pipeline.auto_mode(small, plain)[0] == "serial"
+    big = [_sized(tmp_path, "big.gsf", pipeline.SMALL_LOAD_BYTES)]
+    assert pipeline.auto_mode(big, plain)[0] == "local"
+    # a missing file counts for nothing here (the pre-scan reports it, in any mode)
+    assert pipeline.auto_mode([str(tmp_path / "missing.gsf")], plain) == ("serial", 0)
+
+
+@pytest.fixture(scope="module")
+def small_pfm(tiny, tmp_path_factory):
+    out = tmp_path_factory.mktemp("small") / "small.pfm"
+    from pfm_dask.inputs import expand_inputs
+
+    res = pipeline.run_load(expand_inputs([tiny]), out, LoadConfig(bin_size_m=25.0), mode="serial")
+    assert res.exit_code == 0, res.summary()
+    return out
+
+
+def test_cli_import_and_quick_commands_load_no_dask_numba_or_pydantic(tiny, small_pfm):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r = subprocess.run([sys.executable, "-c", "import sys, pfm_dask.cli; print(' '.join(sorted("
+                        "{m.split('.')[0] for m in sys.modules})))"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert not set(r.stdout.split()) & {"dask", "distributed", "numba", "pydantic"}
+    gsf_file = sorted(Path(tiny).glob("*.gsf"))[0]
+    for args in (["info", small_pfm], ["info", small_pfm, "--json"], ["--help"],
+                 ["load", "--help"], ["gsf-info", gsf_file]):
+        r, imported = _cli(*args)
+        assert r.returncode == 0, (args, r.stderr)
+        assert not _tops(imported) & {"dask", "distributed", "numba", "llvmlite"}, (args, imported)
+    r, imported = _cli("check", small_pfm)
+    assert r.returncode == 0 and "sound" in r.stdout, r.stderr
+    assert not _tops(imported) & {"dask", "distributed"}, imported
+
+
+def test_info_reads_the_same_with_and_without_numba(small_pfm):
+    """info reads bin records with numpy until numba is imported: same figures either way."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    outs = []
+    for pre in ("", "import numba; "):
+        code = (pre + "import sys; sys.argv[0] = 'pfm-dask'; from pfm_dask.cli import main; "
+                "main()")
+        r = subprocess.run([sys.executable, "-c", code, "info", str(small_pfm), "--json"],
+                           capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode == 0, r.stderr
+        outs.append(json.loads(r.stdout))
+    assert outs[0] == outs[1]
+    assert outs[0]["counts"]["soundings"] > 0
+
+
+def test_plain_values_keep_typer_checks_and_wording():
+    """The command line's own coercion (no pydantic): numbers, tuples, lists and paths."""
+    from typer.testing import CliRunner
+
+    from pfm_dask.cli import app
+
+    r = CliRunner().invoke(app, ["load", "x.gsf", "-o", "o.pfm", "--bin-size", "abc"])
+    assert r.exit_code == 2 and "Input should be a valid number" in r.output
+    r = CliRunner().invoke(app, ["load", "x.gsf", "-o", "o.pfm", "--workers", "2.5"])
+    assert r.exit_code == 2 and "Input should be a valid integer" in r.output
+    r = CliRunner().invoke(app, ["load", "x.gsf", "-o", "o.pfm", "--mbr", "1", "2", "3", "x"])
+    assert r.exit_code == 2 and "--mbr" in r.output
+
+
+def test_bench_startup_runs_and_records_the_floor(tmp_path):
+    """benchmarks/bench_startup.py with one repeat of two cases (no timing asserted)."""
+    from tests.conftest import SAMPLES_DIR
+
+    sample = SAMPLES_DIR / "ukho-gsfpy__0059_20181102_212138_EX1811_MB_EM302.gsf.mb121"
+    if not sample.is_file():
+        pytest.skip("the EX1811 sample is not here")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    r = subprocess.run([sys.executable, "-m", "benchmarks.bench_startup", "--repeats", "1",
+                        "--sample", str(sample), "--only", "info (25 m PFM)", "gsf-info",
+                        "--results-dir", str(tmp_path)],
+                       cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads((tmp_path / "bench_startup.json").read_text())["results"]["ours"]
+    assert set(res) == {"python -c pass", "info (25 m PFM)", "gsf-info"}
+    assert res["info (25 m PFM)"]["exit_codes"] == [0]
+    assert "numba" not in res["info (25 m PFM)"]["imported"]
+    assert res["python -c pass"]["over_floor_x"] == 1.0
