@@ -136,7 +136,8 @@ def default_load(survey, tmp_path_factory):
     tmpdir = tmp / "tmp"
     tmpdir.mkdir()
     code, out, err, seen = _watched_load(
-        [str(survey), "-o", str(tmp / "out.pfm"), "--bin-size", "25", "-q", "--json"],
+        [str(survey), "-o", str(tmp / "out.pfm"), "--bin-size", "25", "-q", "--json",
+         "--workers", "2"],                   # a small input loads in-process by default
         _env(TMPDIR=str(tmpdir)), tmp)
     assert code == 0, err[-3000:]
     return {"report": json.loads(out), "seen": seen, "tmpdir": tmpdir, "err": err}
