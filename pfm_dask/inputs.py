@@ -1,8 +1,10 @@
 """Turn what the user typed into the ordered list of input files of a load.
 
 Inputs may be files, directories (searched recursively), glob patterns, or
-``@list.txt`` files holding one input per line. Duplicates (the same file
-reached twice, by any spelling) are dropped, keeping the first. The order is
+``@list.txt`` files holding one input per line. A named path that does not
+exist is refused (:class:`ConfigError`: a typo, before any work); one that
+exists but cannot be read is kept for the load to report. Duplicates (the same
+file reached twice, by any spelling) are dropped, keeping the first. The order is
 stable — the order given, with each directory's and glob's matches sorted by
 path — because it becomes the file numbers in the PFM ``.ctl``.
 """
@@ -39,7 +41,8 @@ def _walk(directory: Path) -> list[Path]:
     return found
 
 
-def _expand_one(item: str, base: Path, seen_lists: set[Path]) -> list[Path]:
+def _expand_one(item: str, base: Path, seen_lists: set[Path],
+                listed_in: Path | None = None) -> list[Path]:
     if item.startswith("@"):
         list_path = (base / item[1:]).resolve()
         if list_path in seen_lists:
@@ -52,7 +55,8 @@ def _expand_one(item: str, base: Path, seen_lists: set[Path]) -> list[Path]:
         for line in text.splitlines():
             line = line.strip()
             if line and not line.startswith("#"):
-                out.extend(_expand_one(line, list_path.parent, seen_lists | {list_path}))
+                out.extend(_expand_one(line, list_path.parent, seen_lists | {list_path},
+                                       list_path))
         return out
     path = Path(item)
     if not path.is_absolute():
@@ -68,8 +72,16 @@ def _expand_one(item: str, base: Path, seen_lists: set[Path]) -> list[Path]:
         return out
     if path.is_dir():
         return _walk(path)
-    # A missing or unreadable file is kept: the load reports it as a problem file
-    # rather than refusing the whole run.
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        # a name the user gave that is not there is a typo, not damage: refuse the run
+        dangling = " (a symbolic link to a missing file)" if os.path.islink(path) else ""
+        listed = f" (listed in {listed_in})" if listed_in is not None else ""
+        raise ConfigError(f"no such file or directory{dangling}{listed}",
+                          path=os.path.abspath(path)) from None
+    except OSError:
+        pass  # unreadable (a link loop, no permission): the load reports it as a problem file
     return [path]
 
 

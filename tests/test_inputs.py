@@ -41,11 +41,17 @@ def test_globs_and_list_files(tmp_path):
     assert expand_inputs([str(tmp_path / "x" / "*.gsf")]) == [a, b]
 
 
-def test_missing_file_is_kept_for_the_report_but_empty_pattern_is_an_error(tmp_path):
+def test_missing_file_and_empty_pattern_are_errors_but_unreadable_is_kept(tmp_path):
     missing = tmp_path / "gone.gsf"
-    assert expand_inputs([missing]) == [missing]
+    with pytest.raises(ConfigError, match="no such file"):
+        expand_inputs([missing])
+    (tmp_path / "dangling.gsf").symlink_to(missing)
+    with pytest.raises(ConfigError, match="symbolic link to a missing file"):
+        expand_inputs([tmp_path / "dangling.gsf"])
+    (tmp_path / "loop.gsf").symlink_to("loop.gsf")    # exists, unreadable: the load reports it
+    assert expand_inputs([tmp_path / "loop.gsf"]) == [tmp_path / "loop.gsf"]
     with pytest.raises(ConfigError, match="matches no file"):
-        expand_inputs([str(tmp_path / "*.gsf")])
+        expand_inputs([str(tmp_path / "*.mb121")])
 
 
 def test_polygon_file(tmp_path):
