@@ -258,7 +258,7 @@ def test_cli_cluster_script():
     assert r.output.count("#SBATCH -J pfm-") == 2
     assert r.output.count(ADDR) == 2
     r = CliRunner().invoke(app, ["cluster-script", str(WORKFLOWS / "local.yaml")])
-    assert r.exit_code == 1 and "no batch jobs" in r.output
+    assert r.exit_code == 2 and "no batch jobs" in r.output
 
 
 @pytest.mark.parametrize("args, words", [
@@ -272,5 +272,5 @@ def test_cli_cluster_script():
 ])
 def test_cli_load_cluster_option_errors(tmp_path, args, words):
     r = CliRunner().invoke(app, ["load", str(tmp_path), "-o", str(tmp_path / "o.pfm"), *args])
-    assert r.exit_code == 1, r.output
+    assert r.exit_code == 2, r.output
     assert words in r.output, r.output
