@@ -241,6 +241,98 @@ class _Progress:
             self._bars.stop()
 
 
+# ------------------------------------------------------------------ pre-flight
+# What would fail only after the work has started is refused before it, one line each
+# (ConfigError: exit 2). These run before the load imports numba or Dask.
+
+#: seconds the pre-flight waits for a ``--scheduler`` to accept a connection
+SCHEDULER_PROBE_SECONDS = 5.0
+
+
+def _need_module(module: str, what: str, dist: str, extra: str) -> None:
+    """Refuse ``what`` when ``module`` is not installed (looked up, not imported)."""
+    import importlib.util
+
+    from .errors import ConfigError
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(f"{what} needs {dist}, which is not installed: "
+                          f"pip install 'pfm-dask[{extra}]' (or pip install {dist})")
+
+
+def _check_output_folder(output: Path) -> None:
+    """The folder that will hold ``output`` and ``output.data`` exists and can be written."""
+    from .errors import ConfigError
+
+    folder = output.absolute().parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise ConfigError(f"the output folder {folder} {what}: create it, or name another "
+                          "-o", path=output)
+    data = Path(str(output.absolute()) + ".data")
+    for where in (folder, data):
+        if where.is_dir() and not os.access(where, os.W_OK | os.X_OK):
+            try:
+                read_only = bool(os.statvfs(where).f_flag & os.ST_RDONLY)
+            except OSError:
+                read_only = False
+            why = "a read-only file system" if read_only else "permission denied"
+            raise ConfigError(f"cannot write in the output folder {where} ({why})", path=output)
+
+
+def _probe_scheduler(address: str, timeout: float = SCHEDULER_PROBE_SECONDS) -> None:
+    """A TCP connection to a ``tcp://`` or ``tls://`` scheduler within ``timeout`` seconds,
+    so that a wrong address costs seconds and one line, not Dask's 30 s wait and traceback."""
+    import socket
+
+    from .errors import ConfigError
+
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "tcp", address
+    if scheme not in ("tcp", "tls"):
+        return  # inproc://, ucx://...: Dask's own connect judges those
+    host, port = rest.rstrip("/"), "8786"
+    if host.startswith("["):                            # [IPv6]:port
+        host, _, tail = host[1:].partition("]")
+        port = tail[1:] if tail.startswith(":") else port
+    elif host.count(":") == 1:
+        host, port = host.split(":")
+    try:
+        port_number = int(port)
+    except ValueError:
+        raise ConfigError(f"--scheduler {address}: cannot read the port {port!r}; write e.g. "
+                          "tcp://head-node:8786") from None
+    try:
+        socket.create_connection((host, port_number), timeout=timeout).close()
+    except socket.gaierror:
+        why = f"unknown host {host!r}"
+    except TimeoutError:
+        why = f"no answer within {timeout:g} s"
+    except OSError as err:
+        why = (err.strerror or str(err)).lower()
+    else:
+        return
+    raise ConfigError(f"--scheduler {address}: cannot reach it ({why}); start the scheduler "
+                      "(docs/cluster.md) or check the address")
+
+
+def _preflight(output: Path, *, png: Path | None, scheduler: str | None,
+               other_mode: bool) -> None:
+    """Refuse, before any work, a load that would fail later for want of its output folder,
+    matplotlib for ``--png``, or a reachable ``--scheduler`` (unless ``other_mode``: --serial
+    or --cluster, which take precedence or refuse the combination)."""
+    _check_output_folder(output)
+    if png is not None:
+        _need_module("matplotlib", "--png", "matplotlib", "plots")
+    if scheduler and not other_mode:
+        _probe_scheduler(scheduler)
+
+
 def _cluster_profile(kind, config, *, serial, scheduler):
     """``--cluster``/``--cluster-config`` → a cluster profile, or None for the embedded cluster."""
     if kind is None and config is None:
@@ -262,6 +354,8 @@ def _cluster_profile(kind, config, *, serial, scheduler):
     if kind is not None and kind != profile.kind:
         raise ConfigError(f"--cluster {kind} does not match the profile's kind: {profile.kind}",
                           path=config)
+    if profile.kind != "local":
+        _need_module("dask_jobqueue", f"a {profile.kind} cluster", "dask-jobqueue", "cluster")
     return profile
 
 
@@ -399,6 +493,8 @@ def load(
         if resume and not any(getattr(ctx.get_parameter_source(k), "name", "") == "COMMANDLINE"
                               for k in _CONTENT_OPTIONS):
             cfg = None  # the journal's settings
+        _preflight(output, png=png, scheduler=scheduler,
+                   other_mode=serial or cluster is not None or cluster_config is not None)
         res = _run_load(inputs, output, cfg, serial=serial, workers=workers,
                         scheduler=scheduler, append=append, as_json=as_json, quiet=quiet,
                         cluster=cluster, cluster_config=cluster_config, resume=resume,
@@ -437,6 +533,8 @@ def export(
         raise typer.Exit(EXIT_USAGE)
     results = []
     try:
+        if png is not None:
+            _need_module("matplotlib", "--png", "matplotlib", "plots")
         budget = parse_size(memory)
         if bag is not None:
             results.append(ex.write_bag(pfm_file, bag, surface=surface, memory=budget))
@@ -463,6 +561,8 @@ def cluster_script(
 
     try:
         prof = load_profile(profile)
+        if prof.kind != "local":
+            _need_module("dask_jobqueue", "cluster-script", "dask-jobqueue", "cluster")
         scripts = render_job_scripts(prof, scheduler_address)
     except PfmDaskError as err:
         _fail(err)

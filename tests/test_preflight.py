@@ -65,3 +65,98 @@ def test_a_missing_file_in_a_list_names_the_list(survey, tmp_path):
     line = one_line(r.stderr)
     assert "not-there.gsf" in line and "no such file" in line and str(lst) in line
     assert nothing_at(out)
+
+
+# ------------------------------------------------------------------ the output folder
+def test_a_missing_output_folder_is_refused(survey, tmp_path):
+    out = tmp_path / "no" / "such" / "x.pfm"
+    r = pfm_cli("load", *survey, "-o", out, "--serial", "-q")
+    assert r.returncode == 2, r.stdout + r.stderr
+    line = one_line(r.stderr)
+    assert "does not exist" in line and str(out.parent) in line
+    assert not (tmp_path / "no").exists()
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A folder this process cannot write in: mode 555, or, for root (who writes anywhere),
+    a read-only tmpfs mounted there (skipped where root cannot mount)."""
+    import subprocess
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if os.geteuid() != 0:
+        ro.chmod(0o555)
+        yield ro
+        ro.chmod(0o755)
+        return
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "pfm-dask-test", str(ro)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"running as root and cannot mount a read-only file system: {r.stderr}")
+    try:
+        yield ro
+    finally:
+        subprocess.run(["umount", str(ro)], capture_output=True)
+
+
+def test_a_read_only_output_folder_is_refused(survey, read_only_folder):
+    out = read_only_folder / "x.pfm"
+    r = pfm_cli("load", *survey, "-o", out, "--serial", "-q")
+    assert r.returncode == 2, r.stdout + r.stderr
+    line = one_line(r.stderr)
+    assert "cannot write in the output folder" in line and str(read_only_folder) in line
+    assert nothing_at(out)
+
+
+# ------------------------------------------------------------------ missing extras
+def _without(monkeypatch, module: str) -> None:
+    """Make ``module`` look uninstalled for this process (import and find_spec both fail)."""
+    for name in [m for m in sys.modules if m == module or m.startswith(module + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, module, None)
+
+
+def test_png_without_matplotlib_is_refused_before_the_load(survey, tmp_path, monkeypatch):
+    _without(monkeypatch, "matplotlib")
+    out = tmp_path / "x.pfm"
+    t0 = time.perf_counter()
+    r = CliRunner().invoke(app, ["load", *map(str, survey), "-o", str(out), "--serial", "-q",
+                                 "--png", str(tmp_path / "x.png")])
+    assert r.exit_code == 2, r.output
+    line = one_line(r.stderr)
+    assert "--png" in line and "matplotlib" in line and "pip install" in line
+    assert nothing_at(out)
+
+
+@pytest.mark.parametrize("how", ["cluster-script", "load --cluster-config", "load --cluster"])
+def test_batch_clusters_without_dask_jobqueue_are_refused(survey, tmp_path, monkeypatch, how):
+    _without(monkeypatch, "dask_jobqueue")
+    out = tmp_path / "x.pfm"
+    profile = str(REPO / "workflows" / "slurm.yaml")
+    args = {"cluster-script": ["cluster-script", profile],
+            "load --cluster-config": ["load", *map(str, survey), "-o", str(out), "-q",
+                                      "--cluster-config", profile],
+            "load --cluster": ["load", *map(str, survey), "-o", str(out), "-q",
+                               "--cluster", "slurm", "--cluster-config", profile]}[how]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, r.output
+    line = one_line(r.stderr)
+    assert "dask-jobqueue" in line and "pip install" in line
+    assert nothing_at(out)
+
+
+# ------------------------------------------------------------------ the scheduler
+def test_an_unreachable_scheduler_is_one_line_at_once(survey, tmp_path):
+    with socket.socket() as s:          # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "x.pfm"
+    t0 = time.perf_counter()
+    r = pfm_cli("load", *survey, "-o", out, "-q", "--scheduler", f"tcp://127.0.0.1:{port}")
+    took = time.perf_counter() - t0
+    assert r.returncode == 2, r.stdout + r.stderr
+    line = one_line(r.stderr)
+    assert f"127.0.0.1:{port}" in line and "cannot reach" in line
+    assert took < 20, took
+    assert nothing_at(out)
