@@ -473,6 +473,7 @@ def load(
 ):
     """Load GSF files into a PFM: Dask workers decode and bin, one pinned writer writes."""
     from .config import LoadConfig, SwathFilterConfig, parse_size
+    from .errors import ConfigError
     from .inputs import read_polygon
 
     if not inputs and not resume:
@@ -480,6 +481,11 @@ def load(
                    err=True)
         raise typer.Exit(EXIT_USAGE)
     try:
+        if not checkpoint_seconds >= 0 or checkpoint_seconds == float("inf"):
+            raise ConfigError(f"--checkpoint-seconds must be a number of seconds >= 0, got "
+                              f"{checkpoint_seconds}")
+        if workers < 1:
+            raise ConfigError(f"--workers must be at least 1, got {workers}")
         cfg = LoadConfig(
             bin_size_m=bin_size, mbr=tuple(mbr) if mbr else None,
             polygon=read_polygon(polygon) if polygon else None,

@@ -160,3 +160,38 @@ def test_an_unreachable_scheduler_is_one_line_at_once(survey, tmp_path):
     assert f"127.0.0.1:{port}" in line and "cannot reach" in line
     assert took < 20, took
     assert nothing_at(out)
+
+
+# ------------------------------------------------------------------ option values
+BAD_VALUES = {
+    "bin size 0": (["--bin-size", "0"], "--bin-size"),
+    "bin size -5": (["--bin-size", "-5"], "--bin-size"),
+    "bin size nan": (["--bin-size", "nan"], "--bin-size"),
+    "bin size inf": (["--bin-size", "inf"], "--bin-size"),
+    "workers 0": (["--workers", "0"], "--workers"),
+    "max backlog lots": (["--max-backlog", "lots"], "cannot read size 'lots'"),
+    "south above north": (["--mbr", "11", "-65", "10", "-64"], "SOUTH WEST NORTH EAST"),
+    "missing polygon": (["--polygon", "/no/such/polygon.txt"], "cannot read polygon file"),
+    "swath window 0": (["--swath-filter", "--swath-window-pings", "0"],
+                       "--swath-window-pings"),
+    "swath window even": (["--swath-filter", "--swath-window-beams", "4"],
+                          "--swath-window-beams"),
+    "swath window too small": (["--swath-filter", "--swath-window-pings", "1",
+                                "--swath-window-beams", "3"], "neighbours"),
+    "swath threshold -1": (["--swath-filter", "--swath-threshold", "-1"], "--swath-threshold"),
+    "cellstd nan": (["--cellstd", "nan"], "--cellstd"),
+    "horizontal error -1": (["--horizontal-error", "-1"], "--horizontal-error"),
+    "vertical error nan": (["--vertical-error", "nan"], "--vertical-error"),
+    "checkpoint -1": (["--checkpoint-seconds", "-1"], "--checkpoint-seconds"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_VALUES))
+def test_invalid_values_are_refused_before_the_load(survey, tmp_path, case):
+    args, words = BAD_VALUES[case]
+    out = tmp_path / "x.pfm"
+    r = pfm_cli("load", *survey, "-o", out, "-q", *args)   # the embedded cluster: nothing
+    assert r.returncode == 2, r.stdout + r.stderr            # may start (no dashboard line)
+    line = one_line(r.stderr)
+    assert words in line, line
+    assert nothing_at(out)
