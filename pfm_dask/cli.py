@@ -34,7 +34,25 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Load GSF multibeam files into a PFM v7 bin file, on Dask.",
+    # plain help: typer's rich panels put a "<bool>" placeholder on every flag
+    rich_markup_mode=None,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        typer.echo(f"pfm-dask {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="print the version and exit"),
+):
+    """Load GSF multibeam files into a PFM v7 bin file, on Dask."""
 
 
 def _emit(obj, as_json: bool) -> None:
@@ -321,6 +339,26 @@ def _probe_scheduler(address: str, timeout: float = SCHEDULER_PROBE_SECONDS) -> 
                       "(docs/cluster.md) or check the address")
 
 
+#: what a user may write after a flag believing it takes a value (``--serial true``)
+_BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0", "t", "f", "y", "n"}
+
+
+def _check_flag_values(ctx: typer.Context, inputs: list[str] | None) -> None:
+    """Refuse ``--serial true``: a flag takes no value, and the word would silently become
+    an input path (the command line as typed, ``sys.argv``, says where each word stood)."""
+    from .errors import ConfigError
+
+    flags = {o for p in ctx.command.params if getattr(p, "is_flag", False)
+             for o in (*p.opts, *getattr(p, "secondary_opts", ()))}
+    words = sys.argv[1:]
+    given = set(inputs or ())
+    for before, word in zip(words, words[1:]):
+        if before in flags and word.lower() in _BOOL_WORDS and word in given:
+            raise ConfigError(f"{before} is a flag and takes no value, so {word!r} would be "
+                              f"read as an input file: write {before} alone (to load a file "
+                              f"named {word}, write ./{word})")
+
+
 def _preflight(output: Path, *, png: Path | None, scheduler: str | None,
                other_mode: bool) -> None:
     """Refuse, before any work, a load that would fail later for want of its output folder,
@@ -436,7 +474,8 @@ def load(
         None, help="GSF files, directories, globs or @list.txt (optional with --resume)"),
     output: Path = typer.Option(..., "--output", "-o", help="the PFM handle file to create"),
     mbr: Optional[Tuple[float, float, float, float]] = typer.Option(
-        None, "--mbr", help="area as SOUTH WEST NORTH EAST degrees (default: the inputs' extent)"),
+        None, "--mbr", metavar="SOUTH WEST NORTH EAST",
+        help="area as SOUTH WEST NORTH EAST degrees (default: the inputs' extent)"),
     polygon: Optional[Path] = typer.Option(None, "--polygon", help="area polygon file: 'lat, lon' per line"),
     bin_size: float = typer.Option(2.0, "--bin-size", help="bin size in metres"),
     min_depth: float = typer.Option(-10000.0, "--min-depth", help="shallowest depth kept valid (m, + down)"),
@@ -476,6 +515,10 @@ def load(
     from .errors import ConfigError
     from .inputs import read_polygon
 
+    try:
+        _check_flag_values(ctx, inputs)
+    except PfmDaskError as err:
+        _fail(err)
     if not inputs and not resume:
         typer.echo("pfm-dask: error: give the input files (or --resume to continue a load)",
                    err=True)

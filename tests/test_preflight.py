@@ -195,3 +195,29 @@ def test_invalid_values_are_refused_before_the_load(survey, tmp_path, case):
     line = one_line(r.stderr)
     assert words in line, line
     assert nothing_at(out)
+
+
+# ------------------------------------------------------------------ the command line itself
+@pytest.mark.parametrize("args", [["--help"], ["load", "--help"], ["export", "--help"],
+                                  ["check", "--help"]], ids=" ".join)
+def test_help_shows_no_bool_placeholder_on_flags(args):
+    r = pfm_cli(*args)
+    assert r.returncode == 0, r.stderr
+    assert "<bool>" not in r.stdout, r.stdout
+    assert "--help" in r.stdout
+
+
+@pytest.mark.parametrize("word", ["true", "False", "1"])
+def test_a_flag_given_a_value_is_refused_not_taken_as_an_input(survey, tmp_path, word):
+    out = tmp_path / "x.pfm"
+    r = pfm_cli("load", *survey, "--serial", word, "-o", out, "-q")
+    assert r.returncode == 2, r.stdout + r.stderr
+    line = one_line(r.stderr)
+    assert "--serial" in line and "takes no value" in line and repr(word) in line
+    assert nothing_at(out)
+
+
+def test_version():
+    r = pfm_cli("--version")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"pfm-dask {pfm_dask.__version__}"
