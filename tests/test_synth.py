@@ -244,5 +244,5 @@ def test_cli_synth_human_and_errors(tmp_path):
     assert res.exit_code == 0, res.output
     assert "soundings: 32" in res.output
     bad = CliRunner().invoke(app, ["synth", str(tmp_path / "x"), "--files", "0"])
-    assert bad.exit_code == 1
+    assert bad.exit_code == 2
     assert "files must be" in bad.output
