@@ -220,6 +220,7 @@ class LoadResult:
     resumed_from: dict | None = None
     journal: dict | None = None
     resume_command: str | None = None
+    contributed_nothing: list = field(default_factory=list)  # [{"path", "why"}]
 
     @property
     def exit_code(self) -> int:
@@ -235,7 +236,8 @@ class LoadResult:
                 "dashboard": self.dashboard, "writer_worker": self.writer_worker,
                 "peak_backlog_bytes": self.peak_backlog_bytes,
                 "skipped_files": self.skipped_files, "resumed_from": self.resumed_from,
-                "journal": self.journal, "resume_command": self.resume_command}
+                "journal": self.journal, "resume_command": self.resume_command,
+                "contributed_nothing": self.contributed_nothing}
 
     def summary(self) -> str:
         t = self.totals
@@ -254,6 +256,8 @@ class LoadResult:
                                          if isinstance(v, (int, float)))]
         for p in self.problems:
             lines.append(f"problem: {p}")
+        for f in self.contributed_nothing:
+            lines.append(f"contributed nothing: {f['path']}: {f['why']}")
         for f in self.skipped_files:
             lines.append(f"skipped (already in the PFM): {f}")
         lines.append("check: " + ("sound" if self.check.get("sound") else
@@ -278,13 +282,51 @@ def _problems(files: list[dict], scans: list[dict]) -> list[str]:
     return out
 
 
+def _why_nothing(f: dict) -> str | None:
+    """Why a file put no sounding in the PFM, in words; None when it loaded some."""
+    if f.get("loaded", 0) > 0:
+        return None
+    read, skipped, rejected, outside = (int(f.get(k, 0)) for k in (
+        "soundings_read", "ping_skipped", "beam_rejected", "outside_area"))
+    if not f.get("pings_read"):
+        return "no readable ping (see its problem)" if f.get("damage") else "no pings"
+    if read == 0:
+        return "its pings hold no beams"
+    loadable = read - skipped - rejected
+    if loadable > 0:  # and none loaded: each fell outside the area
+        return f"all {outside:,} loadable soundings outside the area"
+    if skipped == read:
+        return f"all {read:,} soundings in skipped pings (ignore flag or impossible position)"
+    if rejected == read:
+        return f"all {read:,} beams rejected (null or zero depth)"
+    return f"every sounding in a skipped ping ({skipped:,}) or a rejected beam ({rejected:,})"
+
+
+def _nothing_loaded(totals: dict, scans: list[dict]) -> list[str]:
+    """The problem of a load that put no sounding in the PFM (an empty PFM checks sound)."""
+    if totals.get("loaded", 0) > 0 or not totals.get("files"):
+        return []
+    outside = int(totals.get("outside_area", 0))
+    if not outside:
+        return ["no sounding was loaded: no input holds a loadable sounding (each file's "
+                "reason is under 'contributed nothing')"]
+    ext = np.array([s["extent"] for s in scans if s.get("extent")], dtype=float)
+    where = (f"; the inputs lie within {ext[:, 0].min():.6g} {ext[:, 1].min():.6g} "
+             f"{ext[:, 2].max():.6g} {ext[:, 3].max():.6g}" if ext.size else "")
+    return [f"no sounding fell inside the area (all {outside:,} loadable soundings are "
+            "outside it): --mbr takes SOUTH WEST NORTH EAST degrees, --polygon 'lat, lon' "
+            f"points{where}"]
+
+
 def _finalise(result_writer: dict, scans: list[dict], mode: str, grid: BinGrid,
               timings: dict, workers: int, dashboard: str | None = None,
               extra_problems: list[str] | None = None) -> LoadResult:
     files = result_writer["files"]
-    res = LoadResult(pfm=result_writer["pfm"], mode=mode, files=files, totals=_totals(files),
+    totals = _totals(files)
+    res = LoadResult(pfm=result_writer["pfm"], mode=mode, files=files, totals=totals,
                      timings=timings, check=result_writer["check"],
-                     problems=list(extra_problems or []) + _problems(files, scans),
+                     problems=(list(extra_problems or []) + _problems(files, scans)
+                               + _nothing_loaded(totals, scans)),
                      area_filter=result_writer.get("area_filter"),
                      grid={"width": grid.width, "height": grid.height, "min_x": grid.min_x,
                            "min_y": grid.min_y, "max_x": grid.max_x, "max_y": grid.max_y,
@@ -294,6 +336,8 @@ def _finalise(result_writer: dict, scans: list[dict], mode: str, grid: BinGrid,
                      peak_backlog_bytes=int(result_writer.get("peak_backlog_bytes", 0)))
     for k, v in result_writer.get("writer_timings", {}).items():
         res.timings.setdefault(k, v)
+    res.contributed_nothing = [{"path": f["path"], "why": why} for f in files
+                               if (why := _why_nothing(f)) is not None]
     res.resumed_from = result_writer.get("resumed_from")
     res.journal = result_writer.get("journal")
     if res.journal and timings.get("total"):

@@ -1,0 +1,77 @@
+"""The load report says when a result only looks fine (issue 20): a load that put no sounding
+in the PFM exits 3 and names the area's order, and every file that contributed nothing is
+named with the reason.
+
+References: the synthetic surveys' own extents (survey.json) and the record layout walked
+by hand (tests/test_bad_inputs.ping_records), not the load's output.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pfm_dask import pipeline, synth
+from pfm_dask.config import LoadConfig
+
+from .test_bad_inputs import ping_records
+from .test_resume import pfm_cli
+
+
+def _area(root: Path) -> dict:
+    return json.loads((root / "survey.json").read_text())["area"]
+
+
+@pytest.fixture(scope="module")
+def two_places(tmp_path_factory):
+    """Two small surveys 0.7 degrees apart, and a GSF file holding only its header record."""
+    root = tmp_path_factory.mktemp("places")
+    synth.generate(root / "a", files=2, pings=20, beams=32, seed=1, latitude=17.8,
+                   longitude=-64.6)
+    synth.generate(root / "b", files=1, pings=20, beams=32, seed=2, latitude=18.5,
+                   longitude=-64.6)
+    a, b = sorted((root / "a").glob("*.gsf")), sorted((root / "b").glob("*.gsf"))
+    blob = a[0].read_bytes()
+    header_only = root / "header_only.gsf"
+    header_only.write_bytes(blob[:ping_records(blob)[0][0]])
+    return root, a, b, header_only
+
+
+def test_an_area_holding_no_sounding_exits_3_and_names_the_order(two_places, tmp_path):
+    root, a, _, _ = two_places
+    ar = _area(root / "a")
+    # the area written longitude first (WEST SOUTH EAST NORTH): legal numbers, wrong place
+    swapped = [ar["west"] - 0.01, ar["south"] - 0.01, ar["east"] + 0.01, ar["north"] + 0.01]
+    out = tmp_path / "x.pfm"
+    r = pfm_cli("load", *a, "-o", out, "--serial", "--bin-size", "25", "-q",
+                "--mbr", *map(str, swapped))
+    assert r.returncode == 3, r.stdout + r.stderr
+    problems = [ln for ln in r.stdout.splitlines() if ln.startswith("problem:")]
+    assert len(problems) == 1, r.stdout
+    assert "no sounding" in problems[0] and "SOUTH WEST NORTH EAST" in problems[0]
+    nothing = [ln for ln in r.stdout.splitlines() if ln.startswith("contributed nothing:")]
+    assert len(nothing) == len(a), r.stdout
+    for f, ln in zip(a, nothing):
+        assert str(f) in ln and "outside the area" in ln
+
+
+def test_files_that_contributed_nothing_are_named_with_the_reason(two_places, tmp_path):
+    root, a, b, header_only = two_places
+    ar = _area(root / "a")
+    cfg = LoadConfig(bin_size_m=25.0, mbr=(ar["south"] - 0.01, ar["west"] - 0.01,
+                                           ar["north"] + 0.01, ar["east"] + 0.01))
+    res = pipeline.run_load([str(f) for f in [*a, *b, header_only]], tmp_path / "y.pfm", cfg,
+                            mode="serial")
+    why = {Path(x["path"]).name: x["why"] for x in res.contributed_nothing}
+    assert set(why) == {b[0].name, header_only.name}, res.summary()
+    rec = [f for f in res.files if f["path"] == str(b[0])][0]
+    loadable = rec["soundings_read"] - rec["ping_skipped"] - rec["beam_rejected"]
+    assert loadable > 0 and rec["outside_area"] == loadable
+    assert why[b[0].name] == f"all {loadable:,} loadable soundings outside the area"
+    assert why[header_only.name] == "no pings"
+    assert res.to_dict()["contributed_nothing"] == res.contributed_nothing
+    assert f"contributed nothing: {b[0]}: all" in res.summary()
+    assert res.exit_code == 0, res.summary()   # some files outside a given area is normal
+
