@@ -18,12 +18,25 @@ from typing import Iterable
 
 from .errors import ConfigError
 
-__all__ = ["expand_inputs", "read_polygon", "GSF_SUFFIXES"]
+__all__ = ["expand_inputs", "read_polygon", "file_key", "GSF_SUFFIXES"]
 
 # Names that look like GSF when a directory is searched. Explicit files are
 # taken whatever their name.
 GSF_SUFFIXES = (".gsf", ".mb121")
 _GLOB_CHARS = set("*?[")
+
+
+def file_key(path: str | os.PathLike) -> tuple[int, int] | str:
+    """What makes two names one file: its device and inode where it can be looked up (so
+    hard links, symbolic links and every spelling agree), else its resolved path."""
+    try:
+        st = os.stat(path)
+        return (st.st_dev, st.st_ino)
+    except OSError:
+        try:
+            return os.path.realpath(path)
+        except OSError:
+            return os.path.abspath(path)
 
 
 def _is_gsf_name(name: str) -> bool:
@@ -94,14 +107,11 @@ def expand_inputs(items: Iterable[str | os.PathLike], *, base: str | os.PathLike
     """
     base_dir = Path(base) if base is not None else Path.cwd()
     out: list[Path] = []
-    seen: set[str] = set()
+    seen: set = set()
     for item in items:
         for p in _expand_one(os.fspath(item), base_dir, set()):
             p = Path(os.path.abspath(p))
-            try:
-                key = os.path.realpath(p)
-            except OSError:
-                key = str(p)
+            key = file_key(p)
             if key in seen and not keep_duplicates:
                 continue
             seen.add(key)

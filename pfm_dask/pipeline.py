@@ -912,16 +912,16 @@ def _refuse_unfinished(output: Path, state: dict) -> ConfigError:
 
 
 def _dedupe(files: list[str]) -> tuple[list[str], list[str]]:
-    """Drop inputs that name a file already listed; each is reported as a problem."""
-    seen: dict[str, int] = {}
+    """Drop inputs that name a file already listed (by device and inode: hard links too);
+    each is reported as a problem."""
+    from .inputs import file_key
+
+    seen: dict = {}
     out, problems = [], []
     for f in files:
-        try:
-            key = os.path.realpath(f)
-        except OSError:
-            key = os.path.abspath(f)
+        key = file_key(f)
         if key in seen:
-            problems.append(f"{f}: listed more than once (the same file as {files[seen[key]]}); "
+            problems.append(f"{f}: listed more than once (the same file as {out[seen[key]]}); "
                             "loaded once")
             continue
         seen[key] = len(out)
@@ -1105,10 +1105,12 @@ def _already_complete(output: Path, state: dict) -> LoadResult:
 
 
 def _new_files(files: list[str], output: Path) -> list[str]:
-    """The inputs not yet in the PFM's ``.ctl``."""
+    """The inputs not yet in the PFM's ``.ctl`` (under any name: by device and inode)."""
+    from .inputs import file_key
+
     _, existing = _existing(output, True)
-    known = {os.path.abspath(p) for p in existing}
-    return [f for f in files if os.path.abspath(f) not in known]
+    known = {os.path.abspath(p) for p in existing} | {file_key(p) for p in existing}
+    return [f for f in files if os.path.abspath(f) not in known and file_key(f) not in known]
 
 
 def _plan_resume(files, output: Path, cfg, append: bool, job: _Job, say):

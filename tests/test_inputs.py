@@ -1,5 +1,6 @@
 """Input expansion: files, directories, globs, @lists, duplicates, stable order."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,13 @@ def test_sizes_and_config_validation():
     with pytest.raises(ConfigError, match="south"):
         LoadConfig(mbr=(10, 0, 5, 1))
     assert LoadConfig().null_depth == 12001.0
+
+
+def test_the_same_file_by_any_spelling_hard_links_included(tmp_path):
+    a = _touch(tmp_path / "x" / "a.gsf")
+    b = _touch(tmp_path / "b.gsf")
+    os.link(a, tmp_path / "hard.gsf")                    # same device and inode, another name
+    (tmp_path / "soft.gsf").symlink_to(a)
+    got = expand_inputs([a, tmp_path / "hard.gsf", b, str(tmp_path / "x" / ".." / "soft.gsf"),
+                         f"{tmp_path}//x/./a.gsf"])
+    assert got == [a, b]

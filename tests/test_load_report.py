@@ -75,3 +75,24 @@ def test_files_that_contributed_nothing_are_named_with_the_reason(two_places, tm
     assert f"contributed nothing: {b[0]}: all" in res.summary()
     assert res.exit_code == 0, res.summary()   # some files outside a given area is normal
 
+
+def test_a_hard_link_is_the_same_file_for_a_load_and_an_append(two_places, tmp_path):
+    import os
+
+    root, a, b, _ = two_places
+    hard = tmp_path / "hard.gsf"
+    os.link(a[0], hard)
+    cfg = LoadConfig(bin_size_m=25.0)
+    res = pipeline.run_load([str(a[0]), str(hard), str(a[1])], tmp_path / "h.pfm", cfg,
+                            mode="serial")
+    assert [f["path"] for f in res.files] == [str(a[0]), str(a[1])], res.summary()
+    assert [p for p in res.problems if "listed more than once" in p and str(hard) in p]
+    # an append recognises a file already in the PFM under another name
+    ar = _area(root / "a")
+    cfg = LoadConfig(bin_size_m=25.0, mbr=(ar["south"] - 0.01, ar["west"] - 0.01,
+                                           ar["north"] + 0.01, ar["east"] + 0.01))
+    out = tmp_path / "app.pfm"
+    pipeline.run_load([str(a[0])], out, cfg, mode="serial")
+    res = pipeline.run_load([str(hard), str(a[1])], out, cfg, mode="serial", append=True)
+    assert res.skipped_files == [str(hard)], res.summary()
+    assert [f["path"] for f in res.files] == [str(a[1])]
