@@ -1,11 +1,12 @@
 """Turn what the user typed into the ordered list of input files of a load.
 
 Inputs may be files, directories (searched recursively), glob patterns, or
-``@list.txt`` files holding one input per line. A named path that does not
-exist is refused (:class:`ConfigError`: a typo, before any work); one that
-exists but cannot be read is kept for the load to report. Duplicates (the same
-file reached twice, by any spelling) are dropped, keeping the first. The order is
-stable — the order given, with each directory's and glob's matches sorted by
+``@list.txt`` files holding one input per line (``#`` at the start of a line or
+after a blank starts a comment). A named path that does not exist is refused
+(:class:`ConfigError`: a typo, before any work); one that exists but cannot be
+read is kept for the load to report. Duplicates (the same file reached twice,
+by any name: same device and inode) are dropped, keeping the first. The order
+is stable — the order given, with each directory's and glob's matches sorted by
 path — because it becomes the file numbers in the PFM ``.ctl``.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from pathlib import Path
 from typing import Iterable
 
@@ -24,6 +26,9 @@ __all__ = ["expand_inputs", "read_polygon", "file_key", "GSF_SUFFIXES"]
 # taken whatever their name.
 GSF_SUFFIXES = (".gsf", ".mb121")
 _GLOB_CHARS = set("*?[")
+# in an @list file, '#' at the start of a line or after a blank starts a comment
+# (one inside a name, as in 'line#2.gsf', does not)
+_COMMENT = re.compile(r"(^|\s)#.*$")
 
 
 def file_key(path: str | os.PathLike) -> tuple[int, int] | str:
@@ -66,8 +71,8 @@ def _expand_one(item: str, base: Path, seen_lists: set[Path],
             raise ConfigError(f"cannot read list file: {err.strerror}", path=list_path) from err
         out = []
         for line in text.splitlines():
-            line = line.strip()
-            if line and not line.startswith("#"):
+            line = _COMMENT.sub("", line).strip()
+            if line:
                 out.extend(_expand_one(line, list_path.parent, seen_lists | {list_path},
                                        list_path))
         return out

@@ -85,3 +85,12 @@ def test_the_same_file_by_any_spelling_hard_links_included(tmp_path):
     got = expand_inputs([a, tmp_path / "hard.gsf", b, str(tmp_path / "x" / ".." / "soft.gsf"),
                          f"{tmp_path}//x/./a.gsf"])
     assert got == [a, b]
+
+
+def test_list_files_take_trailing_comments(tmp_path):
+    a = _touch(tmp_path / "a.gsf")
+    b = _touch(tmp_path / "b.gsf")
+    c = _touch(tmp_path / "c#2.gsf")                  # a '#' inside a name is part of it
+    lst = tmp_path / "list.txt"
+    lst.write_text("  # the survey\na.gsf   # day 1\nb.gsf\t# day 2, rerun\nc#2.gsf\n")
+    assert expand_inputs([f"@{lst}"]) == [a, b, c]
