@@ -406,7 +406,9 @@ def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_jso
     profile = _cluster_profile(cluster, cluster_config, serial=serial, scheduler=scheduler)
     mode = ("serial" if serial else "scheduler" if scheduler else
             "cluster" if profile is not None else "local")
-    files = expand_inputs(inputs, keep_duplicates=True) if inputs else []  # the load reports repeats
+    input_problems: list[str] = []  # folders not searched, special files skipped
+    files = (expand_inputs(inputs, keep_duplicates=True, problems=input_problems)  # the load
+             if inputs else [])                                                  # reports repeats
     prog = _Progress(not quiet, as_json)
 
     def dash(link):
@@ -423,7 +425,8 @@ def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_jso
                                 on_dashboard=dash, cluster_profile=profile, on_message=note,
                                 resume=resume, strict=strict, command=list(sys.argv),
                                 resume_options=resume_options,
-                                checkpoint_seconds=checkpoint_seconds)
+                                checkpoint_seconds=checkpoint_seconds,
+                                input_problems=input_problems)
     finally:
         prog.close()
     if as_json:

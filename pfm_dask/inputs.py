@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Iterable
 
@@ -49,18 +50,67 @@ def _is_gsf_name(name: str) -> bool:
     return low.endswith(GSF_SUFFIXES) or ".gsf." in low
 
 
-def _walk(directory: Path) -> list[Path]:
-    found = []
-    for root, dirs, files in os.walk(directory):
-        dirs.sort()
-        for f in sorted(files):
-            if _is_gsf_name(f):
-                found.append(Path(root) / f)
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+            (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _special(path: Path) -> str | None:
+    """What ``path`` is when it is a FIFO, socket or device (reading one can block forever),
+    else None (a regular file, a folder, or something the load will report as unreadable)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return next((what for test, what in _SPECIAL if test(mode)), None)
+
+
+def _skip_special(path: Path, problems: list[str] | None) -> bool:
+    what = _special(path)
+    if what is not None and problems is not None:
+        problems.append(f"{path}: {what}, not a regular file: skipped, never opened")
+    return what is not None
+
+
+def _walk(directory: Path, problems: list[str] | None = None) -> list[Path]:
+    """GSF-named files under ``directory``, sorted, a folder's own files before its
+    subfolders'. Linked folders are followed, each searched once (no loops); a folder that
+    cannot be read, and special files named like GSF, go to ``problems``."""
+    found: list[Path] = []
+    searched: set[tuple[int, int]] = set()
+
+    def search(folder: Path) -> None:
+        try:
+            st = os.stat(folder)
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as err:
+            if problems is not None:
+                problems.append(f"{folder}: cannot read the folder ({err.strerror or err}): the "
+                                "files in it were not searched")
+            return
+        if (st.st_dev, st.st_ino) in searched:
+            return
+        searched.add((st.st_dev, st.st_ino))
+        subfolders = []
+        for e in entries:
+            try:
+                is_dir = e.is_dir()
+            except OSError:
+                is_dir = False
+            path = folder / e.name
+            if is_dir:
+                subfolders.append(path)
+            elif _is_gsf_name(e.name) and not _skip_special(path, problems):
+                found.append(path)
+        for sub in subfolders:
+            search(sub)
+
+    search(directory)
     return found
 
 
 def _expand_one(item: str, base: Path, seen_lists: set[Path],
-                listed_in: Path | None = None) -> list[Path]:
+                listed_in: Path | None = None, problems: list[str] | None = None) -> list[Path]:
     if item.startswith("@"):
         list_path = (base / item[1:]).resolve()
         if list_path in seen_lists:
@@ -74,7 +124,7 @@ def _expand_one(item: str, base: Path, seen_lists: set[Path],
             line = _COMMENT.sub("", line).strip()
             if line:
                 out.extend(_expand_one(line, list_path.parent, seen_lists | {list_path},
-                                       list_path))
+                                       list_path, problems))
         return out
     path = Path(item)
     if not path.is_absolute():
@@ -86,10 +136,13 @@ def _expand_one(item: str, base: Path, seen_lists: set[Path],
         out = []
         for m in matches:
             mp = Path(m)
-            out.extend(_walk(mp) if mp.is_dir() else [mp])
+            if mp.is_dir():
+                out.extend(_walk(mp, problems))
+            elif not _skip_special(mp, problems):
+                out.append(mp)
         return out
     if path.is_dir():
-        return _walk(path)
+        return _walk(path, problems)
     try:
         os.stat(path)
     except FileNotFoundError:
@@ -100,21 +153,23 @@ def _expand_one(item: str, base: Path, seen_lists: set[Path],
                           path=os.path.abspath(path)) from None
     except OSError:
         pass  # unreadable (a link loop, no permission): the load reports it as a problem file
-    return [path]
+    return [] if _skip_special(path, problems) else [path]
 
 
 def expand_inputs(items: Iterable[str | os.PathLike], *, base: str | os.PathLike | None = None,
-                  keep_duplicates: bool = False) -> list[Path]:
+                  keep_duplicates: bool = False, problems: list[str] | None = None) -> list[Path]:
     """Expand files, directories, globs and ``@list`` files into absolute, unique paths.
 
     ``keep_duplicates=True`` keeps a file named twice (say by a directory and a glob) at each
     place, for the load to drop the repeats and report them (``pfm-dask load`` does this).
+    ``problems``: where to add a line for each folder that could not be searched and each
+    FIFO, socket or device named like GSF (skipped, never opened), for the load's report.
     """
     base_dir = Path(base) if base is not None else Path.cwd()
     out: list[Path] = []
     seen: set = set()
     for item in items:
-        for p in _expand_one(os.fspath(item), base_dir, set()):
+        for p in _expand_one(os.fspath(item), base_dir, set(), None, problems):
             p = Path(os.path.abspath(p))
             key = file_key(p)
             if key in seen and not keep_duplicates:

@@ -1175,7 +1175,8 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
              on_message: Callable[[str], None] | None = None,
              resume: bool = False, strict: bool = False, command: list[str] | None = None,
              resume_options: list[str] | None = None,
-             checkpoint_seconds: float = 10.0, journal: bool = True) -> LoadResult:
+             checkpoint_seconds: float = 10.0, journal: bool = True,
+             input_problems: list[str] | None = None) -> LoadResult:
     """Run a whole load; ``mode`` is ``serial``, ``local`` (embedded cluster), ``scheduler``
     or ``cluster`` (Slurm, PBS or local jobs from a :class:`~pfm_dask.cluster.ClusterProfile`).
 
@@ -1188,6 +1189,8 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
     ``resume_options``: the run options the printed resume command repeats (absolute paths).
     ``checkpoint_seconds``: the writer's checkpoint interval (docs/reliability.md).
     ``journal=False`` turns crash safety off (no resume possible): only to measure its cost.
+    ``input_problems``: what the input expansion skipped (folders it could not search, special
+    files), reported with the load's problems.
 
     Nothing at ``output`` is removed or overwritten unless its own journal proves it is this
     load's unfinished output; anything else there is refused (:class:`ConfigError`).
@@ -1239,6 +1242,7 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
         else:
             files, job.input_problems = _dedupe(files)
             job.given = _given(files)
+        job.input_problems = list(input_problems or []) + job.input_problems
     if mode == "serial":
         res = _run_serial(files, output, cfg, progress, append, job)
     elif client is not None:

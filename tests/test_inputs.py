@@ -94,3 +94,43 @@ def test_list_files_take_trailing_comments(tmp_path):
     lst = tmp_path / "list.txt"
     lst.write_text("  # the survey\na.gsf   # day 1\nb.gsf\t# day 2, rerun\nc#2.gsf\n")
     assert expand_inputs([f"@{lst}"]) == [a, b, c]
+
+
+def test_special_files_named_gsf_are_skipped_and_reported(tmp_path):
+    import socket
+
+    a = _touch(tmp_path / "d" / "a.gsf")
+    os.mkfifo(tmp_path / "d" / "pipe.gsf")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "d" / "sock.gsf"))
+    (tmp_path / "d" / "null.gsf").symlink_to("/dev/null")
+    problems: list[str] = []
+    assert expand_inputs([tmp_path / "d", tmp_path / "d" / "pipe.gsf"], problems=problems) == [a]
+    sock.close()
+    text = "\n".join(problems)
+    assert len(problems) == 4, problems
+    for name, kind in (("pipe.gsf", "a FIFO"), ("sock.gsf", "a socket"),
+                       ("null.gsf", "a character device")):
+        assert f"{tmp_path / 'd' / name}: {kind}, not a regular file: skipped" in text, text
+
+
+def test_unreadable_folders_are_reported_and_linked_folders_followed_once(tmp_path, monkeypatch):
+    a = _touch(tmp_path / "d" / "a.gsf")
+    c = _touch(tmp_path / "d" / "locked" / "c.gsf")
+    b = _touch(tmp_path / "elsewhere" / "b.gsf")
+    (tmp_path / "d" / "more").symlink_to(tmp_path / "elsewhere")    # followed
+    (tmp_path / "d" / "loop").symlink_to(tmp_path / "d")            # searched once
+    real = os.scandir
+
+    def scandir(path="."):
+        if os.fspath(path).endswith("locked"):                      # root reads anything
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    problems: list[str] = []
+    assert expand_inputs([tmp_path / "d"], problems=problems) == [a, tmp_path / "d" / "more" /
+                                                                   "b.gsf"]
+    assert problems == [f"{tmp_path / 'd' / 'locked'}: cannot read the folder (Permission "
+                        "denied): the files in it were not searched"]
+    assert c.exists() and b.exists()

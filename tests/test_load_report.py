@@ -96,3 +96,26 @@ def test_a_hard_link_is_the_same_file_for_a_load_and_an_append(two_places, tmp_p
     res = pipeline.run_load([str(hard), str(a[1])], out, cfg, mode="serial", append=True)
     assert res.skipped_files == [str(hard)], res.summary()
     assert [f["path"] for f in res.files] == [str(a[1])]
+
+
+def test_a_fifo_named_gsf_is_reported_and_never_opened(two_places, tmp_path):
+    import os
+    import shutil
+    import subprocess
+
+    root, a, _, _ = two_places
+    d = tmp_path / "d"
+    d.mkdir()
+    shutil.copy(a[0], d / a[0].name)
+    os.mkfifo(d / "pipe.gsf")                # opening it for reading blocks until a writer
+    out = tmp_path / "f.pfm"
+    try:
+        r = pfm_cli("load", d, "-o", out, "--serial", "--bin-size", "25", "-q", timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the load hung on the FIFO")
+    assert r.returncode == 3, r.stdout + r.stderr
+    problems = [ln for ln in r.stdout.splitlines() if ln.startswith("problem:")]
+    assert problems == [f"problem: {d / 'pipe.gsf'}: a FIFO, not a regular file: skipped, "
+                        "never opened"], r.stdout
+    rep = json.loads((tmp_path / "f.pfm.data" / "load-report.json").read_text())
+    assert [f["path"] for f in rep["files"]] == [str(d / a[0].name)]
