@@ -10,7 +10,8 @@ Exit codes (all commands):
 * 0 — success;
 * 1 — failure (nothing usable was produced, or ``check`` found problems);
 * 2 — bad usage (unknown option, missing argument) or a refused request;
-* 3 — ``load`` completed with problems: some input was damaged; the report names it.
+* 3 — ``load`` completed with problems: some input was damaged; the report names it;
+* 130 — ``load`` interrupted by Ctrl-C (one line: what the PFM holds, the resume command).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -436,6 +438,41 @@ def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_jso
     return res
 
 
+EXIT_INTERRUPTED = 130  # the shell's code for a command ended by Ctrl-C (128 + SIGINT)
+
+
+def _quiet_on_interrupt(signum, frame):
+    """SIGINT handler of a load: silence Dask's and asyncio's loggers (the cluster's shutdown
+    after an interrupt logs cancelled tasks and closed connections), then interrupt."""
+    import logging
+
+    for name in ("distributed", "asyncio", "tornado", "bokeh"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    raise KeyboardInterrupt
+
+
+def _interrupted(output: Path, resume_options: list[str]) -> str:
+    """The one line after Ctrl-C: what the PFM holds now, and the command that continues."""
+    from . import journal as J
+    from .errors import LoadError
+
+    try:
+        state = J.read_journal(output)
+    except LoadError:
+        state = None
+    if state is None:
+        if not output.exists() and not Path(str(output) + ".data").exists():
+            return f"interrupted before anything was written to {output}: run the command again"
+        state = {}
+    cmd = (state.get("resume_command") or J.resume_command(output, resume_options))
+    if state.get("phase") == "complete":
+        return f"interrupted after the load of {output} completed: nothing to resume"
+    done, total = int(state.get("watermark", 0)), int(state.get("n_pieces", 0) or 0)
+    return (f"interrupted: {output} holds {done:,} of {total:,} pieces (phase "
+            f"{state.get('phase', 'unknown')}, kept up to its last checkpoint); continue with: "
+            f"{cmd}")
+
+
 # Options of `load` that decide the content of the PFM (a resume must not change them).
 _CONTENT_OPTIONS = ("mbr", "polygon", "bin_size", "min_depth", "max_depth", "precision",
                     "swath_filter", "swath_pings", "swath_beams", "swath_threshold",
@@ -547,11 +584,19 @@ def load(
             cfg = None  # the journal's settings
         _preflight(output, png=png, scheduler=scheduler,
                    other_mode=serial or cluster is not None or cluster_config is not None)
-        res = _run_load(inputs, output, cfg, serial=serial, workers=workers,
-                        scheduler=scheduler, append=append, as_json=as_json, quiet=quiet,
-                        cluster=cluster, cluster_config=cluster_config, resume=resume,
-                        strict=strict, checkpoint_seconds=checkpoint_seconds,
-                        resume_options=_resume_options(ctx))
+        import signal
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, _quiet_on_interrupt)
+        try:
+            res = _run_load(inputs, output, cfg, serial=serial, workers=workers,
+                            scheduler=scheduler, append=append, as_json=as_json, quiet=quiet,
+                            cluster=cluster, cluster_config=cluster_config, resume=resume,
+                            strict=strict, checkpoint_seconds=checkpoint_seconds,
+                            resume_options=_resume_options(ctx))
+        except KeyboardInterrupt:
+            typer.echo(f"pfm-dask: {_interrupted(output, _resume_options(ctx))}", err=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         if png is not None and res.exit_code in (EXIT_OK, EXIT_PROBLEMS):
             from .export import write_png
 

@@ -664,6 +664,7 @@ def make_local_cluster(workers: int, *, dashboard_address: str = ":0",
         opts = {"nthreads": 1, "resources": res, "memory_limit": memory_limit}
         if processes:
             opts["silence_logs"] = logging.WARNING
+            opts["preload"] = ["pfm_dask._worker_signals"]  # Ctrl-C is the driver's
         specs[f"pfm-worker-{i}"] = {"cls": Nanny if processes else Worker, "options": opts}
     # The scheduler runs in this process: the preload adds the "PFM writer" page and plugin.
     scheduler = {"cls": Scheduler, "options": {"dashboard_address": dashboard_address,
