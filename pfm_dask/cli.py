@@ -401,7 +401,7 @@ def _cluster_profile(kind, config, *, serial, scheduler):
 
 def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_json, quiet,
               cluster=None, cluster_config=None, resume=False, strict=False,
-              checkpoint_seconds=10.0, resume_options=None):
+              checkpoint_seconds=10.0, resume_options=None, force=False):
     from . import pipeline
     from .inputs import expand_inputs
 
@@ -428,7 +428,7 @@ def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_jso
                                 resume=resume, strict=strict, command=list(sys.argv),
                                 resume_options=resume_options,
                                 checkpoint_seconds=checkpoint_seconds,
-                                input_problems=input_problems)
+                                input_problems=input_problems, force=force)
     finally:
         prog.close()
     if as_json:
@@ -549,6 +549,8 @@ def load(
     strict: bool = typer.Option(False, "--strict", help="refuse to start if the pre-scan finds damaged input"),
     checkpoint_seconds: float = typer.Option(
         10.0, "--checkpoint-seconds", help="seconds between the writer's checkpoints (0: after every piece)"),
+    force: bool = typer.Option(
+        False, "--force", help="make a grid past the size limit (250,000,000 bins) anyway"),
 ):
     """Load GSF files into a PFM: Dask workers decode and bin, one pinned writer writes."""
     from .config import LoadConfig, SwathFilterConfig, parse_size
@@ -593,7 +595,7 @@ def load(
                             scheduler=scheduler, append=append, as_json=as_json, quiet=quiet,
                             cluster=cluster, cluster_config=cluster_config, resume=resume,
                             strict=strict, checkpoint_seconds=checkpoint_seconds,
-                            resume_options=_resume_options(ctx))
+                            resume_options=_resume_options(ctx), force=force)
         except KeyboardInterrupt:
             typer.echo(f"pfm-dask: {_interrupted(output, _resume_options(ctx))}", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None

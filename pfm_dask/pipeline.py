@@ -159,6 +159,44 @@ def area_from_scans(scans: list[dict], cfg: LoadConfig) -> BinGrid:
                             min(90.0, north + pad_lat), east + pad_lon, **kw)
 
 
+#: the most bins a load makes without ``force``: about 10 GB of bin records (2 m bins over
+#: a deep-water survey made a 356 M-bin grid, a 14 GB sparse .bin, for 8 M soundings)
+MAX_GRID_BINS = 250_000_000
+#: under this many soundings per bin (estimated after the pre-scan) the load warns
+SPARSE_SOUNDINGS_PER_BIN = 0.1
+
+
+def _round_up_nicely(x: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 times a power of ten that is at least ``x``."""
+    k = 10.0 ** np.floor(np.log10(x))
+    return float(next(m * k for m in (1, 2, 2.5, 5, 10) if m * k >= x * (1 - 1e-9)))
+
+
+def grid_sanity(grid: BinGrid, scans: list[dict], cfg: LoadConfig, *,
+                force: bool = False) -> list[str]:
+    """Judge the grid against the data before anything is written: a warning (returned)
+    when the pre-scan's soundings would fill under ``SPARSE_SOUNDINGS_PER_BIN`` of its bins,
+    with a bin size giving about one per bin; a :class:`ConfigError` past ``MAX_GRID_BINS``
+    bins unless ``force``."""
+    bins = int(grid.width) * int(grid.height)
+    soundings = sum(int(s.get("n_beams") or 0) for s in scans if not s.get("error"))
+    density = soundings / bins if bins else 0.0
+    size = f"{grid.width:,} x {grid.height:,} = {bins:,} bins"
+    if cfg.bin_size_deg is None and soundings:
+        better = _round_up_nicely(cfg.bin_size_m * (1.0 / density) ** 0.5) if density < 1 else None
+        hint = f"--bin-size {better:g} gives about one sounding per bin" if better else ""
+    else:
+        hint = "larger bins"
+    if bins > MAX_GRID_BINS and not force:
+        raise ConfigError(f"the grid would have {size} (over the limit of {MAX_GRID_BINS:,}) "
+                          f"for about {soundings:,} soundings: {hint or 'give larger bins'}; "
+                          "or give --force to make it anyway. Nothing was written")
+    if soundings and density < SPARSE_SOUNDINGS_PER_BIN:
+        return [f"the grid has {size} for about {soundings:,} soundings ({density:.2g} "
+                f"soundings per bin): {hint}"]
+    return []
+
+
 #: a piece of fewer pings than this is not cut in two at the end of a load
 _TAIL_MIN_PINGS = 100
 
@@ -221,6 +259,7 @@ class LoadResult:
     journal: dict | None = None
     resume_command: str | None = None
     contributed_nothing: list = field(default_factory=list)  # [{"path", "why"}]
+    warnings: list = field(default_factory=list)  # e.g. a grid far sparser than the data
 
     @property
     def exit_code(self) -> int:
@@ -237,7 +276,7 @@ class LoadResult:
                 "peak_backlog_bytes": self.peak_backlog_bytes,
                 "skipped_files": self.skipped_files, "resumed_from": self.resumed_from,
                 "journal": self.journal, "resume_command": self.resume_command,
-                "contributed_nothing": self.contributed_nothing}
+                "contributed_nothing": self.contributed_nothing, "warnings": self.warnings}
 
     def summary(self) -> str:
         t = self.totals
@@ -258,6 +297,8 @@ class LoadResult:
             lines.append(f"problem: {p}")
         for f in self.contributed_nothing:
             lines.append(f"contributed nothing: {f['path']}: {f['why']}")
+        for w in self.warnings:
+            lines.append(f"warning: {w}")
         for f in self.skipped_files:
             lines.append(f"skipped (already in the PFM): {f}")
         lines.append("check: " + ("sound" if self.check.get("sound") else
@@ -370,6 +411,10 @@ def _plan(scans: list[dict], cfg: LoadConfig, output: Path, files: list[str], ap
     if append:
         check_append_fits(output, scans, cfg)
     grid = existing_grid if existing_grid is not None else area_from_scans(scans, cfg)
+    if existing_grid is None:
+        job.warnings = grid_sanity(grid, scans, cfg, force=job.force)
+        for w in job.warnings:
+            job.say(w)
     pieces = plan_pieces(scans, cfg, first_file_number=len(existing))
     if append and job.journal:
         J.mark_append(output, job.given or _given(files), J.config_to_dict(cfg), job.resume_cmd)
@@ -432,6 +477,9 @@ class _Job:
     input_problems: list = field(default_factory=list)
     journal: bool = True                # False: no crash safety (to measure what it costs)
     given: list = field(default_factory=list)   # the inputs as given (absolute), for a resume
+    force: bool = False                 # make a grid past MAX_GRID_BINS
+    warnings: list = field(default_factory=list)
+    say: Callable[[str], None] = lambda message: None
 
     def pieces(self) -> list[Piece]:
         return [Piece(**d) for d in self.static["pieces"]]
@@ -1177,7 +1225,7 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
              resume: bool = False, strict: bool = False, command: list[str] | None = None,
              resume_options: list[str] | None = None,
              checkpoint_seconds: float = 10.0, journal: bool = True,
-             input_problems: list[str] | None = None) -> LoadResult:
+             input_problems: list[str] | None = None, force: bool = False) -> LoadResult:
     """Run a whole load; ``mode`` is ``serial``, ``local`` (embedded cluster), ``scheduler``
     or ``cluster`` (Slurm, PBS or local jobs from a :class:`~pfm_dask.cluster.ClusterProfile`).
 
@@ -1192,6 +1240,7 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
     ``journal=False`` turns crash safety off (no resume possible): only to measure its cost.
     ``input_problems``: what the input expansion skipped (folders it could not search, special
     files), reported with the load's problems.
+    ``force``: make a grid larger than ``MAX_GRID_BINS`` bins (refused otherwise).
 
     Nothing at ``output`` is removed or overwritten unless its own journal proves it is this
     load's unfinished output; anything else there is refused (:class:`ConfigError`).
@@ -1201,11 +1250,13 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
     skipped: list[str] = []
     job = _Job(command=command, resume_cmd=J.resume_command(output, resume_options),
                strict=strict, checkpoint_seconds=checkpoint_seconds, resume=resume,
-               journal=journal)
+               journal=journal, force=force)
 
     def say(message: str) -> None:
         if on_message:
             on_message(message)
+
+    job.say = say
 
     if resume:
         planned = _plan_resume(files, output, cfg, append, job, say)
@@ -1283,6 +1334,7 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
                                 f"local ({workers} workers)", job)
                 res.timings["cluster_start"] = t_cluster
     res.skipped_files = skipped
+    res.warnings = list(job.warnings)
     res.resume_command = job.resume_cmd
     write_report(res, Path(str(output) + ".data") / "load-report.json")
     return res

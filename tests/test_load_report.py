@@ -119,3 +119,62 @@ def test_a_fifo_named_gsf_is_reported_and_never_opened(two_places, tmp_path):
                         "never opened"], r.stdout
     rep = json.loads((tmp_path / "f.pfm.data" / "load-report.json").read_text())
     assert [f["path"] for f in rep["files"]] == [str(d / a[0].name)]
+
+
+def _grid_bins(res) -> int:
+    return res.grid["width"] * res.grid["height"]
+
+
+def test_a_sparse_grid_warns_with_a_bin_size_that_fits(two_places, tmp_path):
+    root, a, _, _ = two_places
+    heard: list[str] = []
+    res = pipeline.run_load([str(f) for f in a], tmp_path / "s.pfm", LoadConfig(bin_size_m=2.0),
+                            mode="serial", on_message=heard.append)
+    assert res.exit_code == 0, res.summary()
+    # independent of the estimate: the soundings actually read over the bins actually made
+    density = res.totals["soundings_read"] / _grid_bins(res)
+    assert density < 0.1
+    assert len(res.warnings) == 1 and heard == res.warnings, (res.warnings, heard)
+    w = res.warnings[0]
+    assert "soundings per bin" in w and f"{_grid_bins(res):,} bins" in w
+    suggested = float(w.split("--bin-size ")[1].split()[0])
+    # the suggestion gives about one sounding per bin or more (never a sparser grid)
+    assert suggested > 2.0 and density * (suggested / 2.0) ** 2 >= 0.5
+    assert "warning: " + w in res.summary() and res.to_dict()["warnings"] == res.warnings
+    dense = pipeline.run_load([str(f) for f in a], tmp_path / "d.pfm",
+                              LoadConfig(bin_size_m=suggested), mode="serial")
+    assert dense.warnings == [] and dense.exit_code == 0
+
+
+def test_a_grid_past_the_size_limit_is_refused_unless_forced(two_places, tmp_path, monkeypatch):
+    from pfm_dask.errors import ConfigError
+
+    root, a, _, _ = two_places
+    monkeypatch.setattr(pipeline, "MAX_GRID_BINS", 10_000)
+    out = tmp_path / "big.pfm"
+    with pytest.raises(ConfigError, match="--force") as err:
+        pipeline.run_load([str(f) for f in a], out, LoadConfig(bin_size_m=2.0), mode="serial")
+    assert "bins" in str(err.value) and "--bin-size" in str(err.value)
+    assert not out.exists() and not Path(str(out) + ".data").exists()
+    res = pipeline.run_load([str(f) for f in a], out, LoadConfig(bin_size_m=2.0), mode="serial",
+                            force=True)
+    assert res.exit_code == 0 and _grid_bins(res) > 10_000
+
+
+def test_cli_refuses_a_huge_grid_in_one_line_and_force_makes_it(two_places, tmp_path,
+                                                                   monkeypatch):
+    from typer.testing import CliRunner
+
+    from pfm_dask.cli import app
+
+    root, a, _, _ = two_places
+    monkeypatch.setattr(pipeline, "MAX_GRID_BINS", 10_000)
+    out = tmp_path / "c.pfm"
+    args = ["load", *map(str, a), "-o", str(out), "--serial", "-q", "--bin-size", "2"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--force" in lines[0] and "over the limit" in lines[0], r.stderr
+    r = CliRunner().invoke(app, [*args, "--force"])
+    assert r.exit_code == 0, r.output
+    assert "warning: the grid has" in r.stdout
