@@ -204,12 +204,19 @@ def check(
     raise typer.Exit(EXIT_FAILURE if problems else EXIT_OK)
 
 
+def _rate(st: dict) -> str:
+    """`` (12,345/s)``, or nothing before a rate is known (never a misleading ``(0/s)``)."""
+    rate = st.get("soundings_per_second") or 0
+    return f" ({rate:,.0f}/s)" if rate > 0 else ""
+
+
 class _Progress:
-    """Progress of a load: a live rich display on a terminal, plain log lines otherwise."""
+    """Progress of a load: a live rich display on a terminal, plain log lines on standard error
+    otherwise and with ``--json`` (whose report alone goes to standard output)."""
 
     def __init__(self, enabled: bool, as_json: bool):
-        self.enabled = enabled and not as_json
-        self.tty = self.enabled and sys.stderr.isatty()
+        self.enabled = enabled
+        self.tty = self.enabled and not as_json and sys.stderr.isatty()
         self.last_plain = 0.0
         self._live = None
         self._bars = None
@@ -239,8 +246,8 @@ class _Progress:
                               completed=st.get("files_done", 0), info=f"phase: {st.get('phase')}")
             self._bars.update(
                 self._pieces, total=st.get("pieces_total"), completed=st.get("watermark", 0),
-                info=(f"{st.get('soundings_written', 0):,} soundings "
-                      f"({st.get('soundings_per_second', 0):,.0f}/s)  backlog "
+                info=(f"{st.get('soundings_written', 0):,} soundings"
+                      f"{_rate(st)}  backlog "
                       f"{st.get('backlog_batches', 0)} / "
                       f"{st.get('backlog_bytes', 0) / 2**20:.1f} MiB"))
             return
@@ -250,8 +257,8 @@ class _Progress:
             el = st.get("elapsed", 0.0)
             eta = f"{el / done * (total - done):.0f}s" if done else "?"
             typer.echo(f"{st.get('phase')}: files {st.get('files_done')}/{st.get('files_total')}  "
-                       f"pieces {done}/{total}  soundings {st.get('soundings_written', 0):,}  "
-                       f"({st.get('soundings_per_second', 0):,.0f}/s)  backlog "
+                       f"pieces {done}/{total}  soundings {st.get('soundings_written', 0):,}"
+                       f"{_rate(st)}  backlog "
                        f"{st.get('backlog_batches', 0)} / "
                        f"{st.get('backlog_bytes', 0) / 2**20:.1f} MiB  "
                        f"elapsed {el:.0f}s  remaining {eta}", err=True)

@@ -221,3 +221,15 @@ def test_version():
     r = pfm_cli("--version")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"pfm-dask {pfm_dask.__version__}"
+
+
+def test_json_and_non_terminal_runs_log_progress_without_a_zero_rate(survey, tmp_path):
+    out = tmp_path / "p.pfm"
+    r = pfm_cli("load", *survey, "-o", out, "--serial", "--bin-size", "25", "--json")
+    assert r.returncode == 0, r.stderr
+    import json
+
+    assert json.loads(r.stdout)["check"]["sound"]           # the report alone on stdout
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("loading: files ")]
+    assert lines, r.stderr
+    assert not [ln for ln in lines if "(0/s)" in ln], lines
