@@ -558,4 +558,4 @@ def test_cli_export_bag(hand, tmp_path):
     r = CliRunner().invoke(app, ["export", hand])
     assert r.exit_code == 2
     r = CliRunner().invoke(app, ["export", hand, "--bag", str(out), "--surface", "nope"])
-    assert r.exit_code == 1 and "unknown surface" in r.output
+    assert r.exit_code == 2 and "unknown surface" in r.output

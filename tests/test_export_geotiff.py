@@ -200,5 +200,5 @@ def test_cli_export_geotiff_and_xyz(rio, hand, tmp_path):
         assert ds.count == 1 and ds.read(1)[4, 0] == 3.0
     assert len(_read_xyz(xyz)) == 5
     r = CliRunner().invoke(app, ["export", hand, "--xyz", str(xyz), "--memory", "lots"])
-    assert r.exit_code == 1 and "cannot read size" in r.output
+    assert r.exit_code == 2 and "cannot read size" in r.output
     assert os.path.exists(xyz)
