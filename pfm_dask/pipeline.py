@@ -9,8 +9,8 @@ Shape (docs/usage.md has the user's view, docs/design.md the reasons):
    into ping ranges, so no piece is larger than a fraction of the backlog.
 3. **Writer**: a :class:`~pfm_dask.writer.PfmWriter` created as an actor on
    the worker that holds the ``disk`` resource.
-4. **Pieces**: tasks restricted to the ``compute`` resource decode and bin a
-   piece (:func:`~pfm_dask.soundings.prepare_piece`) and hand it straight to
+4. **Pieces**: tasks restricted to the ``compute`` resource (any worker on a
+   cluster where no worker declares it) decode and bin a piece (:func:`~pfm_dask.soundings.prepare_piece`) and hand it straight to
    the actor, which only buffers it; tasks never wait for their turn (that
    deadlocks: DASK_NOTES 2.2). The *driver* holds the window: it submits a
    piece only while the estimated bytes in flight plus the writer's backlog
@@ -755,25 +755,28 @@ def worker_environment():
                             "distributed.worker.profile.enabled": False, **_QUIET_LOOPS})
 
 
-def _check_disk_worker(client) -> str:
+def _check_disk_worker(client) -> dict | None:
+    """Refuse a cluster without a ``disk`` worker; return the resources the load's tasks ask
+    for: ``{"compute": 1}`` when some worker declares ``compute`` (the work goes to those),
+    None on an ordinary cluster of plain ``dask worker ADDRESS`` workers (any worker)."""
     info = client.scheduler_info(n_workers=-1)
     disk = [a for a, w in info["workers"].items() if w.get("resources", {}).get("disk", 0) >= 1]
     if not disk:
         raise ConfigError("no worker in this cluster has the 'disk' resource: start the worker "
                           "on the disk node with `dask worker SCHEDULER --resources disk=1`")
     compute = [a for a, w in info["workers"].items() if w.get("resources", {}).get("compute", 0) >= 1]
-    if not compute:
-        raise ConfigError("no worker in this cluster has the 'compute' resource: start compute "
-                          "workers with `dask worker SCHEDULER --resources compute=1`")
-    return disk[0]
+    return {"compute": 1} if compute else None
 
 
-def _compute_slots(client) -> int:
-    """Tasks the cluster can run at once: the ``compute`` resource summed over its workers."""
+def _compute_slots(client, task_resources: dict | None) -> int:
+    """Tasks the cluster can run at once: the ``compute`` resource summed over its workers
+    (their threads when the tasks ask for no resource)."""
     try:
         info = client.scheduler_info(n_workers=-1)["workers"].values()
     except Exception:  # noqa: BLE001 - a slow answer must not stop a load: assume one slot
         return 1
+    if task_resources is None:
+        return max(1, int(sum(w.get("nthreads", 1) for w in info)))
     return max(1, int(sum(w.get("resources", {}).get("compute", 0) for w in info)))
 
 
@@ -804,7 +807,7 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
     job = job or _Job()
     t0 = time.perf_counter()
     _register_dashboard(client)
-    _check_disk_worker(client)
+    task_res = _check_disk_worker(client)
     out_path = str(Path(output).resolve())
     if job.resume:
         scans: list[dict] = []
@@ -817,7 +820,7 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
     else:
         scan_futs = client.map(prescan_file, files, exact_beams=append,
                                key=[f"prescan-{i}" for i in range(len(files))],
-                               resources={"compute": 1}, pure=False)
+                               resources=task_res, pure=False)
         scans = client.gather(scan_futs)
         del scan_futs
         if job.strict:
@@ -849,13 +852,13 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
     pending = [p for p in pending if p.seq >= status["watermark"]]
     last_progress = 0.0
     transfer = 0.0
-    slots, slots_at = _compute_slots(client), time.monotonic()
+    slots, slots_at = _compute_slots(client, task_res), time.monotonic()
     try:
         while status["watermark"] < len(pieces):
             if status.get("error"):
                 raise LoadError(f"the writer stopped: {status['error']}")
             if time.monotonic() - slots_at > _SLOTS_EVERY:  # adaptive clusters grow and shrink
-                slots, slots_at = _compute_slots(client), time.monotonic()
+                slots, slots_at = _compute_slots(client, task_res), time.monotonic()
             in_flight_bytes = sum(est[p.seq] for p in in_flight.values())
             # Dask places a task with a resource restriction on a worker as soon as it is
             # submitted, so a deep queue is a static split: a worker slowed by the writer
@@ -872,7 +875,7 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
                     break
                 pending.pop()
                 fut = client.submit(_piece_task, nxt, grid, cfg, writer_ref,
-                                    key=f"piece-{nxt.seq:06d}", resources={"compute": 1},
+                                    key=f"piece-{nxt.seq:06d}", resources=task_res,
                                     pure=False, priority=-nxt.seq, retries=1)
                 in_flight[fut] = nxt
                 in_flight_bytes += est[nxt.seq]
