@@ -595,8 +595,8 @@ def load(
                    other_mode=serial or cluster is not None or cluster_config is not None)
         import signal
 
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, _quiet_on_interrupt)
+        previous = (signal.signal(signal.SIGINT, _quiet_on_interrupt)
+                    if threading.current_thread() is threading.main_thread() else None)
         try:
             res = _run_load(inputs, output, cfg, serial=serial, workers=workers,
                             scheduler=scheduler, append=append, as_json=as_json, quiet=quiet,
@@ -606,6 +606,9 @@ def load(
         except KeyboardInterrupt:
             typer.echo(f"pfm-dask: {_interrupted(output, _resume_options(ctx))}", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        finally:
+            if previous is not None:  # (an in-process caller keeps its own handler)
+                signal.signal(signal.SIGINT, previous)
         if png is not None and res.exit_code in (EXIT_OK, EXIT_PROBLEMS):
             from .export import write_png
 
