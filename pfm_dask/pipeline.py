@@ -172,6 +172,19 @@ def _round_up_nicely(x: float) -> float:
     return float(next(m * k for m in (1, 2, 2.5, 5, 10) if m * k >= x * (1 - 1e-9)))
 
 
+def _stretched_by(scans: list[dict], cfg: LoadConfig) -> str:
+    """For an automatic area: the files whose pre-scan extents set its four sides, in words
+    (a file far from the others, or one bad position, is what makes a grid huge)."""
+    if cfg.mbr is not None or cfg.polygon is not None:
+        return ""
+    ext = [(s["path"], s["extent"]) for s in scans if s.get("extent")]
+    if not ext:
+        return ""
+    sides = {"south": min(ext, key=lambda e: e[1][0])[0], "west": min(ext, key=lambda e: e[1][1])[0],
+             "north": max(ext, key=lambda e: e[1][2])[0], "east": max(ext, key=lambda e: e[1][3])[0]}
+    return "; the area's sides come from " + ", ".join(f"{k}: {v}" for k, v in sides.items())
+
+
 def grid_sanity(grid: BinGrid, scans: list[dict], cfg: LoadConfig, *,
                 force: bool = False) -> list[str]:
     """Judge the grid against the data before anything is written: a warning (returned)
@@ -190,7 +203,8 @@ def grid_sanity(grid: BinGrid, scans: list[dict], cfg: LoadConfig, *,
     if bins > MAX_GRID_BINS and not force:
         raise ConfigError(f"the grid would have {size} (over the limit of {MAX_GRID_BINS:,}) "
                           f"for about {soundings:,} soundings: {hint or 'give larger bins'}; "
-                          "or give --force to make it anyway. Nothing was written")
+                          f"or give --force to make it anyway{_stretched_by(scans, cfg)}. "
+                          "Nothing was written")
     if soundings and density < SPARSE_SOUNDINGS_PER_BIN:
         return [f"the grid has {size} for about {soundings:,} soundings ({density:.2g} "
                 f"soundings per bin): {hint}"]

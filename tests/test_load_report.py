@@ -178,3 +178,20 @@ def test_cli_refuses_a_huge_grid_in_one_line_and_force_makes_it(two_places, tmp_
     r = CliRunner().invoke(app, [*args, "--force"])
     assert r.exit_code == 0, r.output
     assert "warning: the grid has" in r.stdout
+
+
+def test_a_huge_automatic_area_names_the_files_that_stretched_it(two_places, tmp_path,
+                                                                  monkeypatch):
+    from pfm_dask.errors import ConfigError
+
+    root, a, b, _ = two_places
+    # survey b lies 0.7 degrees north of survey a: together they stretch the automatic area
+    monkeypatch.setattr(pipeline, "MAX_GRID_BINS", 1_000_000)
+    alone = pipeline.run_load([str(f) for f in a], tmp_path / "a.pfm", LoadConfig(bin_size_m=25.0),
+                              mode="serial")
+    assert _grid_bins(alone) < 1_000_000
+    with pytest.raises(ConfigError) as err:
+        pipeline.run_load([str(f) for f in [*a, *b]], tmp_path / "ab.pfm",
+                          LoadConfig(bin_size_m=25.0), mode="serial")
+    text = str(err.value)
+    assert "over the limit" in text and f"north: {b[0]}" in text, text
