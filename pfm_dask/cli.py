@@ -453,8 +453,11 @@ def _quiet_on_interrupt(signum, frame):
     after an interrupt logs cancelled tasks and closed connections), then interrupt."""
     import logging
 
-    for name in ("distributed", "asyncio", "tornado", "bokeh"):
-        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    noisy = ("distributed", "asyncio", "tornado", "bokeh")
+    # children too: Dask's logging config sets some levels of its own (tornado.application)
+    for name in [*noisy, *list(logging.root.manager.loggerDict)]:
+        if name.split(".")[0] in noisy:
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
     raise KeyboardInterrupt
 
 
