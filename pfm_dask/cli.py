@@ -10,7 +10,8 @@ Exit codes (all commands):
 * 0 — success;
 * 1 — failure (nothing usable was produced, or ``check`` found problems);
 * 2 — bad usage (unknown option, missing argument) or a refused request;
-* 3 — ``load`` completed with problems: some input was damaged; the report names it.
+* 3 — ``load`` completed with problems: some input was damaged; the report names it;
+* 130 — ``load`` interrupted by Ctrl-C (one line: what the PFM holds, the resume command).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -36,7 +38,25 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Load GSF multibeam files into a PFM v7 bin file, on Dask.",
+    # plain help: typer's rich panels put a "<bool>" placeholder on every flag
+    rich_markup_mode=None,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        typer.echo(f"pfm-dask {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="print the version and exit"),
+):
+    """Load GSF multibeam files into a PFM v7 bin file, on Dask."""
 
 
 def _emit(obj, as_json: bool) -> None:
@@ -186,12 +206,19 @@ def check(
     raise typer.Exit(EXIT_FAILURE if problems else EXIT_OK)
 
 
+def _rate(st: dict) -> str:
+    """`` (12,345/s)``, or nothing before a rate is known (never a misleading ``(0/s)``)."""
+    rate = st.get("soundings_per_second") or 0
+    return f" ({rate:,.0f}/s)" if rate > 0 else ""
+
+
 class _Progress:
-    """Progress of a load: a live rich display on a terminal, plain log lines otherwise."""
+    """Progress of a load: a live rich display on a terminal, plain log lines on standard error
+    otherwise and with ``--json`` (whose report alone goes to standard output)."""
 
     def __init__(self, enabled: bool, as_json: bool):
-        self.enabled = enabled and not as_json
-        self.tty = self.enabled and sys.stderr.isatty()
+        self.enabled = enabled
+        self.tty = self.enabled and not as_json and sys.stderr.isatty()
         self.last_plain = 0.0
         self._live = None
         self._bars = None
@@ -221,8 +248,8 @@ class _Progress:
                               completed=st.get("files_done", 0), info=f"phase: {st.get('phase')}")
             self._bars.update(
                 self._pieces, total=st.get("pieces_total"), completed=st.get("watermark", 0),
-                info=(f"{st.get('soundings_written', 0):,} soundings "
-                      f"({st.get('soundings_per_second', 0):,.0f}/s)  backlog "
+                info=(f"{st.get('soundings_written', 0):,} soundings"
+                      f"{_rate(st)}  backlog "
                       f"{st.get('backlog_batches', 0)} / "
                       f"{st.get('backlog_bytes', 0) / 2**20:.1f} MiB"))
             return
@@ -232,8 +259,8 @@ class _Progress:
             el = st.get("elapsed", 0.0)
             eta = f"{el / done * (total - done):.0f}s" if done else "?"
             typer.echo(f"{st.get('phase')}: files {st.get('files_done')}/{st.get('files_total')}  "
-                       f"pieces {done}/{total}  soundings {st.get('soundings_written', 0):,}  "
-                       f"({st.get('soundings_per_second', 0):,.0f}/s)  backlog "
+                       f"pieces {done}/{total}  soundings {st.get('soundings_written', 0):,}"
+                       f"{_rate(st)}  backlog "
                        f"{st.get('backlog_batches', 0)} / "
                        f"{st.get('backlog_bytes', 0) / 2**20:.1f} MiB  "
                        f"elapsed {el:.0f}s  remaining {eta}", err=True)
@@ -241,6 +268,118 @@ class _Progress:
     def close(self) -> None:
         if self._bars is not None:
             self._bars.stop()
+
+
+# ------------------------------------------------------------------ pre-flight
+# What would fail only after the work has started is refused before it, one line each
+# (ConfigError: exit 2). These run before the load imports numba or Dask.
+
+#: seconds the pre-flight waits for a ``--scheduler`` to accept a connection
+SCHEDULER_PROBE_SECONDS = 5.0
+
+
+def _need_module(module: str, what: str, dist: str, extra: str) -> None:
+    """Refuse ``what`` when ``module`` is not installed (looked up, not imported)."""
+    import importlib.util
+
+    from .errors import ConfigError
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(f"{what} needs {dist}, which is not installed: "
+                          f"pip install 'pfm-dask[{extra}]' (or pip install {dist})")
+
+
+def _check_output_folder(output: Path) -> None:
+    """The folder that will hold ``output`` and ``output.data`` exists and can be written."""
+    from .errors import ConfigError
+
+    folder = output.absolute().parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise ConfigError(f"the output folder {folder} {what}: create it, or name another "
+                          "-o", path=output)
+    data = Path(str(output.absolute()) + ".data")
+    for where in (folder, data):
+        if where.is_dir() and not os.access(where, os.W_OK | os.X_OK):
+            try:
+                read_only = bool(os.statvfs(where).f_flag & os.ST_RDONLY)
+            except OSError:
+                read_only = False
+            why = "a read-only file system" if read_only else "permission denied"
+            raise ConfigError(f"cannot write in the output folder {where} ({why})", path=output)
+
+
+def _probe_scheduler(address: str, timeout: float = SCHEDULER_PROBE_SECONDS) -> None:
+    """A TCP connection to a ``tcp://`` or ``tls://`` scheduler within ``timeout`` seconds,
+    so that a wrong address costs seconds and one line, not Dask's 30 s wait and traceback."""
+    import socket
+
+    from .errors import ConfigError
+
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "tcp", address
+    if scheme not in ("tcp", "tls"):
+        return  # inproc://, ucx://...: Dask's own connect judges those
+    host, port = rest.rstrip("/"), "8786"
+    if host.startswith("["):                            # [IPv6]:port
+        host, _, tail = host[1:].partition("]")
+        port = tail[1:] if tail.startswith(":") else port
+    elif host.count(":") == 1:
+        host, port = host.split(":")
+    try:
+        port_number = int(port)
+    except ValueError:
+        raise ConfigError(f"--scheduler {address}: cannot read the port {port!r}; write e.g. "
+                          "tcp://head-node:8786") from None
+    try:
+        socket.create_connection((host, port_number), timeout=timeout).close()
+    except socket.gaierror:
+        why = f"unknown host {host!r}"
+    except TimeoutError:
+        why = f"no answer within {timeout:g} s"
+    except OSError as err:
+        why = (err.strerror or str(err)).lower()
+    else:
+        return
+    raise ConfigError(f"--scheduler {address}: cannot reach it ({why}); start the scheduler "
+                      "(docs/cluster.md) or check the address")
+
+
+#: what a user may write after a flag believing it takes a value (``--serial true``)
+_BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0", "t", "f", "y", "n"}
+
+
+def _check_flag_values(ctx: typer.Context, inputs: list[str] | None) -> None:
+    """Refuse ``--serial true``: a flag takes no value, and the word would silently become
+    an input path (the command line as typed, ``sys.argv``, says where each word stood)."""
+    from .errors import ConfigError
+
+    flags = {o for p in ctx.command.params if getattr(p, "is_flag", False)
+             for o in (*p.opts, *getattr(p, "secondary_opts", ()))}
+    words = sys.argv[1:]
+    given = set(inputs or ())
+    for before, word in zip(words, words[1:]):
+        if before in flags and word.lower() in _BOOL_WORDS and word in given:
+            raise ConfigError(f"{before} is a flag and takes no value, so {word!r} would be "
+                              f"read as an input file: write {before} alone (to load a file "
+                              f"named {word}, write ./{word})")
+
+
+def _preflight(output: Path, *, png: Path | None, scheduler: str | None,
+               other_mode: bool) -> None:
+    """Refuse, before any work, a load that would fail later for want of its output folder,
+    matplotlib for ``--png``, or a reachable ``--scheduler`` (unless ``other_mode``: --serial
+    or --cluster, which take precedence or refuse the combination)."""
+    _check_output_folder(output)
+    if png is not None:
+        _need_module("matplotlib", "--png", "matplotlib", "plots")
+    if scheduler and not other_mode:
+        _probe_scheduler(scheduler)
 
 
 def _cluster_profile(kind, config, *, serial, scheduler):
@@ -264,6 +403,8 @@ def _cluster_profile(kind, config, *, serial, scheduler):
     if kind is not None and kind != profile.kind:
         raise ConfigError(f"--cluster {kind} does not match the profile's kind: {profile.kind}",
                           path=config)
+    if profile.kind != "local":
+        _need_module("dask_jobqueue", f"a {profile.kind} cluster", "dask-jobqueue", "cluster")
     return profile
 
 
@@ -299,7 +440,7 @@ def _exposure(mode, profile, dashboard_address, tls):
 def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_json, quiet,
               cluster=None, cluster_config=None, resume=False, strict=False,
               checkpoint_seconds=10.0, resume_options=None, dashboard_address=None,
-              tls=(None, None, None), auto=False):
+              tls=(None, None, None), auto=False, force=False):
     from . import pipeline
     from .inputs import expand_inputs
 
@@ -308,7 +449,9 @@ def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_jso
     mode = ("serial" if serial else "scheduler" if scheduler else
             "cluster" if profile is not None else "auto" if auto else "local")
     profile, tls_files = _exposure(mode, profile, dashboard_address, tls)
-    files = expand_inputs(inputs, keep_duplicates=True) if inputs else []  # the load reports repeats
+    input_problems: list[str] = []  # folders not searched, special files skipped
+    files = (expand_inputs(inputs, keep_duplicates=True, problems=input_problems)  # the load
+             if inputs else [])                                                  # reports repeats
     prog = _Progress(not quiet, as_json)
 
     def dash(link):
@@ -326,7 +469,8 @@ def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_jso
                                 resume=resume, strict=strict, command=list(sys.argv),
                                 resume_options=resume_options,
                                 checkpoint_seconds=checkpoint_seconds,
-                                dashboard_address=dashboard_address, security=tls_files)
+                                dashboard_address=dashboard_address, security=tls_files,
+                                input_problems=input_problems, force=force)
     finally:
         prog.close()
     if as_json:
@@ -334,6 +478,44 @@ def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_jso
     else:
         typer.echo(res.summary())
     return res
+
+
+EXIT_INTERRUPTED = 130  # the shell's code for a command ended by Ctrl-C (128 + SIGINT)
+
+
+def _quiet_on_interrupt(signum, frame):
+    """SIGINT handler of a load: silence Dask's and asyncio's loggers (the cluster's shutdown
+    after an interrupt logs cancelled tasks and closed connections), then interrupt."""
+    import logging
+
+    noisy = ("distributed", "asyncio", "tornado", "bokeh")
+    # children too: Dask's logging config sets some levels of its own (tornado.application)
+    for name in [*noisy, *list(logging.root.manager.loggerDict)]:
+        if name.split(".")[0] in noisy:
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    raise KeyboardInterrupt
+
+
+def _interrupted(output: Path, resume_options: list[str]) -> str:
+    """The one line after Ctrl-C: what the PFM holds now, and the command that continues."""
+    from . import journal as J
+    from .errors import LoadError
+
+    try:
+        state = J.read_journal(output)
+    except LoadError:
+        state = None
+    if state is None:
+        if not output.exists() and not Path(str(output) + ".data").exists():
+            return f"interrupted before anything was written to {output}: run the command again"
+        state = {}
+    cmd = (state.get("resume_command") or J.resume_command(output, resume_options))
+    if state.get("phase") == "complete":
+        return f"interrupted after the load of {output} completed: nothing to resume"
+    done, total = int(state.get("watermark", 0)), int(state.get("n_pieces", 0) or 0)
+    return (f"interrupted: {output} holds {done:,} of {total:,} pieces (phase "
+            f"{state.get('phase', 'unknown')}, kept up to its last checkpoint); continue with: "
+            f"{cmd}")
 
 
 # Options of `load` that decide the content of the PFM (a resume must not change them).
@@ -379,7 +561,8 @@ def load(
         None, help="GSF files, directories, globs or @list.txt (optional with --resume)"),
     output: Path = typer.Option(..., "--output", "-o", help="the PFM handle file to create"),
     mbr: Optional[Tuple[float, float, float, float]] = typer.Option(
-        None, "--mbr", help="area as SOUTH WEST NORTH EAST degrees (default: the inputs' extent)"),
+        None, "--mbr", metavar="SOUTH WEST NORTH EAST",
+        help="area as SOUTH WEST NORTH EAST degrees (default: the inputs' extent)"),
     polygon: Optional[Path] = typer.Option(None, "--polygon", help="area polygon file: 'lat, lon' per line"),
     bin_size: float = typer.Option(2.0, "--bin-size", help="bin size in metres"),
     min_depth: float = typer.Option(-10000.0, "--min-depth", help="shallowest depth kept valid (m, + down)"),
@@ -420,16 +603,28 @@ def load(
         None, "--tls-ca-file", help="TLS: the CA certificate (PEM) of a tls:// scheduler or a batch profile"),
     tls_cert: Optional[str] = typer.Option(None, "--tls-cert", help="TLS: this side's certificate (PEM)"),
     tls_key: Optional[str] = typer.Option(None, "--tls-key", help="TLS: its private key (PEM)"),
+    force: bool = typer.Option(
+        False, "--force", help="make a grid past the size limit (250,000,000 bins) anyway"),
 ):
     """Load GSF files into a PFM: Dask workers decode and bin, one pinned writer writes."""
     from .config import LoadConfig, SwathFilterConfig, parse_size
+    from .errors import ConfigError
     from .inputs import read_polygon
 
+    try:
+        _check_flag_values(ctx, inputs)
+    except PfmDaskError as err:
+        _fail(err)
     if not inputs and not resume:
         typer.echo("pfm-dask: error: give the input files (or --resume to continue a load)",
                    err=True)
         raise typer.Exit(EXIT_USAGE)
     try:
+        if not checkpoint_seconds >= 0 or checkpoint_seconds == float("inf"):
+            raise ConfigError(f"--checkpoint-seconds must be a number of seconds >= 0, got "
+                              f"{checkpoint_seconds}")
+        if workers < 1:
+            raise ConfigError(f"--workers must be at least 1, got {workers}")
         cfg = LoadConfig(
             bin_size_m=bin_size, mbr=tuple(mbr) if mbr else None,
             polygon=read_polygon(polygon) if polygon else None,
@@ -443,15 +638,28 @@ def load(
         if resume and not any(getattr(ctx.get_parameter_source(k), "name", "") == "COMMANDLINE"
                               for k in _CONTENT_OPTIONS):
             cfg = None  # the journal's settings
-        res = _run_load(inputs, output, cfg, serial=serial, workers=workers,
-                        scheduler=scheduler, append=append, as_json=as_json, quiet=quiet,
-                        cluster=cluster, cluster_config=cluster_config, resume=resume,
-                        strict=strict, checkpoint_seconds=checkpoint_seconds,
-                        resume_options=_resume_options(ctx),
-                        dashboard_address=dashboard_address,
-                        tls=(tls_ca_file, tls_cert, tls_key),
-                        auto=getattr(ctx.get_parameter_source("workers"), "name", "")
-                        != "COMMANDLINE")
+        _preflight(output, png=png, scheduler=scheduler,
+                   other_mode=serial or cluster is not None or cluster_config is not None)
+        import signal
+
+        previous = (signal.signal(signal.SIGINT, _quiet_on_interrupt)
+                    if threading.current_thread() is threading.main_thread() else None)
+        try:
+            res = _run_load(inputs, output, cfg, serial=serial, workers=workers,
+                            scheduler=scheduler, append=append, as_json=as_json, quiet=quiet,
+                            cluster=cluster, cluster_config=cluster_config, resume=resume,
+                            strict=strict, checkpoint_seconds=checkpoint_seconds,
+                            resume_options=_resume_options(ctx),
+                            dashboard_address=dashboard_address,
+                            tls=(tls_ca_file, tls_cert, tls_key),
+                            auto=getattr(ctx.get_parameter_source("workers"), "name", "")
+                            != "COMMANDLINE", force=force)
+        except KeyboardInterrupt:
+            typer.echo(f"pfm-dask: {_interrupted(output, _resume_options(ctx))}", err=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        finally:
+            if previous is not None:  # (an in-process caller keeps its own handler)
+                signal.signal(signal.SIGINT, previous)
         if png is not None and res.exit_code in (EXIT_OK, EXIT_PROBLEMS):
             from .export import write_png
 
@@ -485,6 +693,8 @@ def export(
         raise typer.Exit(EXIT_USAGE)
     results = []
     try:
+        if png is not None:
+            _need_module("matplotlib", "--png", "matplotlib", "plots")
         budget = parse_size(memory)
         if bag is not None:
             results.append(ex.write_bag(pfm_file, bag, surface=surface, memory=budget))
@@ -512,6 +722,8 @@ def cluster_script(
 
     try:
         prof = load_profile(profile)
+        if prof.kind != "local":
+            _need_module("dask_jobqueue", "cluster-script", "dask-jobqueue", "cluster")
         scripts = render_job_scripts(prof, scheduler_address)
     except PfmDaskError as err:
         _fail(err)

@@ -8,6 +8,7 @@ rather than reading options or the environment itself.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field, replace
 
@@ -42,6 +43,42 @@ class SwathFilterConfig:
     window_beams: int = 9
     threshold: float | None = None  # None: the filter's own default
 
+    def __post_init__(self):
+        if self.enabled:
+            _check_swath(self)
+
+
+#: the swath filter's parameter names as the command line spells them
+_SWATH_OPTIONS = {"window_pings": "--swath-window-pings", "window_beams": "--swath-window-beams",
+                  "threshold": "--swath-threshold"}
+
+
+def _check_swath(sw: SwathFilterConfig) -> None:
+    """The swath filter's own parameter rules, applied before a load rather than in every
+    task (where a bad window failed each file); messages name the command-line options."""
+    import inspect
+
+    from . import _swath
+
+    params = {k: v.default for k, v in inspect.signature(_swath.swath_filter).parameters.items()
+              if v.default is not inspect.Parameter.empty}
+    params.update(window_pings=sw.window_pings, window_beams=sw.window_beams)
+    if sw.threshold is not None:
+        params["threshold"] = sw.threshold
+    names = inspect.signature(_swath._check_params).parameters
+    try:
+        _swath._check_params(**{k: params[k] for k in names})
+    except ConfigError as err:
+        reason = err.reason
+        for name, option in _SWATH_OPTIONS.items():
+            reason = reason.replace(name, option)
+        raise ConfigError(f"swath filter: {reason}") from None
+
+
+def _positive(value: float) -> bool:
+    """A finite number above zero (False for NaN and infinities)."""
+    return math.isfinite(value) and value > 0
+
 
 @dataclass(frozen=True)
 class LoadConfig:
@@ -71,9 +108,11 @@ class LoadConfig:
     batch_pings: int = 2000  # pings decoded at a time inside a task
 
     def __post_init__(self):
-        if self.bin_size_deg is None and (self.bin_size_m is None or not self.bin_size_m > 0):
-            raise ConfigError(f"--bin-size must be > 0 metres, got {self.bin_size_m}")
-        if self.bin_size_deg is not None and min(self.bin_size_deg) <= 0:
+        if self.bin_size_deg is None and (self.bin_size_m is None
+                                          or not _positive(self.bin_size_m)):
+            raise ConfigError(f"--bin-size must be a positive number of metres, got "
+                              f"{self.bin_size_m}")
+        if self.bin_size_deg is not None and not all(map(_positive, self.bin_size_deg)):
             raise ConfigError(f"degree bin sizes must be > 0, got {self.bin_size_deg}")
         if not self.max_depth > self.min_depth:
             raise ConfigError(f"--max-depth ({self.max_depth}) must exceed --min-depth ({self.min_depth})")
@@ -82,15 +121,20 @@ class LoadConfig:
         if self.mbr is not None:
             s, w, n, e = self.mbr
             if not (-90 <= s < n <= 90):
-                raise ConfigError(f"--mbr: need -90 <= south < north <= 90, got south={s} north={n}")
+                raise ConfigError(f"--mbr takes SOUTH WEST NORTH EAST: need -90 <= south < "
+                                  f"north <= 90, got south={s} north={n}")
             if not (-180 <= w <= 360 and -180 <= e <= 360 and w != e):
                 raise ConfigError(f"--mbr: bad west/east {w}/{e}")
         if self.max_backlog_bytes < 1 << 20:
             raise ConfigError("--max-backlog must be at least 1MiB")
         if self.max_window < 1:
             raise ConfigError("the window must hold at least one file")
-        if self.cellstd <= 0:
+        if not _positive(self.cellstd):
             raise ConfigError(f"--cellstd must be > 0, got {self.cellstd}")
+        for option, value in (("--horizontal-error", self.default_horizontal_error),
+                              ("--vertical-error", self.default_vertical_error)):
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{option} must be a number of metres >= 0, got {value}")
 
     @property
     def null_depth(self) -> float:

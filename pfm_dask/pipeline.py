@@ -9,8 +9,8 @@ Shape (docs/usage.md has the user's view, docs/design.md the reasons):
    into ping ranges, so no piece is larger than a fraction of the backlog.
 3. **Writer**: a :class:`~pfm_dask.writer.PfmWriter` created as an actor on
    the worker that holds the ``disk`` resource.
-4. **Pieces**: tasks restricted to the ``compute`` resource decode and bin a
-   piece (:func:`~pfm_dask.soundings.prepare_piece`) and hand it straight to
+4. **Pieces**: tasks restricted to the ``compute`` resource (any worker on a
+   cluster where no worker declares it) decode and bin a piece (:func:`~pfm_dask.soundings.prepare_piece`) and hand it straight to
    the actor, which only buffers it; tasks never wait for their turn (that
    deadlocks: DASK_NOTES 2.2). The *driver* holds the window: it submits a
    piece only while the estimated bytes in flight plus the writer's backlog
@@ -185,6 +185,58 @@ def area_from_scans(scans: list[dict], cfg: LoadConfig) -> BinGrid:
                             min(90.0, north + pad_lat), east + pad_lon, **kw)
 
 
+#: the most bins a load makes without ``force``: about 10 GB of bin records (2 m bins over
+#: a deep-water survey made a 356 M-bin grid, a 14 GB sparse .bin, for 8 M soundings)
+MAX_GRID_BINS = 250_000_000
+#: under this many soundings per bin (estimated after the pre-scan) the load warns
+SPARSE_SOUNDINGS_PER_BIN = 0.1
+
+
+def _round_up_nicely(x: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 times a power of ten that is at least ``x``."""
+    k = 10.0 ** np.floor(np.log10(x))
+    return float(next(m * k for m in (1, 2, 2.5, 5, 10) if m * k >= x * (1 - 1e-9)))
+
+
+def _stretched_by(scans: list[dict], cfg: LoadConfig) -> str:
+    """For an automatic area: the files whose pre-scan extents set its four sides, in words
+    (a file far from the others, or one bad position, is what makes a grid huge)."""
+    if cfg.mbr is not None or cfg.polygon is not None:
+        return ""
+    ext = [(s["path"], s["extent"]) for s in scans if s.get("extent")]
+    if not ext:
+        return ""
+    sides = {"south": min(ext, key=lambda e: e[1][0])[0], "west": min(ext, key=lambda e: e[1][1])[0],
+             "north": max(ext, key=lambda e: e[1][2])[0], "east": max(ext, key=lambda e: e[1][3])[0]}
+    return "; the area's sides come from " + ", ".join(f"{k}: {v}" for k, v in sides.items())
+
+
+def grid_sanity(grid: BinGrid, scans: list[dict], cfg: LoadConfig, *,
+                force: bool = False) -> list[str]:
+    """Judge the grid against the data before anything is written: a warning (returned)
+    when the pre-scan's soundings would fill under ``SPARSE_SOUNDINGS_PER_BIN`` of its bins,
+    with a bin size giving about one per bin; a :class:`ConfigError` past ``MAX_GRID_BINS``
+    bins unless ``force``."""
+    bins = int(grid.width) * int(grid.height)
+    soundings = sum(int(s.get("n_beams") or 0) for s in scans if not s.get("error"))
+    density = soundings / bins if bins else 0.0
+    size = f"{grid.width:,} x {grid.height:,} = {bins:,} bins"
+    if cfg.bin_size_deg is None and soundings:
+        better = _round_up_nicely(cfg.bin_size_m * (1.0 / density) ** 0.5) if density < 1 else None
+        hint = f"--bin-size {better:g} gives about one sounding per bin" if better else ""
+    else:
+        hint = "larger bins"
+    if bins > MAX_GRID_BINS and not force:
+        raise ConfigError(f"the grid would have {size} (over the limit of {MAX_GRID_BINS:,}) "
+                          f"for about {soundings:,} soundings: {hint or 'give larger bins'}; "
+                          f"or give --force to make it anyway{_stretched_by(scans, cfg)}. "
+                          "Nothing was written")
+    if soundings and density < SPARSE_SOUNDINGS_PER_BIN:
+        return [f"the grid has {size} for about {soundings:,} soundings ({density:.2g} "
+                f"soundings per bin): {hint}"]
+    return []
+
+
 #: a piece of fewer pings than this is not cut in two at the end of a load
 _TAIL_MIN_PINGS = 100
 
@@ -246,6 +298,8 @@ class LoadResult:
     resumed_from: dict | None = None
     journal: dict | None = None
     resume_command: str | None = None
+    contributed_nothing: list = field(default_factory=list)  # [{"path", "why"}]
+    warnings: list = field(default_factory=list)  # e.g. a grid far sparser than the data
 
     @property
     def exit_code(self) -> int:
@@ -261,7 +315,8 @@ class LoadResult:
                 "dashboard": self.dashboard, "writer_worker": self.writer_worker,
                 "peak_backlog_bytes": self.peak_backlog_bytes,
                 "skipped_files": self.skipped_files, "resumed_from": self.resumed_from,
-                "journal": self.journal, "resume_command": self.resume_command}
+                "journal": self.journal, "resume_command": self.resume_command,
+                "contributed_nothing": self.contributed_nothing, "warnings": self.warnings}
 
     def summary(self) -> str:
         t = self.totals
@@ -280,6 +335,10 @@ class LoadResult:
                                          if isinstance(v, (int, float)))]
         for p in self.problems:
             lines.append(f"problem: {p}")
+        for f in self.contributed_nothing:
+            lines.append(f"contributed nothing: {f['path']}: {f['why']}")
+        for w in self.warnings:
+            lines.append(f"warning: {w}")
         for f in self.skipped_files:
             lines.append(f"skipped (already in the PFM): {f}")
         lines.append("check: " + ("sound" if self.check.get("sound") else
@@ -304,13 +363,51 @@ def _problems(files: list[dict], scans: list[dict]) -> list[str]:
     return out
 
 
+def _why_nothing(f: dict) -> str | None:
+    """Why a file put no sounding in the PFM, in words; None when it loaded some."""
+    if f.get("loaded", 0) > 0:
+        return None
+    read, skipped, rejected, outside = (int(f.get(k, 0)) for k in (
+        "soundings_read", "ping_skipped", "beam_rejected", "outside_area"))
+    if not f.get("pings_read"):
+        return "no readable ping (see its problem)" if f.get("damage") else "no pings"
+    if read == 0:
+        return "its pings hold no beams"
+    loadable = read - skipped - rejected
+    if loadable > 0:  # and none loaded: each fell outside the area
+        return f"all {outside:,} loadable soundings outside the area"
+    if skipped == read:
+        return f"all {read:,} soundings in skipped pings (ignore flag or impossible position)"
+    if rejected == read:
+        return f"all {read:,} beams rejected (null or zero depth)"
+    return f"every sounding in a skipped ping ({skipped:,}) or a rejected beam ({rejected:,})"
+
+
+def _nothing_loaded(totals: dict, scans: list[dict]) -> list[str]:
+    """The problem of a load that put no sounding in the PFM (an empty PFM checks sound)."""
+    if totals.get("loaded", 0) > 0 or not totals.get("files"):
+        return []
+    outside = int(totals.get("outside_area", 0))
+    if not outside:
+        return ["no sounding was loaded: no input holds a loadable sounding (each file's "
+                "reason is under 'contributed nothing')"]
+    ext = np.array([s["extent"] for s in scans if s.get("extent")], dtype=float)
+    where = (f"; the inputs lie within {ext[:, 0].min():.6g} {ext[:, 1].min():.6g} "
+             f"{ext[:, 2].max():.6g} {ext[:, 3].max():.6g}" if ext.size else "")
+    return [f"no sounding fell inside the area (all {outside:,} loadable soundings are "
+            "outside it): --mbr takes SOUTH WEST NORTH EAST degrees, --polygon 'lat, lon' "
+            f"points{where}"]
+
+
 def _finalise(result_writer: dict, scans: list[dict], mode: str, grid: BinGrid,
               timings: dict, workers: int, dashboard: str | None = None,
               extra_problems: list[str] | None = None) -> LoadResult:
     files = result_writer["files"]
-    res = LoadResult(pfm=result_writer["pfm"], mode=mode, files=files, totals=_totals(files),
+    totals = _totals(files)
+    res = LoadResult(pfm=result_writer["pfm"], mode=mode, files=files, totals=totals,
                      timings=timings, check=result_writer["check"],
-                     problems=list(extra_problems or []) + _problems(files, scans),
+                     problems=(list(extra_problems or []) + _problems(files, scans)
+                               + _nothing_loaded(totals, scans)),
                      area_filter=result_writer.get("area_filter"),
                      grid={"width": grid.width, "height": grid.height, "min_x": grid.min_x,
                            "min_y": grid.min_y, "max_x": grid.max_x, "max_y": grid.max_y,
@@ -320,6 +417,8 @@ def _finalise(result_writer: dict, scans: list[dict], mode: str, grid: BinGrid,
                      peak_backlog_bytes=int(result_writer.get("peak_backlog_bytes", 0)))
     for k, v in result_writer.get("writer_timings", {}).items():
         res.timings.setdefault(k, v)
+    res.contributed_nothing = [{"path": f["path"], "why": why} for f in files
+                               if (why := _why_nothing(f)) is not None]
     res.resumed_from = result_writer.get("resumed_from")
     res.journal = result_writer.get("journal")
     if res.journal and timings.get("total"):
@@ -352,6 +451,10 @@ def _plan(scans: list[dict], cfg: LoadConfig, output: Path, files: list[str], ap
     if append:
         check_append_fits(output, scans, cfg)
     grid = existing_grid if existing_grid is not None else area_from_scans(scans, cfg)
+    if existing_grid is None:
+        job.warnings = grid_sanity(grid, scans, cfg, force=job.force)
+        for w in job.warnings:
+            job.say(w)
     pieces = plan_pieces(scans, cfg, first_file_number=len(existing))
     if append and job.journal:
         J.mark_append(output, job.given or _given(files), J.config_to_dict(cfg), job.resume_cmd)
@@ -414,6 +517,9 @@ class _Job:
     input_problems: list = field(default_factory=list)
     journal: bool = True                # False: no crash safety (to measure what it costs)
     given: list = field(default_factory=list)   # the inputs as given (absolute), for a resume
+    force: bool = False                 # make a grid past MAX_GRID_BINS
+    warnings: list = field(default_factory=list)
+    say: Callable[[str], None] = lambda message: None
 
     def pieces(self) -> list[Piece]:
         return [Piece(**d) for d in self.static["pieces"]]
@@ -654,6 +760,7 @@ def make_local_cluster(workers: int, *, dashboard_address: str | None = None,
                 "local_directory": scratch}
         if processes:
             opts["silence_logs"] = logging.WARNING
+            opts["preload"] = ["pfm_dask._worker_signals"]  # Ctrl-C is the driver's
         specs[f"pfm-worker-{i}"] = {"cls": Nanny if processes else Worker, "options": opts}
     # The scheduler runs in this process: the preload adds the "PFM writer" page and plugin.
     scheduler = {"cls": Scheduler, "options": {
@@ -697,25 +804,28 @@ def worker_environment():
                             "distributed.worker.profile.enabled": False, **_QUIET_LOOPS})
 
 
-def _check_disk_worker(client) -> str:
+def _check_disk_worker(client) -> dict | None:
+    """Refuse a cluster without a ``disk`` worker; return the resources the load's tasks ask
+    for: ``{"compute": 1}`` when some worker declares ``compute`` (the work goes to those),
+    None on an ordinary cluster of plain ``dask worker ADDRESS`` workers (any worker)."""
     info = client.scheduler_info(n_workers=-1)
     disk = [a for a, w in info["workers"].items() if w.get("resources", {}).get("disk", 0) >= 1]
     if not disk:
         raise ConfigError("no worker in this cluster has the 'disk' resource: start the worker "
                           "on the disk node with `dask worker SCHEDULER --resources disk=1`")
     compute = [a for a, w in info["workers"].items() if w.get("resources", {}).get("compute", 0) >= 1]
-    if not compute:
-        raise ConfigError("no worker in this cluster has the 'compute' resource: start compute "
-                          "workers with `dask worker SCHEDULER --resources compute=1`")
-    return disk[0]
+    return {"compute": 1} if compute else None
 
 
-def _compute_slots(client) -> int:
-    """Tasks the cluster can run at once: the ``compute`` resource summed over its workers."""
+def _compute_slots(client, task_resources: dict | None) -> int:
+    """Tasks the cluster can run at once: the ``compute`` resource summed over its workers
+    (their threads when the tasks ask for no resource)."""
     try:
         info = client.scheduler_info(n_workers=-1)["workers"].values()
     except Exception:  # noqa: BLE001 - a slow answer must not stop a load: assume one slot
         return 1
+    if task_resources is None:
+        return max(1, int(sum(w.get("nthreads", 1) for w in info)))
     return max(1, int(sum(w.get("resources", {}).get("compute", 0) for w in info)))
 
 
@@ -746,7 +856,7 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
     job = job or _Job()
     t0 = time.perf_counter()
     _register_dashboard(client)
-    _check_disk_worker(client)
+    task_res = _check_disk_worker(client)
     out_path = str(Path(output).resolve())
     if job.resume:
         scans: list[dict] = []
@@ -759,7 +869,7 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
     else:
         scan_futs = client.map(prescan_file, files, exact_beams=append,
                                key=[f"prescan-{i}" for i in range(len(files))],
-                               resources={"compute": 1}, pure=False)
+                               resources=task_res, pure=False)
         scans = client.gather(scan_futs)
         del scan_futs
         if job.strict:
@@ -791,13 +901,13 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
     pending = [p for p in pending if p.seq >= status["watermark"]]
     last_progress = 0.0
     transfer = 0.0
-    slots, slots_at = _compute_slots(client), time.monotonic()
+    slots, slots_at = _compute_slots(client, task_res), time.monotonic()
     try:
         while status["watermark"] < len(pieces):
             if status.get("error"):
                 raise LoadError(f"the writer stopped: {status['error']}")
             if time.monotonic() - slots_at > _SLOTS_EVERY:  # adaptive clusters grow and shrink
-                slots, slots_at = _compute_slots(client), time.monotonic()
+                slots, slots_at = _compute_slots(client, task_res), time.monotonic()
             in_flight_bytes = sum(est[p.seq] for p in in_flight.values())
             # Dask places a task with a resource restriction on a worker as soon as it is
             # submitted, so a deep queue is a static split: a worker slowed by the writer
@@ -814,7 +924,7 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
                     break
                 pending.pop()
                 fut = client.submit(_piece_task, nxt, grid, cfg, writer_ref,
-                                    key=f"piece-{nxt.seq:06d}", resources={"compute": 1},
+                                    key=f"piece-{nxt.seq:06d}", resources=task_res,
                                     pure=False, priority=-nxt.seq, retries=1)
                 in_flight[fut] = nxt
                 in_flight_bytes += est[nxt.seq]
@@ -903,16 +1013,16 @@ def _refuse_unfinished(output: Path, state: dict) -> ConfigError:
 
 
 def _dedupe(files: list[str]) -> tuple[list[str], list[str]]:
-    """Drop inputs that name a file already listed; each is reported as a problem."""
-    seen: dict[str, int] = {}
+    """Drop inputs that name a file already listed (by device and inode: hard links too);
+    each is reported as a problem."""
+    from .inputs import file_key
+
+    seen: dict = {}
     out, problems = [], []
     for f in files:
-        try:
-            key = os.path.realpath(f)
-        except OSError:
-            key = os.path.abspath(f)
+        key = file_key(f)
         if key in seen:
-            problems.append(f"{f}: listed more than once (the same file as {files[seen[key]]}); "
+            problems.append(f"{f}: listed more than once (the same file as {out[seen[key]]}); "
                             "loaded once")
             continue
         seen[key] = len(out)
@@ -1096,10 +1206,12 @@ def _already_complete(output: Path, state: dict) -> LoadResult:
 
 
 def _new_files(files: list[str], output: Path) -> list[str]:
-    """The inputs not yet in the PFM's ``.ctl``."""
+    """The inputs not yet in the PFM's ``.ctl`` (under any name: by device and inode)."""
+    from .inputs import file_key
+
     _, existing = _existing(output, True)
-    known = {os.path.abspath(p) for p in existing}
-    return [f for f in files if os.path.abspath(f) not in known]
+    known = {os.path.abspath(p) for p in existing} | {file_key(p) for p in existing}
+    return [f for f in files if os.path.abspath(f) not in known and file_key(f) not in known]
 
 
 def _plan_resume(files, output: Path, cfg, append: bool, job: _Job, say):
@@ -1164,7 +1276,8 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
              on_message: Callable[[str], None] | None = None,
              resume: bool = False, strict: bool = False, command: list[str] | None = None,
              resume_options: list[str] | None = None,
-             checkpoint_seconds: float = 10.0, journal: bool = True) -> LoadResult:
+             checkpoint_seconds: float = 10.0, journal: bool = True,
+             input_problems: list[str] | None = None, force: bool = False) -> LoadResult:
     """Run a whole load; ``mode`` is ``serial``, ``local`` (embedded cluster), ``scheduler``,
     ``cluster`` (Slurm, PBS or local jobs from a :class:`~pfm_dask.cluster.ClusterProfile`) or
     ``auto``: ``serial`` for inputs under :data:`SMALL_LOAD_BYTES` (:func:`auto_mode`, said in
@@ -1182,6 +1295,9 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
     ``resume_options``: the run options the printed resume command repeats (absolute paths).
     ``checkpoint_seconds``: the writer's checkpoint interval (docs/reliability.md).
     ``journal=False`` turns crash safety off (no resume possible): only to measure its cost.
+    ``input_problems``: what the input expansion skipped (folders it could not search, special
+    files), reported with the load's problems.
+    ``force``: make a grid larger than ``MAX_GRID_BINS`` bins (refused otherwise).
 
     Nothing at ``output`` is removed or overwritten unless its own journal proves it is this
     load's unfinished output; anything else there is refused (:class:`ConfigError`).
@@ -1191,11 +1307,13 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
     skipped: list[str] = []
     job = _Job(command=command, resume_cmd=J.resume_command(output, resume_options),
                strict=strict, checkpoint_seconds=checkpoint_seconds, resume=resume,
-               journal=journal)
+               journal=journal, force=force)
 
     def say(message: str) -> None:
         if on_message:
             on_message(message)
+
+    job.say = say
 
     if resume:
         planned = _plan_resume(files, output, cfg, append, job, say)
@@ -1233,6 +1351,7 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
         else:
             files, job.input_problems = _dedupe(files)
             job.given = _given(files)
+        job.input_problems = list(input_problems or []) + job.input_problems
     if mode == "auto" and client is None:
         mode, size = auto_mode(files, cfg)
         if mode == "serial":
@@ -1283,6 +1402,7 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
                                 f"local ({workers} workers)", job)
                 res.timings["cluster_start"] = t_cluster
     res.skipped_files = skipped
+    res.warnings = list(job.warnings)
     res.resume_command = job.resume_cmd
     write_report(res, Path(str(output) + ".data") / "load-report.json")
     return res

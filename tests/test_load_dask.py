@@ -211,3 +211,23 @@ def test_embedded_workers_start_without_malloc_trim_and_profiler():
     assert worker_cb["memory_monitor"] == 500
     assert sched_cb["tick"] == 1000 and sched_cb["monitor"] == 1000
     assert [n["memory_monitor"] for n in nanny_cb] == [500]
+
+
+def test_plain_dask_workers_compute_when_none_declares_compute(survey, tmp_path):
+    """An ordinary cluster: only the writer's worker declares a resource (``disk=1``), the
+    others are plain ``dask worker ADDRESS``; the load runs and writes the serial bytes."""
+    from distributed import Client, Scheduler, SpecCluster, Worker
+
+    paths = expand_inputs([survey])
+    cfg = LoadConfig(bin_size_m=25.0)
+    pipeline.run_load(paths, tmp_path / "ser.pfm", cfg, mode="serial")
+    workers = {"disk": {"cls": Worker, "options": {"nthreads": 1, "resources": {"disk": 1}}},
+               "plain": {"cls": Worker, "options": {"nthreads": 1}}}
+    with SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": {
+            "dashboard_address": ":0"}}) as cluster, Client(cluster) as client:
+        res = pipeline.run_load(paths, tmp_path / "plain.pfm", cfg, mode="scheduler",
+                                client=client)
+    assert res.exit_code == 0, res.summary()
+    s, b = _dump_tables(tmp_path / "plain.pfm", tmp_path)
+    rs, rb = _dump_tables(tmp_path / "ser.pfm", tmp_path)
+    assert s.equals(rs) and b.equals(rb)
