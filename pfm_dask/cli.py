@@ -638,6 +638,10 @@ def load(
         if resume and not any(getattr(ctx.get_parameter_source(k), "name", "") == "COMMANDLINE"
                               for k in _CONTENT_OPTIONS):
             cfg = None  # the journal's settings
+        if scheduler:  # the certificates and the address's protocol, before trying to connect
+            from .security import client_security, tls_files
+
+            client_security(scheduler, tls_files(tls_ca_file, tls_cert, tls_key))
         _preflight(output, png=png, scheduler=scheduler,
                    other_mode=serial or cluster is not None or cluster_config is not None)
         import signal
