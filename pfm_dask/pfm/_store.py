@@ -100,6 +100,7 @@ from . import validity as V
 from ._bitpack import (CHECK_SIZE, BitLayout, SoundingCoding, bin_runs, bits_all_set, check_failures,
                        clear_bits, fill_slots, pack_soundings, unpack_records)
 from ._chains import chain_plan, chain_records, item_positions
+from ._sparse import nonzero_records, record_runs
 from ._coverage import (COV_HEADER_SIZE, create_coverage_file, read_coverage,
                         update_coverage)
 from ._header import (BIN_HEADER_SIZE, LIBRARY_VERSION, NUM_ATTR, WGS84_WKT, PfmHeader,
@@ -1443,6 +1444,46 @@ class PfmFile:
         bidx, recs = self._read_bin_raw(row0, row1, col0, col1)
         return self._decode_bins(bidx, recs, codes=codes, fields=fields)
 
+    def bin_records_with_data(self, first: int = 0, last: int | None = None, *,
+                              fields: Sequence[str] | None = None, chunk: int = 1 << 20,
+                              only: np.ndarray | None = None):
+        """Yield the decoded records (as :meth:`read_bin_records`, ``bin_index`` increasing) of
+        the bins in ``first..last-1`` whose record is not all zero (of those in the sorted
+        ``only``, when given), at most ``chunk`` bins' bytes read at a time.
+
+        Holes of the sparse ``.bin`` (bins never written) are not read
+        (:func:`._sparse.record_runs`) and all-zero records (empty bins) not decoded, so the
+        work follows the bins that hold data, not the size of the grid.
+        """
+        self._sync()
+        n = self.width * self.height
+        last = n if last is None else int(last)
+        first = int(first)
+        if not 0 <= first <= last <= n:
+            raise ConfigError(f"bins {first}..{last} are outside the grid of {n} bins")
+        bs, hs = self.bin_record_size, self.bin_header_size
+        chunk = max(1, int(chunk))
+        fd = self._fd("bin")
+        buf = None    # one buffer for every read: fresh memory costs page faults on each
+        for a, b in record_runs(fd, hs, bs, first, last).tolist():
+            for lo in range(a, b, chunk):
+                hi = min(b, lo + chunk)
+                if buf is None:
+                    buf = np.empty(min(chunk, b - a) * bs, dtype=np.uint8)
+                elif buf.size < (hi - lo) * bs:
+                    buf = np.empty((hi - lo) * bs, dtype=np.uint8)
+                got = os.preadv(fd, [memoryview(buf)[: (hi - lo) * bs]], hs + lo * bs)
+                if got != (hi - lo) * bs:
+                    raise PfmFormatError("bin file ends early", path=self.bin_path,
+                                         offset=hs + lo * bs + got)
+                recs = buf[: (hi - lo) * bs].reshape(hi - lo, bs)
+                nz = nonzero_records(recs)
+                if only is not None and nz.size:
+                    at = np.minimum(np.searchsorted(only, lo + nz), only.size - 1)
+                    nz = nz[only[at] == lo + nz]
+                if nz.size:
+                    yield self._decode_bins(lo + nz, recs[nz], fields=fields)
+
     def _decode_bins(self, bidx, recs, *, codes=False, fields=None) -> dict:
         h = self.header
         want = None if fields is None else set(fields)
@@ -1753,6 +1794,7 @@ class PfmFile:
         max depth is below NULL DEPTH: min/max depth with coords; and if the
         bin has DATA: min/max filtered depth with coords and min/max std.
         Start values are pfmLoader's (9999999 / -9999999, count 9999999 / 0).
+        Only the bins that hold data are read (:meth:`bin_records_with_data`).
         """
         res = dict(min_filtered_depth=9999999.0, max_filtered_depth=-9999999.0,
                    min_filtered_coord=(0, 0), max_filtered_coord=(0, 0),
@@ -1773,8 +1815,8 @@ class PfmFile:
                 if coord_key:
                     res[coord_key] = (int(bidx[j] % self.width), int(bidx[j] // self.width))
 
-        for r in range(0, self.height, step):
-            b = self.read_bin_records(r, min(self.height, r + step))
+        fields = ("num_soundings", "validity", "std", "min_filtered", "max_filtered", "min", "max")
+        for b in self.bin_records_with_data(fields=fields, chunk=step * self.width):
             has = b["num_soundings"] > 0
             if not has.any():
                 continue
