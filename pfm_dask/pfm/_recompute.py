@@ -500,22 +500,21 @@ def _data_bands(pfm_file, wanted: np.ndarray | None, rows_per_band: int | None, 
     are not read and empty records not decoded, so the plan costs what the bins with data
     cost, not what the grid does.
     """
-    W = pfm_file.width
-    for a, b in _wanted_runs(wanted, W * pfm_file.height):
-        for recs in pfm_file.bin_records_with_data(a, b, fields=fields, chunk=_PLAN_BINS,
-                                                   only=wanted):
-            sel = np.flatnonzero(recs["num_soundings"] > 0)
-            if sel.size == 0:
-                continue
-            recs = {k: v[sel] for k, v in recs.items()}
-            if rows_per_band is None:
-                pieces = _cuts(recs["num_soundings"], budget)
-            else:
-                key = recs["row"] // rows_per_band
-                edge = np.r_[0, np.flatnonzero(np.diff(key)) + 1, sel.size]
-                pieces = zip(edge[:-1].tolist(), edge[1:].tolist())
-            for i, j in pieces:
-                yield {k: v[i:j] for k, v in recs.items()}
+    ranges = _wanted_runs(wanted, pfm_file.width * pfm_file.height)
+    for recs in pfm_file.bin_records_with_data(fields=fields, chunk=_PLAN_BINS, only=wanted,
+                                               ranges=ranges):
+        sel = np.flatnonzero(recs["num_soundings"] > 0)
+        if sel.size == 0:
+            continue
+        recs = {k: v[sel] for k, v in recs.items()}
+        if rows_per_band is None:
+            pieces = _cuts(recs["num_soundings"], budget)
+        else:
+            key = recs["row"] // rows_per_band
+            edge = np.r_[0, np.flatnonzero(np.diff(key)) + 1, sel.size]
+            pieces = zip(edge[:-1].tolist(), edge[1:].tolist())
+        for i, j in pieces:
+            yield {k: v[i:j] for k, v in recs.items()}
 
 
 def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_mask: int = 0,

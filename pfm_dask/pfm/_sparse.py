@@ -22,7 +22,8 @@ import numpy as np
 
 from .._numeric import CompiledKernels
 
-__all__ = ["SKIP_HOLES", "data_extents", "record_runs", "merge_runs", "nonzero_records"]
+__all__ = ["SKIP_HOLES", "data_extents", "record_runs", "merge_runs", "nonzero_records",
+           "gather_runs"]
 
 #: False: every byte counts as data (what the final step did before it skipped holes; the
 #: benchmark ``bench_final_step`` sets it to measure that path in the same run).
@@ -137,3 +138,35 @@ def nonzero_records(recs: np.ndarray) -> np.ndarray:
     mark = np.zeros(n, dtype=np.uint8)
     _kernel("nonzero_records")(words, buf, int(size), mark)
     return np.flatnonzero(mark)
+
+
+def gather_runs(runs: np.ndarray, limit: int):
+    """Cut runs ``[a, b)`` (increasing) into groups of pieces of at most ``limit`` items in all.
+
+    Yields ``(lo, hi, at)`` arrays per group: the pieces ``[lo[k], hi[k])`` and where each
+    starts in the group's buffer (``at``, pieces end to end). Many short runs (a survey line
+    crossing every row of a wide grid leaves one per row) then make a few large groups,
+    read into one buffer each, instead of as many small ones.
+    """
+    limit = max(1, int(limit))
+    los, his, used = [], [], 0
+    for a, b in np.asarray(runs, dtype=np.int64).reshape(-1, 2).tolist():
+        while a < b:
+            take = min(b - a, limit - used)
+            los.append(a)
+            his.append(a + take)
+            used += take
+            a += take
+            if used == limit:
+                lo, hi = np.array(los, np.int64), np.array(his, np.int64)
+                yield lo, hi, np.cumsum(hi - lo) - (hi - lo)
+                los, his, used = [], [], 0
+    if los:
+        lo, hi = np.array(los, np.int64), np.array(his, np.int64)
+        yield lo, hi, np.cumsum(hi - lo) - (hi - lo)
+
+
+def positions_to_items(pos: np.ndarray, lo: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Item numbers of buffer positions ``pos`` of a group of :func:`gather_runs`."""
+    k = np.searchsorted(at, pos, side="right") - 1
+    return lo[k] + (pos - at[k])

@@ -100,7 +100,7 @@ from . import validity as V
 from ._bitpack import (CHECK_SIZE, BitLayout, SoundingCoding, bin_runs, bits_all_set, check_failures,
                        clear_bits, fill_slots, pack_soundings, unpack_records)
 from ._chains import chain_plan, chain_records, item_positions
-from ._sparse import nonzero_records, record_runs
+from ._sparse import gather_runs, nonzero_records, positions_to_items, record_runs
 from ._coverage import (COV_HEADER_SIZE, create_coverage_file, read_coverage,
                         update_coverage)
 from ._header import (BIN_HEADER_SIZE, LIBRARY_VERSION, NUM_ATTR, WGS84_WKT, PfmHeader,
@@ -1446,10 +1446,11 @@ class PfmFile:
 
     def bin_records_with_data(self, first: int = 0, last: int | None = None, *,
                               fields: Sequence[str] | None = None, chunk: int = 1 << 20,
-                              only: np.ndarray | None = None):
+                              only: np.ndarray | None = None, ranges=None):
         """Yield the decoded records (as :meth:`read_bin_records`, ``bin_index`` increasing) of
-        the bins in ``first..last-1`` whose record is not all zero (of those in the sorted
-        ``only``, when given), at most ``chunk`` bins' bytes read at a time.
+        the bins in ``first..last-1`` (or in the ``[a, b)`` bin ``ranges``) whose record is not
+        all zero (of those in the sorted ``only``, when given), at most ``chunk`` bins' bytes
+        read at a time (many short runs of data are read into one buffer).
 
         Holes of the sparse ``.bin`` (bins never written) are not read
         (:func:`._sparse.record_runs`) and all-zero records (empty bins) not decoded, so the
@@ -1465,24 +1466,29 @@ class PfmFile:
         chunk = max(1, int(chunk))
         fd = self._fd("bin")
         buf = None    # one buffer for every read: fresh memory costs page faults on each
-        for a, b in record_runs(fd, hs, bs, first, last).tolist():
-            for lo in range(a, b, chunk):
-                hi = min(b, lo + chunk)
-                if buf is None:
-                    buf = np.empty(min(chunk, b - a) * bs, dtype=np.uint8)
-                elif buf.size < (hi - lo) * bs:
-                    buf = np.empty((hi - lo) * bs, dtype=np.uint8)
-                got = os.preadv(fd, [memoryview(buf)[: (hi - lo) * bs]], hs + lo * bs)
-                if got != (hi - lo) * bs:
+        if ranges is None:
+            ranges = [(first, last)]
+        runs = [record_runs(fd, hs, bs, a, b) for a, b in ranges]
+        runs = np.concatenate(runs) if runs else np.zeros((0, 2), np.int64)
+        for lo, hi, at in gather_runs(runs, chunk):
+            n = int(hi[-1] - lo[-1] + at[-1])
+            if buf is None or buf.size < n * bs:
+                buf = np.empty(n * bs, dtype=np.uint8)
+            mv = memoryview(buf)
+            for a, b, p in zip(lo.tolist(), hi.tolist(), at.tolist()):
+                got = os.preadv(fd, [mv[p * bs: (p + b - a) * bs]], hs + a * bs)
+                if got != (b - a) * bs:
                     raise PfmFormatError("bin file ends early", path=self.bin_path,
-                                         offset=hs + lo * bs + got)
-                recs = buf[: (hi - lo) * bs].reshape(hi - lo, bs)
-                nz = nonzero_records(recs)
-                if only is not None and nz.size:
-                    at = np.minimum(np.searchsorted(only, lo + nz), only.size - 1)
-                    nz = nz[only[at] == lo + nz]
-                if nz.size:
-                    yield self._decode_bins(lo + nz, recs[nz], fields=fields)
+                                         offset=hs + a * bs + got)
+            recs = buf[: n * bs].reshape(n, bs)
+            nz = nonzero_records(recs)
+            bidx = positions_to_items(nz, lo, at)
+            if only is not None and nz.size:
+                w = np.minimum(np.searchsorted(only, bidx), only.size - 1)
+                keep = only[w] == bidx
+                nz, bidx = nz[keep], bidx[keep]
+            if nz.size:
+                yield self._decode_bins(bidx, recs[nz], fields=fields)
 
     def _decode_bins(self, bidx, recs, *, codes=False, fields=None) -> dict:
         h = self.header

@@ -37,7 +37,7 @@ from ._bitpack import BitLayout, unpack_records
 from ._chains import chain_records, visit
 from ._header import BIN_HEADER_SIZE, NUM_ATTR, PfmHeader, bits_for, version_number
 from ._recompute import THREADS, grouped_bin_stats
-from ._sparse import merge_runs, nonzero_records, record_runs
+from ._sparse import gather_runs, merge_runs, nonzero_records, positions_to_items, record_runs
 
 __all__ = [
     "Problem",
@@ -984,7 +984,7 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
             pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pfm-check")
 
         def merge_one() -> None:
-            band, bidx, recs, span, local, fut = pending.popleft()
+            band, bidx, recs, cover, local, fut = pending.popleft()
             fast = fut.result() if pool is not None else fut
             if fast is not None and visit(walker.visited.bits, fast[0]):
                 pr.merge(local, 2 * band + 1)
@@ -993,7 +993,7 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
                 # something to report in this band, or a record reached before: the
                 # exact walk, on the visited map as the bands before left it
                 pr.slot = 2 * band
-                walked = _walk_band(bidx, recs, span, ctx, pr)
+                walked = _walk_band(bidx, recs, cover, ctx, pr)
                 pr.slot = 2 * band + 1
                 ext.update(*_check_band_data(walked, ctx, pr))
                 del walked
@@ -1009,33 +1009,55 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
             if cvg_fd is not None:
                 runs = merge_runs(np.concatenate([runs, record_runs(cvg_fd, _COV_HEADER_SIZE, 1, 0,
                                                                     n_read)]))
-            # one buffer for every read (fresh memory costs page faults); bands keep copies
+            # one buffer for every read (fresh memory costs page faults); bands keep copies.
+            # Short runs (a line crossing every row leaves one a row) share a buffer: the
+            # positions in it map to bins piece by piece (positions_to_items).
             buf = np.empty(_BAND_BINS * bs, dtype=np.uint8)
-            for r0, r1 in runs.tolist():
-                for b0 in range(r0, r1, _BAND_BINS):
-                    b1 = min(r1, b0 + _BAND_BINS)
-                    got = os.preadv(bin_fd, [memoryview(buf)[: (b1 - b0) * bs]], hs + b0 * bs)
-                    nb = got // bs
-                    if nb == 0:
+            cbuf = np.empty(_BAND_BINS, dtype=np.uint8)
+            cvalid = np.empty(_BAND_BINS, dtype=bool)
+            for lo, hi, at in gather_runs(runs, _BAND_BINS):
+                n, short = int(hi[-1] - lo[-1] + at[-1]), False
+                for a, b, p in zip(lo.tolist(), hi.tolist(), at.tolist()):
+                    got = os.preadv(bin_fd, [memoryview(buf)[p * bs: (p + b - a) * bs]], hs + a * bs)
+                    if got != (b - a) * bs:
+                        n, short = p + got // bs, True
                         break
-                    recs = buf[: nb * bs].reshape(nb, bs)
-                    # all-zero records are empty bins: only their coverage bytes are checked
-                    nz = nonzero_records(recs)
-                    recs = recs[nz]
-                    cnt = lay.bin.unpack(recs, ["count"])["count"].astype(np.int64)
-                    pieces = list(_split_by_soundings(cnt, budget)) if nz.size else [(0, 0)]
-                    for i, (a, b) in enumerate(pieces):
-                        # the band's span of bins (for the coverage) reaches the next band's first
-                        span = (b0 + (int(nz[a]) if i else 0),
-                                b0 + (int(nz[b]) if i + 1 < len(pieces) else nb))
-                        bidx = b0 + nz[a:b]
-                        local = _Problems()
-                        fut = (pool.submit(_fast_band, bidx, recs[a:b], span, ctx, local)
-                               if pool is not None else _fast_band(bidx, recs[a:b], span, ctx, local))
-                        pending.append((band, bidx, recs[a:b], span, local, fut))
-                        while len(pending) > (threads if pool is not None else 0):
-                            merge_one()
-                        band += 1
+                if n == 0:
+                    break
+                # the pieces' coverage bytes (a band whose bytes the .cvg lacks skips the test)
+                cvalid[:n] = False
+                if cvg_fd is not None:
+                    for a, b, p in zip(lo.tolist(), hi.tolist(), at.tolist()):
+                        m = min(b - a, n - p)
+                        if m <= 0:
+                            break
+                        got = os.preadv(cvg_fd, [memoryview(cbuf)[p: p + m]], _COV_HEADER_SIZE + a)
+                        cvalid[p: p + got] = True
+                recs = buf[: n * bs].reshape(n, bs)
+                # all-zero records are empty bins: only their coverage bytes are checked
+                nz = nonzero_records(recs)
+                bins = positions_to_items(nz, lo, at)
+                recs = recs[nz]
+                cnt = lay.bin.unpack(recs, ["count"])["count"].astype(np.int64)
+                pieces = list(_split_by_soundings(cnt, budget)) if nz.size else [(0, 0)]
+                for i, (a, b) in enumerate(pieces):
+                    # the band's positions (for the coverage) reach the next band's first
+                    p0 = int(nz[a]) if i else 0
+                    p1 = int(nz[b]) if i + 1 < len(pieces) else n
+                    cover = None
+                    if p1 > p0 and cvalid[p0:p1].all():
+                        cover = (positions_to_items(np.arange(p0, p1, dtype=np.int64), lo, at),
+                                 cbuf[p0:p1].copy())
+                    bidx = bins[a:b]
+                    local = _Problems()
+                    fut = (pool.submit(_fast_band, bidx, recs[a:b], cover, ctx, local)
+                           if pool is not None else _fast_band(bidx, recs[a:b], cover, ctx, local))
+                    pending.append((band, bidx, recs[a:b], cover, local, fut))
+                    while len(pending) > (threads if pool is not None else 0):
+                        merge_one()
+                    band += 1
+                if short:
+                    break
         finally:
             os.close(bin_fd)
         while pending:
@@ -1120,11 +1142,12 @@ class _ExtremaCheck:
                        f"{name} is at {tuple(hc)} in the header but first reached at {_bin_where(b, W)}")
 
 
-def _walk_band(bidx, recs, span, ctx: _BandContext, pr: _Problems) -> dict:
+def _walk_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems) -> dict:
     """A band's record checks and chain walk (in band order: the visited map spans bands).
 
-    ``bidx`` (increasing) and ``recs``: the band's bins whose record is not all zero; ``span``:
-    the range of bins the band covers, the others in it empty (all-zero records)."""
+    ``bidx`` (increasing) and ``recs``: the band's bins whose record is not all zero;
+    ``cover``: ``(bins, coverage bytes)`` of every bin the band covers (the others in it are
+    empty: all-zero records), or ``None`` where the ``.cvg`` lacks them."""
     W, lay, walker = ctx.W, ctx.lay, ctx.walker
     u = lay.bin.unpack(recs)
     cnt = u["count"].astype(np.int64)
@@ -1155,10 +1178,10 @@ def _walk_band(bidx, recs, span, ctx: _BandContext, pr: _Problems) -> dict:
     else:
         ok, reached = walker.walk(bidx, walk_cnt, head, tail)
     ok &= ~huge
-    return {"bidx": bidx, "u": u, "cnt": cnt, "ok": ok, "reached": reached, "span": span}
+    return {"bidx": bidx, "u": u, "cnt": cnt, "ok": ok, "reached": reached, "cover": cover}
 
 
-def _fast_band(bidx, recs, span, ctx: _BandContext, pr: _Problems):
+def _fast_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
     """A band checked on the assumption that its records and chains are sound (any thread).
 
     Returns ``(records reached, the band's extrema arguments)`` when the bin
@@ -1184,7 +1207,7 @@ def _fast_band(bidx, recs, span, ctx: _BandContext, pr: _Problems):
         if rec_idx is None:
             return None
         walked = {"bidx": bidx, "u": u, "cnt": cnt, "ok": np.ones(cnt.size, dtype=bool),
-                  "snd": walker.soundings_of_chains(cnt, rec_idx), "span": span}
+                  "snd": walker.soundings_of_chains(cnt, rec_idx), "cover": cover}
         return rec_idx, _check_band_data(walked, ctx, pr)
     except Exception:  # noqa: BLE001 - the exact walk decides what is reported
         return None
@@ -1266,29 +1289,26 @@ def _check_band_data(walked: dict, ctx: _BandContext, pr: _Problems) -> tuple:
                          f"{int(st['validity'][j]):#x}"))
         for j, m in msgs:
             pr.add(kind, ".bin", _bin_where(bidx[good[j]], W), m)
-    # coverage map, over the band's whole span (its empty bins have validity 0)
-    lo, hi = walked["span"]
-    if ctx.cvg_fd is not None and hi > lo:
-        raw = os.pread(ctx.cvg_fd, hi - lo, _COV_HEADER_SIZE + lo)
-        if len(raw) == hi - lo:
-            cov = np.frombuffer(raw, dtype=np.uint8)
-            # an empty bin (all-zero record, validity 0) may set none of the three flags
-            wrong = (cov & (V.COV_DATA | V.COV_CHECKED | V.COV_VERIFIED)) != 0
-            at = bidx - lo
-            c = cov[at].astype(np.int64)
-            d = (validity & V.DATA) != 0
-            w = (d != ((c & V.COV_DATA) != 0))
-            w |= ((validity & V.CHECKED) != 0) != ((c & V.COV_CHECKED) != 0)
-            w |= ((validity & V.VERIFIED) != 0) != ((c & V.COV_VERIFIED) != 0)
-            w |= d & ((c & V.COV_SURVEYED) == 0)
-            wrong[at] = w
-            for j in pr.each("coverage", ".cvg", wrong):
-                k = int(np.searchsorted(at, j))
-                v = int(validity[k]) if k < at.size and at[k] == j else 0
-                pr.add("coverage", ".cvg", _bin_where(lo + j, W),
-                       f"coverage byte {int(cov[j]):#04x} disagrees with the bin flags "
-                       f"(DATA {bool(v & V.DATA)}, CHECKED {bool(v & V.CHECKED)}, "
-                       f"VERIFIED {bool(v & V.VERIFIED)})")
+    # coverage map, over every bin the band covers (its empty bins have validity 0)
+    if walked["cover"] is not None:
+        cbins, cov = walked["cover"]
+        # an empty bin (all-zero record, validity 0) may set none of the three flags
+        wrong = (cov & (V.COV_DATA | V.COV_CHECKED | V.COV_VERIFIED)) != 0
+        at = np.searchsorted(cbins, bidx)
+        c = cov[at].astype(np.int64)
+        d = (validity & V.DATA) != 0
+        w = (d != ((c & V.COV_DATA) != 0))
+        w |= ((validity & V.CHECKED) != 0) != ((c & V.COV_CHECKED) != 0)
+        w |= ((validity & V.VERIFIED) != 0) != ((c & V.COV_VERIFIED) != 0)
+        w |= d & ((c & V.COV_SURVEYED) == 0)
+        wrong[at] = w
+        for j in pr.each("coverage", ".cvg", wrong):
+            k = int(np.searchsorted(at, j))
+            v = int(validity[k]) if k < at.size and at[k] == j else 0
+            pr.add("coverage", ".cvg", _bin_where(cbins[j], W),
+                   f"coverage byte {int(cov[j]):#04x} disagrees with the bin flags "
+                   f"(DATA {bool(v & V.DATA)}, CHECKED {bool(v & V.CHECKED)}, "
+                   f"VERIFIED {bool(v & V.VERIFIED)})")
     # header extrema from the stored values of this band
     vals = {}
     for f in ("min_filtered", "max_filtered", "min", "max"):
