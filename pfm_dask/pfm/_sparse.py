@@ -23,7 +23,7 @@ import numpy as np
 from .._numeric import CompiledKernels
 
 __all__ = ["SKIP_HOLES", "data_extents", "record_runs", "merge_runs", "nonzero_records",
-           "gather_runs"]
+           "gather_runs", "subtract_runs"]
 
 #: False: every byte counts as data (what the final step did before it skipped holes; the
 #: benchmark ``bench_final_step`` sets it to measure that path in the same run).
@@ -170,3 +170,23 @@ def positions_to_items(pos: np.ndarray, lo: np.ndarray, at: np.ndarray) -> np.nd
     """Item numbers of buffer positions ``pos`` of a group of :func:`gather_runs`."""
     k = np.searchsorted(at, pos, side="right") - 1
     return lo[k] + (pos - at[k])
+
+
+def subtract_runs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The parts of the increasing, disjoint runs ``a`` outside the runs ``b`` ((n, 2) int64)."""
+    a = merge_runs(a).tolist()
+    b = merge_runs(b).tolist()
+    out, j = [], 0
+    for lo, hi in a:
+        while j < len(b) and b[j][1] <= lo:
+            j += 1
+        k = j
+        while lo < hi:
+            if k >= len(b) or b[k][0] >= hi:
+                out.append([lo, hi])
+                break
+            if b[k][0] > lo:
+                out.append([lo, b[k][0]])
+            lo = max(lo, b[k][1])
+            k += 1
+    return np.array(out, dtype=np.int64).reshape(-1, 2)

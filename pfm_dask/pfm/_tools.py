@@ -37,7 +37,8 @@ from ._bitpack import BitLayout, unpack_records
 from ._chains import chain_records, visit
 from ._header import BIN_HEADER_SIZE, NUM_ATTR, PfmHeader, bits_for, version_number
 from ._recompute import THREADS, grouped_bin_stats
-from ._sparse import gather_runs, merge_runs, nonzero_records, positions_to_items, record_runs
+from ._sparse import (gather_runs, nonzero_records, positions_to_items, record_runs,
+                      subtract_runs)
 
 __all__ = [
     "Problem",
@@ -1003,12 +1004,10 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
         bs = lay.bin_bytes
         bin_fd = os.open(parts[".bin"], os.O_RDONLY)
         try:
-            # only what holds data: bins outside these runs are holes of both the .bin and the
-            # .cvg (all-zero records and coverage bytes, valid empty bins)
+            # only what holds data: bins outside these runs are holes of the .bin (all-zero
+            # records, valid empty bins); those the .cvg holds data for have their coverage
+            # bytes checked afterwards (_check_empty_coverage)
             runs = record_runs(bin_fd, hs, bs, 0, n_read)
-            if cvg_fd is not None:
-                runs = merge_runs(np.concatenate([runs, record_runs(cvg_fd, _COV_HEADER_SIZE, 1, 0,
-                                                                    n_read)]))
             # one buffer for every read (fresh memory costs page faults); bands keep copies.
             # Short runs (a line crossing every row leaves one a row) share a buffer: the
             # positions in it map to bins piece by piece (positions_to_items).
@@ -1063,6 +1062,9 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
         while pending:
             merge_one()
         pr.slot = 2 * band
+        if cvg_fd is not None:
+            _check_empty_coverage(cvg_fd, subtract_runs(
+                record_runs(cvg_fd, _COV_HEADER_SIZE, 1, 0, n_read), runs), W, pr)
         # orphans
         if walker.n_phys:
             n_orphans, firsts = walker.visited.unset()
@@ -1079,6 +1081,23 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
         walker.close()
         if cvg_fd is not None:
             os.close(cvg_fd)
+
+
+def _check_empty_coverage(cvg_fd: int, runs: np.ndarray, W: int, pr: _Problems) -> None:
+    """Coverage bytes of bins whose record is a hole of the ``.bin`` (empty: validity 0), in
+    the ``runs`` where the ``.cvg`` holds data: none may set DATA, CHECKED or VERIFIED."""
+    mask = V.COV_DATA | V.COV_CHECKED | V.COV_VERIFIED
+    buf = np.empty(min(_BAND_BINS * 16, max(1, int((runs[:, 1] - runs[:, 0]).max(initial=1)))),
+                   dtype=np.uint8)
+    for a, b in runs.tolist():
+        for lo in range(a, b, buf.size):
+            hi = min(b, lo + buf.size)
+            got = os.preadv(cvg_fd, [memoryview(buf)[: hi - lo]], _COV_HEADER_SIZE + lo)
+            cov = buf[:got]
+            for j in pr.each("coverage", ".cvg", (cov & mask) != 0):
+                pr.add("coverage", ".cvg", _bin_where(lo + int(j), W),
+                       f"coverage byte {int(cov[j]):#04x} disagrees with the bin flags "
+                       "(DATA False, CHECKED False, VERIFIED False)")
 
 
 class _ExtremaCheck:

@@ -19,7 +19,8 @@ from pfm_dask import pfm as P
 from pfm_dask.bins import BinGrid
 from pfm_dask.pfm import _sparse
 from pfm_dask.pfm import validity as V
-from pfm_dask.pfm._sparse import data_extents, merge_runs, nonzero_records, record_runs
+from pfm_dask.pfm._sparse import (data_extents, gather_runs, merge_runs, nonzero_records,
+                                  positions_to_items, record_runs, subtract_runs)
 
 NAME = "s.pfm"
 PARTS = ("ctl", "lin", "bin", "ndx", "cvg")
@@ -152,6 +153,32 @@ def test_merge_runs():
     runs = np.array([[5, 9], [0, 2], [2, 3], [8, 12], [20, 20], [30, 31]])
     assert merge_runs(runs).tolist() == [[0, 3], [5, 12], [30, 31]]
     assert merge_runs(np.zeros((0, 2), np.int64)).shape == (0, 2)
+
+
+def test_subtract_and_gather_runs():
+    rng = np.random.default_rng(1)
+    n = 300
+    for _ in range(200):
+        masks = []
+        for _k in range(2):
+            m = np.zeros(n, bool)
+            for _j in range(rng.integers(0, 7)):
+                x = int(rng.integers(0, n))
+                m[x: x + int(rng.integers(1, 40))] = True
+            masks.append(m)
+        runs = [np.stack([np.flatnonzero(np.diff(np.r_[0, m.astype(int)]) == 1),
+                          np.flatnonzero(np.diff(np.r_[m.astype(int), 0]) == -1) + 1], axis=1)
+                for m in masks]
+        got = np.zeros(n, bool)
+        for a, b in subtract_runs(*runs).tolist():
+            got[a:b] = True
+        assert np.array_equal(got, masks[0] & ~masks[1])
+        # gathered into groups of at most 17 items, every item once, in order
+        seen = []
+        for lo, hi, at in gather_runs(runs[0], 17):
+            assert int((hi - lo).sum()) <= 17
+            seen += positions_to_items(np.arange(int((hi - lo).sum())), lo, at).tolist()
+        assert seen == np.flatnonzero(masks[0]).tolist()
 
 
 def test_data_extents_hold_every_written_byte(tmp_path, monkeypatch):
