@@ -620,6 +620,14 @@ def _others(results_dir: Path) -> str:
         ("bench_pfm_write.json", lambda r: f"PFM writer: {r['pfm']['mb_per_s']:.0f} MB/s, "
                                            f"{100 * r['ratio_pfm_to_sequential']:.0f} % of plain "
                                            "sequential writes"),
+        ("bench_final_step.json", lambda r: f"final step on a sparse {r['grid']} grid "
+                                            f"({r['bins'] / 1e6:.0f} M bins, "
+                                            f"{r['soundings'] / 1e6:.1f} M soundings), "
+                                            f"{r['threads']} threads: recompute "
+                                            f"{r['recompute']['new_s']:.1f} s "
+                                            f"({r['recompute']['speedup']:.1f}x the code before), "
+                                            f"check {r['check']['new_s']:.1f} s "
+                                            f"({r['check']['speedup']:.1f}x)"),
         ("bench_load.json", lambda r: f"bench_load: {r['speedup_2_workers']:.2f}x with 2 workers "
                                       f"on {r['gsf_bytes'] / 1e9:.2f} GB, no filter"
                                       + _ceiling(r)),
