@@ -8,7 +8,10 @@ which no layout can be derived raises :class:`PfmFormatError` (path and byte
 offset). It works in bands of bins in raster order; chains are walked for all
 bins of a band at once, one step of chain depth at a time, with a bitmap over
 the ``.ndx`` physical records to find records reached twice (a cycle, or a
-record shared by two bins) and records reached by no bin (orphans).
+record shared by two bins) and records reached by no bin (orphans). Only the
+runs where the sparse ``.bin`` holds data are read, and only its records that
+are not all zero walked (a hole is an empty bin by definition); the coverage
+bytes of empty bins in ``.bin`` holes are checked in a pass of their own.
 
 ``info`` and ``dump`` read through :mod:`._store`; ``dump`` streams by bands of
 rows into ``pyarrow.parquet.ParquetWriter``. The Parquet column names are
