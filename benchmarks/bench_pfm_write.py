@@ -52,14 +52,19 @@ def make_band(rng, n_bins: int, mean_per_bin: int, spread: int) -> dict:
     """Soundings for ``n_bins`` consecutive bins starting at 0, sorted by bin, in the types the
     load hands to the writer (``soundings.BATCH_SCHEMA``; file and line numbers as uint32)."""
     counts = rng.integers(mean_per_bin - spread, mean_per_bin + spread + 1, n_bins)
-    b = np.repeat(np.arange(n_bins, dtype=np.int64), counts)
+    return sounding_fields(rng, np.repeat(np.arange(n_bins, dtype=np.int64), counts))
+
+
+def sounding_fields(rng, b: np.ndarray, *, files: int = 500, lines: int = 5000,
+                    depth: tuple = (5.0, 3000.0)) -> dict:
+    """Random sounding fields (in range) for the sorted bins ``b``, as ``make_band`` returns."""
     n = b.size
     u32, u16 = np.uint32, np.uint16
     return dict(
         bin_index=b,
-        file=rng.integers(0, 500, n, dtype=u32), line=rng.integers(0, 5000, n, dtype=u32),
+        file=rng.integers(0, files, n, dtype=u32), line=rng.integers(0, lines, n, dtype=u32),
         ping=rng.integers(1, 200_000, n, dtype=u32), beam=rng.integers(1, 433, n, dtype=u16),
-        depth=np.round(rng.uniform(5.0, 3000.0, n), 2),
+        depth=np.round(rng.uniform(*depth, n), 2),
         x_off=rng.integers(0, 4096, n, dtype=u16), y_off=rng.integers(0, 4096, n, dtype=u16),
         validity=rng.choice(np.array([64, 64, 64, 66, 2 | 4096 | 64], dtype=u32), n),
         horizontal_error=np.round(rng.uniform(0.5, 5.0, n), 2).astype(np.float32),

@@ -687,6 +687,14 @@ def _others(results_dir: Path) -> str:
         ("bench_placement.json", lambda r: f"beam placement: {r['new_ns_per_sounding']:.1f} ns per "
                                            f"sounding on one core, {r['speedup']:.1f}x the two NGS "
                                            f"moves per beam ({r['reference_ns_per_sounding']:.0f} ns)"),
+        ("bench_final_step.json", lambda r: f"final step on a sparse {r['grid']} grid "
+                                            f"({r['bins'] / 1e6:.0f} M bins, "
+                                            f"{r['soundings'] / 1e6:.1f} M soundings), "
+                                            f"{r['threads']} threads: recompute "
+                                            f"{r['recompute']['new_s']:.1f} s "
+                                            f"({r['recompute']['speedup']:.1f}x the code before), "
+                                            f"check {r['check']['new_s']:.1f} s "
+                                            f"({r['check']['speedup']:.1f}x)"),
         ("bench_load.json", lambda r: f"bench_load: {r['speedup_2_workers']:.2f}x with 2 workers "
                                       f"on {r['gsf_bytes'] / 1e9:.2f} GB, no filter"
                                       + _ceiling(r)),

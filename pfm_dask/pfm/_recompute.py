@@ -29,8 +29,9 @@ standard deviation it had (the library does not reset it).
 
 Speed: the per-sounding work (sums, extrema, counts, flag bits) is one pass
 of a small numba kernel over soundings grouped by bin (:func:`_group_pass`);
-:func:`recompute` reads only depth and validity, and works on bands of rows
-on a few threads, writing the records in band order.
+:func:`recompute` reads only depth and validity, skips the holes of the sparse
+``.bin`` and its empty records, and works on bands of bins with soundings on a
+few threads, writing the records in band order.
 """
 
 from __future__ import annotations
@@ -416,7 +417,7 @@ def _plan_bands(pfm_file, want_rows: np.ndarray | None, rows_per_band: int | Non
                 budget: int):
     """Yield (row0, row1, col0, col1) rectangles holding at most ~``budget`` soundings.
 
-    Counts come from the bin records (read ``_PLAN_BINS`` at a time); rows are
+    Counts come from the bin records that hold data (read ``_PLAN_BINS`` at a time); rows are
     grouped while their soundings fit, a row too heavy on its own is cut into
     column ranges. ``want_rows`` restricts the plan to those rows.
     """
@@ -429,7 +430,10 @@ def _plan_bands(pfm_file, want_rows: np.ndarray | None, rows_per_band: int | Non
         if want_rows is not None:
             if not np.any((want_rows >= r0) & (want_rows < r1)):
                 continue
-        cnt = pfm_file.read_bin_records(r0, r1, fields=("num_soundings",))["num_soundings"].reshape(r1 - r0, W)
+        cnt = np.zeros((r1 - r0) * W, dtype=np.int64)
+        for recs in pfm_file.bin_records_with_data(r0 * W, r1 * W, fields=("num_soundings",)):
+            cnt[recs["bin_index"] - r0 * W] = recs["num_soundings"]
+        cnt = cnt.reshape(r1 - r0, W)
         per_row = cnt.sum(axis=1)
         row = r0
         while row < r1:
@@ -461,17 +465,71 @@ def _plan_bands(pfm_file, want_rows: np.ndarray | None, rows_per_band: int | Non
             row = end
 
 
+#: Wanted bins further apart than this are looked for in separate runs of the ``.bin``.
+_WANTED_GAP = 1 << 16
+
+
+def _wanted_runs(wanted: np.ndarray | None, n_bins: int) -> list[tuple[int, int]]:
+    """Bin ranges ``[a, b)`` that hold every wanted bin (the whole grid when ``None``)."""
+    if wanted is None:
+        return [(0, n_bins)]
+    brk = np.flatnonzero(np.diff(wanted) > _WANTED_GAP) + 1
+    first = wanted[np.r_[0, brk]]
+    last = wanted[np.r_[brk - 1, wanted.size - 1]] + 1
+    return list(zip(first.tolist(), last.tolist()))
+
+
+def _cuts(cnt: np.ndarray, budget: int):
+    """Consecutive pieces of at most ``budget`` soundings (a heavier bin alone)."""
+    csum = np.cumsum(np.minimum(cnt, budget))
+    a, n = 0, cnt.size
+    while a < n:
+        base = csum[a - 1] if a else 0
+        b = max(a + 1, int(np.searchsorted(csum, base + budget, side="right")))
+        yield a, min(b, n)
+        a = b
+
+
+def _data_bands(pfm_file, wanted: np.ndarray | None, rows_per_band: int | None, budget: int,
+                fields: tuple):
+    """Yield the bands of :func:`recompute`: the decoded ``fields`` of consecutive bins with
+    soundings (only ``wanted`` ones, when given) in raster order, at most ``budget`` soundings
+    a band (a heavier bin alone), or with ``rows_per_band`` the bins of that many rows.
+
+    The records come from :meth:`PfmFile.bin_records_with_data`: holes of the sparse ``.bin``
+    are not read and empty records not decoded, so the plan costs what the bins with data
+    cost, not what the grid does.
+    """
+    ranges = _wanted_runs(wanted, pfm_file.width * pfm_file.height)
+    for recs in pfm_file.bin_records_with_data(fields=fields, chunk=_PLAN_BINS, only=wanted,
+                                               ranges=ranges):
+        sel = np.flatnonzero(recs["num_soundings"] > 0)
+        if sel.size == 0:
+            continue
+        recs = {k: v[sel] for k, v in recs.items()}
+        if rows_per_band is None:
+            pieces = _cuts(recs["num_soundings"], budget)
+        else:
+            key = recs["row"] // rows_per_band
+            edge = np.r_[0, np.flatnonzero(np.diff(key)) + 1, sel.size]
+            pieces = zip(edge[:-1].tolist(), edge[1:].tolist())
+        for i, j in pieces:
+            yield {k: v[i:j] for k, v in recs.items()}
+
+
 def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_mask: int = 0,
               extrema: dict | None = None, band_soundings: int = BAND_SOUNDINGS,
               threads: int | None = None) -> dict:
     """Recompute bins of an open (``"r+"``) :class:`PfmFile` and return the header extrema.
 
     ``bin_index``: the bins to recompute (``row * width + col``), or ``None``
-    for every bin with soundings. Work goes by bands of rows (``rows`` rows per
-    band, or as many as hold about ``band_soundings`` soundings): read the
-    band's bin records and soundings, :func:`compute_bin_stats` with the
-    records' validity and std as the prior values, write the records back and
-    update the ``.cvg``. ``keep_mask`` is the library's recompute mask (0 as in
+    for every bin with soundings. Work goes by bands of consecutive bins with
+    soundings in raster order (those of ``rows`` rows per band, or as many as
+    hold about ``band_soundings`` soundings; :func:`_data_bands` reads only the
+    parts of the sparse ``.bin`` that hold data, so the time follows the bins
+    with data and their chains, not the grid): the band's soundings,
+    :func:`grouped_bin_stats` with the records' validity and std as the prior
+    values, the records written back and the ``.cvg`` updated. ``keep_mask`` is the library's recompute mask (0 as in
     pfmLoader); ``clear_mask`` bits are cleared from the new validity (pfmLoader
     clears CHECKED | VERIFIED on an append; here the coverage map follows).
 
@@ -495,72 +553,49 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
     # The store clamps a std too large for [STD BITS]; the header states what is stored.
     ext.std_max = float(((1 << int(h.std_bits)) - 1) / np.float32(h.std_scale))
     wanted = None
-    want_rows = None
     if bin_index is not None:
         wanted = unique_sorted(np.asarray(bin_index, dtype=np.int64))
         if wanted.size == 0:
             return ext.result()
         if wanted[0] < 0 or wanted[-1] >= W * pfm_file.height:
             raise PfmFormatError(f"bin_index outside 0..{W * pfm_file.height - 1}", path=pfm_file.path)
-        want_rows = unique_sorted(wanted // W)
-
-    def bands():
-        for r0, r1, c0, c1 in _plan_bands(pfm_file, want_rows, rows, int(band_soundings)):
-            band_bins = None
-            if wanted is not None:
-                lo, hi = np.searchsorted(wanted, [r0 * W, r1 * W])
-                band_bins = wanted[lo:hi]
-                band_bins = band_bins[((band_bins % W) >= c0) & ((band_bins % W) < c1)]
-                if band_bins.size == 0:
-                    continue
-                cols = band_bins % W
-                c0, c1 = int(cols.min()), int(cols.max()) + 1
-            yield r0, r1, c0, c1, band_bins
+    rows_per_band = None if rows is None else max(1, int(rows))
 
     rec_fields = ("num_soundings", "validity", "std", "head")
     if not compute_average:
         rec_fields += ("avg_filtered", "avg")
 
-    def compute(band):
-        r0, r1, c0, c1, band_bins = band
-        recs = pfm_file.read_bin_records(r0, r1, c0, c1, fields=rec_fields)
-        cnt = recs["num_soundings"]
-        if band_bins is not None:
-            w = np.zeros(cnt.size, dtype=bool)
-            w[(band_bins // W - r0) * (c1 - c0) + band_bins % W - c0] = True
-            cnt = np.where(w, cnt, 0)
-        has = np.flatnonzero(cnt > 0)
-        if has.size == 0:
-            return None
-        ub, cnt = recs["bin_index"][has], cnt[has]
+    def compute(recs):
+        ub, cnt = recs["bin_index"], recs["num_soundings"]
         # soundings come back grouped by bin, in raster then chain order
-        snd = pfm_file._read_chains(ub, cnt, recs["head"][has], fields=("depth", "validity"))
+        snd = pfm_file._read_chains(ub, cnt, recs["head"], fields=("depth", "validity"))
         stats = grouped_bin_stats(ub, cnt, snd["depth"], snd["validity"],
                                   null_depth=null32, class_type=h.class_type,
-                                  prior_validity=recs["validity"][has],
-                                  prior_std=recs["std"][has].astype(np.float32),
+                                  prior_validity=recs["validity"],
+                                  prior_std=recs["std"].astype(np.float32),
                                   keep_mask=keep_mask)
         if clear_mask:
             stats["validity"] = (stats["validity"].astype(np.int64) & ~int(clear_mask)).astype(np.uint32)
         if not compute_average:
             # the record keeps its averages (e.g. a CUBE surface): report those
-            stats["avg_filtered"] = recs["avg_filtered"][has].astype(np.float32)
-            stats["avg"] = recs["avg"][has].astype(np.float32)
+            stats["avg_filtered"] = recs["avg_filtered"].astype(np.float32)
+            stats["avg"] = recs["avg"].astype(np.float32)
         fields = {k: stats[k] for k in ("num_valid", "std", "min_filtered", "max_filtered",
                                          "min", "max")}
         if compute_average:
             fields["avg_filtered"] = stats["avg_filtered"]
             fields["avg"] = stats["avg"]
         fields["validity"] = stats["validity"].astype(np.int64)
-        # Written here, on the band's thread: bands are disjoint ranges of bins in raster
+        # Written here, on the band's thread: bands are disjoint runs of bins in raster
         # order, so their bin records and coverage bytes are too (write_bin_records reads
         # and writes back only between a band's first and last bin). Packing the records on
         # the calling thread left the pool idle for a third of the time.
         pfm_file.write_bin_records(ub, **fields)
         return ub, stats
 
+    bands = _data_bands(pfm_file, wanted, rows_per_band, int(band_soundings), rec_fields)
     # the extrema are folded in band order on this thread: raster order, as pfmLoader
-    for result in ordered_imap(compute, bands(), THREADS if threads is None else threads):
+    for result in ordered_imap(compute, bands, THREADS if threads is None else threads):
         if result is not None:
             ext.update(*result, null32)
     return ext.result()

@@ -100,6 +100,7 @@ from . import validity as V
 from ._bitpack import (CHECK_SIZE, BitLayout, SoundingCoding, bin_runs, bits_all_set, check_failures,
                        clear_bits, fill_slots, pack_soundings, unpack_records)
 from ._chains import chain_plan, chain_records, item_positions
+from ._sparse import gather_runs, nonzero_records, positions_to_items, record_runs
 from ._coverage import (COV_HEADER_SIZE, create_coverage_file, read_coverage,
                         update_coverage)
 from ._header import (BIN_HEADER_SIZE, LIBRARY_VERSION, NUM_ATTR, WGS84_WKT, PfmHeader,
@@ -1443,6 +1444,52 @@ class PfmFile:
         bidx, recs = self._read_bin_raw(row0, row1, col0, col1)
         return self._decode_bins(bidx, recs, codes=codes, fields=fields)
 
+    def bin_records_with_data(self, first: int = 0, last: int | None = None, *,
+                              fields: Sequence[str] | None = None, chunk: int = 1 << 20,
+                              only: np.ndarray | None = None, ranges=None):
+        """Yield the decoded records (as :meth:`read_bin_records`, ``bin_index`` increasing) of
+        the bins in ``first..last-1`` (or in the ``[a, b)`` bin ``ranges``) whose record is not
+        all zero (of those in the sorted ``only``, when given), at most ``chunk`` bins' bytes
+        read at a time (many short runs of data are read into one buffer).
+
+        Holes of the sparse ``.bin`` (bins never written) are not read
+        (:func:`._sparse.record_runs`) and all-zero records (empty bins) not decoded, so the
+        work follows the bins that hold data, not the size of the grid.
+        """
+        self._sync()
+        n = self.width * self.height
+        last = n if last is None else int(last)
+        first = int(first)
+        if not 0 <= first <= last <= n:
+            raise ConfigError(f"bins {first}..{last} are outside the grid of {n} bins")
+        bs, hs = self.bin_record_size, self.bin_header_size
+        chunk = max(1, int(chunk))
+        fd = self._fd("bin")
+        buf = None    # one buffer for every read: fresh memory costs page faults on each
+        if ranges is None:
+            ranges = [(first, last)]
+        runs = [record_runs(fd, hs, bs, a, b) for a, b in ranges]
+        runs = np.concatenate(runs) if runs else np.zeros((0, 2), np.int64)
+        for lo, hi, at in gather_runs(runs, chunk):
+            n = int(hi[-1] - lo[-1] + at[-1])
+            if buf is None or buf.size < n * bs:
+                buf = np.empty(n * bs, dtype=np.uint8)
+            mv = memoryview(buf)
+            for a, b, p in zip(lo.tolist(), hi.tolist(), at.tolist()):
+                got = os.preadv(fd, [mv[p * bs: (p + b - a) * bs]], hs + a * bs)
+                if got != (b - a) * bs:
+                    raise PfmFormatError("bin file ends early", path=self.bin_path,
+                                         offset=hs + a * bs + got)
+            recs = buf[: n * bs].reshape(n, bs)
+            nz = nonzero_records(recs)
+            bidx = positions_to_items(nz, lo, at)
+            if only is not None and nz.size:
+                w = np.minimum(np.searchsorted(only, bidx), only.size - 1)
+                keep = only[w] == bidx
+                nz, bidx = nz[keep], bidx[keep]
+            if nz.size:
+                yield self._decode_bins(bidx, recs[nz], fields=fields)
+
     def _decode_bins(self, bidx, recs, *, codes=False, fields=None) -> dict:
         h = self.header
         want = None if fields is None else set(fields)
@@ -1753,6 +1800,7 @@ class PfmFile:
         max depth is below NULL DEPTH: min/max depth with coords; and if the
         bin has DATA: min/max filtered depth with coords and min/max std.
         Start values are pfmLoader's (9999999 / -9999999, count 9999999 / 0).
+        Only the bins that hold data are read (:meth:`bin_records_with_data`).
         """
         res = dict(min_filtered_depth=9999999.0, max_filtered_depth=-9999999.0,
                    min_filtered_coord=(0, 0), max_filtered_coord=(0, 0),
@@ -1773,8 +1821,8 @@ class PfmFile:
                 if coord_key:
                     res[coord_key] = (int(bidx[j] % self.width), int(bidx[j] // self.width))
 
-        for r in range(0, self.height, step):
-            b = self.read_bin_records(r, min(self.height, r + step))
+        fields = ("num_soundings", "validity", "std", "min_filtered", "max_filtered", "min", "max")
+        for b in self.bin_records_with_data(fields=fields, chunk=step * self.width):
             has = b["num_soundings"] > 0
             if not has.any():
                 continue

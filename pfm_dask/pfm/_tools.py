@@ -8,7 +8,10 @@ which no layout can be derived raises :class:`PfmFormatError` (path and byte
 offset). It works in bands of bins in raster order; chains are walked for all
 bins of a band at once, one step of chain depth at a time, with a bitmap over
 the ``.ndx`` physical records to find records reached twice (a cycle, or a
-record shared by two bins) and records reached by no bin (orphans).
+record shared by two bins) and records reached by no bin (orphans). Only the
+runs where the sparse ``.bin`` holds data are read, and only its records that
+are not all zero walked (a hole is an empty bin by definition); the coverage
+bytes of empty bins in ``.bin`` holes are checked in a pass of their own.
 
 ``info`` and ``dump`` read through :mod:`._store`; ``dump`` streams by bands of
 rows into ``pyarrow.parquet.ParquetWriter``. The Parquet column names are
@@ -37,6 +40,8 @@ from ._bitpack import BitLayout, unpack_records
 from ._chains import chain_records, visit
 from ._header import BIN_HEADER_SIZE, NUM_ATTR, PfmHeader, bits_for, version_number
 from ._recompute import THREADS, grouped_bin_stats
+from ._sparse import (gather_runs, nonzero_records, positions_to_items, record_runs,
+                      subtract_runs)
 
 __all__ = [
     "Problem",
@@ -983,7 +988,7 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
             pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pfm-check")
 
         def merge_one() -> None:
-            band, bidx, recs, local, fut = pending.popleft()
+            band, bidx, recs, cover, local, fut = pending.popleft()
             fast = fut.result() if pool is not None else fut
             if fast is not None and visit(walker.visited.bits, fast[0]):
                 pr.merge(local, 2 * band + 1)
@@ -992,35 +997,77 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
                 # something to report in this band, or a record reached before: the
                 # exact walk, on the visited map as the bands before left it
                 pr.slot = 2 * band
-                walked = _walk_band(bidx, recs, ctx, pr)
+                walked = _walk_band(bidx, recs, cover, ctx, pr)
                 pr.slot = 2 * band + 1
                 ext.update(*_check_band_data(walked, ctx, pr))
                 del walked
             walker.drop_pages()
 
         band = 0
-        with open(parts[".bin"], "rb") as fb:
-            for b0 in range(0, n_read, _BAND_BINS):
-                b1 = min(n_read, b0 + _BAND_BINS)
-                fb.seek(hs + b0 * lay.bin_bytes)
-                raw = fb.read((b1 - b0) * lay.bin_bytes)
-                nb = len(raw) // lay.bin_bytes
-                if nb == 0:
+        bs = lay.bin_bytes
+        bin_fd = os.open(parts[".bin"], os.O_RDONLY)
+        try:
+            # only what holds data: bins outside these runs are holes of the .bin (all-zero
+            # records, valid empty bins); those the .cvg holds data for have their coverage
+            # bytes checked afterwards (_check_empty_coverage)
+            runs = record_runs(bin_fd, hs, bs, 0, n_read)
+            # one buffer for every read (fresh memory costs page faults); bands keep copies.
+            # Short runs (a line crossing every row leaves one a row) share a buffer: the
+            # positions in it map to bins piece by piece (positions_to_items).
+            buf = np.empty(_BAND_BINS * bs, dtype=np.uint8)
+            cbuf = np.empty(_BAND_BINS, dtype=np.uint8)
+            cvalid = np.empty(_BAND_BINS, dtype=bool)
+            for lo, hi, at in gather_runs(runs, _BAND_BINS):
+                n, short = int(hi[-1] - lo[-1] + at[-1]), False
+                for a, b, p in zip(lo.tolist(), hi.tolist(), at.tolist()):
+                    got = os.preadv(bin_fd, [memoryview(buf)[p * bs: (p + b - a) * bs]], hs + a * bs)
+                    if got != (b - a) * bs:
+                        n, short = p + got // bs, True
+                        break
+                if n == 0:
                     break
-                recs = np.frombuffer(raw[: nb * lay.bin_bytes], dtype=np.uint8).reshape(nb, lay.bin_bytes)
+                # the pieces' coverage bytes (a band whose bytes the .cvg lacks skips the test)
+                cvalid[:n] = False
+                if cvg_fd is not None:
+                    for a, b, p in zip(lo.tolist(), hi.tolist(), at.tolist()):
+                        m = min(b - a, n - p)
+                        if m <= 0:
+                            break
+                        got = os.preadv(cvg_fd, [memoryview(cbuf)[p: p + m]], _COV_HEADER_SIZE + a)
+                        cvalid[p: p + got] = True
+                recs = buf[: n * bs].reshape(n, bs)
+                # all-zero records are empty bins: only their coverage bytes are checked
+                nz = nonzero_records(recs)
+                bins = positions_to_items(nz, lo, at)
+                recs = recs[nz]
                 cnt = lay.bin.unpack(recs, ["count"])["count"].astype(np.int64)
-                for a, b in _split_by_soundings(cnt, budget):
-                    bidx = np.arange(b0 + a, b0 + b, dtype=np.int64)
+                pieces = list(_split_by_soundings(cnt, budget)) if nz.size else [(0, 0)]
+                for i, (a, b) in enumerate(pieces):
+                    # the band's positions (for the coverage) reach the next band's first
+                    p0 = int(nz[a]) if i else 0
+                    p1 = int(nz[b]) if i + 1 < len(pieces) else n
+                    cover = None
+                    if p1 > p0 and cvalid[p0:p1].all():
+                        cover = (positions_to_items(np.arange(p0, p1, dtype=np.int64), lo, at),
+                                 cbuf[p0:p1].copy())
+                    bidx = bins[a:b]
                     local = _Problems()
-                    fut = (pool.submit(_fast_band, bidx, recs[a:b], ctx, local) if pool is not None
-                           else _fast_band(bidx, recs[a:b], ctx, local))
-                    pending.append((band, bidx, recs[a:b], local, fut))
+                    fut = (pool.submit(_fast_band, bidx, recs[a:b], cover, ctx, local)
+                           if pool is not None else _fast_band(bidx, recs[a:b], cover, ctx, local))
+                    pending.append((band, bidx, recs[a:b], cover, local, fut))
                     while len(pending) > (threads if pool is not None else 0):
                         merge_one()
                     band += 1
+                if short:
+                    break
+        finally:
+            os.close(bin_fd)
         while pending:
             merge_one()
         pr.slot = 2 * band
+        if cvg_fd is not None:
+            _check_empty_coverage(cvg_fd, subtract_runs(
+                record_runs(cvg_fd, _COV_HEADER_SIZE, 1, 0, n_read), runs), W, pr)
         # orphans
         if walker.n_phys:
             n_orphans, firsts = walker.visited.unset()
@@ -1037,6 +1084,23 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
         walker.close()
         if cvg_fd is not None:
             os.close(cvg_fd)
+
+
+def _check_empty_coverage(cvg_fd: int, runs: np.ndarray, W: int, pr: _Problems) -> None:
+    """Coverage bytes of bins whose record is a hole of the ``.bin`` (empty: validity 0), in
+    the ``runs`` where the ``.cvg`` holds data: none may set DATA, CHECKED or VERIFIED."""
+    mask = V.COV_DATA | V.COV_CHECKED | V.COV_VERIFIED
+    buf = np.empty(min(_BAND_BINS * 16, max(1, int((runs[:, 1] - runs[:, 0]).max(initial=1)))),
+                   dtype=np.uint8)
+    for a, b in runs.tolist():
+        for lo in range(a, b, buf.size):
+            hi = min(b, lo + buf.size)
+            got = os.preadv(cvg_fd, [memoryview(buf)[: hi - lo]], _COV_HEADER_SIZE + lo)
+            cov = buf[:got]
+            for j in pr.each("coverage", ".cvg", (cov & mask) != 0):
+                pr.add("coverage", ".cvg", _bin_where(lo + int(j), W),
+                       f"coverage byte {int(cov[j]):#04x} disagrees with the bin flags "
+                       "(DATA False, CHECKED False, VERIFIED False)")
 
 
 class _ExtremaCheck:
@@ -1100,8 +1164,12 @@ class _ExtremaCheck:
                        f"{name} is at {tuple(hc)} in the header but first reached at {_bin_where(b, W)}")
 
 
-def _walk_band(bidx, recs, ctx: _BandContext, pr: _Problems) -> dict:
-    """A band's record checks and chain walk (in band order: the visited map spans bands)."""
+def _walk_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems) -> dict:
+    """A band's record checks and chain walk (in band order: the visited map spans bands).
+
+    ``bidx`` (increasing) and ``recs``: the band's bins whose record is not all zero;
+    ``cover``: ``(bins, coverage bytes)`` of every bin the band covers (the others in it are
+    empty: all-zero records), or ``None`` where the ``.cvg`` lacks them."""
     W, lay, walker = ctx.W, ctx.lay, ctx.walker
     u = lay.bin.unpack(recs)
     cnt = u["count"].astype(np.int64)
@@ -1132,10 +1200,10 @@ def _walk_band(bidx, recs, ctx: _BandContext, pr: _Problems) -> dict:
     else:
         ok, reached = walker.walk(bidx, walk_cnt, head, tail)
     ok &= ~huge
-    return {"bidx": bidx, "u": u, "cnt": cnt, "ok": ok, "reached": reached}
+    return {"bidx": bidx, "u": u, "cnt": cnt, "ok": ok, "reached": reached, "cover": cover}
 
 
-def _fast_band(bidx, recs, ctx: _BandContext, pr: _Problems):
+def _fast_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
     """A band checked on the assumption that its records and chains are sound (any thread).
 
     Returns ``(records reached, the band's extrema arguments)`` when the bin
@@ -1161,7 +1229,7 @@ def _fast_band(bidx, recs, ctx: _BandContext, pr: _Problems):
         if rec_idx is None:
             return None
         walked = {"bidx": bidx, "u": u, "cnt": cnt, "ok": np.ones(cnt.size, dtype=bool),
-                  "snd": walker.soundings_of_chains(cnt, rec_idx)}
+                  "snd": walker.soundings_of_chains(cnt, rec_idx), "cover": cover}
         return rec_idx, _check_band_data(walked, ctx, pr)
     except Exception:  # noqa: BLE001 - the exact walk decides what is reported
         return None
@@ -1243,21 +1311,26 @@ def _check_band_data(walked: dict, ctx: _BandContext, pr: _Problems) -> tuple:
                          f"{int(st['validity'][j]):#x}"))
         for j, m in msgs:
             pr.add(kind, ".bin", _bin_where(bidx[good[j]], W), m)
-    # coverage map
-    if ctx.cvg_fd is not None:
-        raw = os.pread(ctx.cvg_fd, bidx.size, _COV_HEADER_SIZE + int(bidx[0]))
-        if len(raw) == bidx.size:
-            cov = np.frombuffer(raw, dtype=np.uint8).astype(np.int64)
-            d = (validity & V.DATA) != 0
-            wrong = (d != ((cov & V.COV_DATA) != 0))
-            wrong |= ((validity & V.CHECKED) != 0) != ((cov & V.COV_CHECKED) != 0)
-            wrong |= ((validity & V.VERIFIED) != 0) != ((cov & V.COV_VERIFIED) != 0)
-            wrong |= d & ((cov & V.COV_SURVEYED) == 0)
-            for j in pr.each("coverage", ".cvg", wrong):
-                pr.add("coverage", ".cvg", _bin_where(bidx[j], W),
-                       f"coverage byte {int(cov[j]):#04x} disagrees with the bin flags "
-                       f"(DATA {bool(d[j])}, CHECKED {bool(validity[j] & V.CHECKED)}, "
-                       f"VERIFIED {bool(validity[j] & V.VERIFIED)})")
+    # coverage map, over every bin the band covers (its empty bins have validity 0)
+    if walked["cover"] is not None:
+        cbins, cov = walked["cover"]
+        # an empty bin (all-zero record, validity 0) may set none of the three flags
+        wrong = (cov & (V.COV_DATA | V.COV_CHECKED | V.COV_VERIFIED)) != 0
+        at = np.searchsorted(cbins, bidx)
+        c = cov[at].astype(np.int64)
+        d = (validity & V.DATA) != 0
+        w = (d != ((c & V.COV_DATA) != 0))
+        w |= ((validity & V.CHECKED) != 0) != ((c & V.COV_CHECKED) != 0)
+        w |= ((validity & V.VERIFIED) != 0) != ((c & V.COV_VERIFIED) != 0)
+        w |= d & ((c & V.COV_SURVEYED) == 0)
+        wrong[at] = w
+        for j in pr.each("coverage", ".cvg", wrong):
+            k = int(np.searchsorted(at, j))
+            v = int(validity[k]) if k < at.size and at[k] == j else 0
+            pr.add("coverage", ".cvg", _bin_where(cbins[j], W),
+                   f"coverage byte {int(cov[j]):#04x} disagrees with the bin flags "
+                   f"(DATA {bool(v & V.DATA)}, CHECKED {bool(v & V.CHECKED)}, "
+                   f"VERIFIED {bool(v & V.VERIFIED)})")
     # header extrema from the stored values of this band
     vals = {}
     for f in ("min_filtered", "max_filtered", "min", "max"):
