@@ -56,6 +56,15 @@ def _field_size(v):
     return -1
 
 
+def _size_or_high(width, sid, high, hknown):
+    """The field-size nibble for ``width`` bytes per beam, else the array's last known one
+    (``high``), else -1 (no way to tell: the Python walk decides)."""
+    fs = _field_size(width)
+    if fs < 0 and hknown[sid] != 0:
+        fs = high[sid] & 0xF0
+    return fs
+
+
 def _u32(u8, at):
     return (np.int64(u8[at]) << 24) | (np.int64(u8[at + 1]) << 16) \
         | (np.int64(u8[at + 2]) << 8) | np.int64(u8[at + 3])
@@ -134,12 +143,10 @@ def _k_walk(u8, doffs, sizes, hdr_len, i0, spec, mult, soff, low, high, tknown, 
             q = p + 4
             seen[sid] = 1
             if spec[sid, 0] == 1:
-                fs = _field_size(ssize // n)
+                fs = _size_or_high(ssize // n, sid, high, hknown)
                 if fs < 0:
-                    if hknown[sid] == 0:
-                        ok = False
-                        break
-                    fs = high[sid] & 0xF0
+                    ok = False
+                    break
                 sr = ssize
                 count = 0
                 while True:
@@ -153,13 +160,9 @@ def _k_walk(u8, doffs, sizes, hdr_len, i0, spec, mult, soff, low, high, tknown, 
                         nsz = nw & 0xFFFFFF
                         if 0 < nid <= MAX_ARRAY_ID and (nsz == n or nsz == 2 * n
                                                         or nsz == 4 * n):
-                            fs2 = _field_size(sr // n)
-                            if fs2 < 0:
-                                if hknown[sid] == 0:
-                                    ok = False
-                                    break
-                                fs2 = high[sid] & 0xF0
-                            fs = fs2
+                            fs = _size_or_high(sr // n, sid, high, hknown)
+                            if fs < 0:
+                                ok = False
                             break
                     if count < 3:
                         sr = n * (1 << count)       # 1, 2, 4 bytes per beam
@@ -347,7 +350,7 @@ def _k_decode(u8, doffs, nb, pos, width, mult, off, signed, t, tsec, tnsec, lat,
         r += n
 
 
-_HELPERS = ("_field_size", "_u32", "_bswap32")
+_HELPERS = ("_field_size", "_size_or_high", "_u32", "_bswap32")
 
 
 def _signatures(T) -> dict:
