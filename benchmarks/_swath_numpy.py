@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from pfm_dask._swath import SwathStats, _check_params, _ping_rows, _result, _sorted_input
+from pfm_dask.filters._swath import SwathStats, _check_params, _ping_rows, _result, _sorted_input
 
 __all__ = ["swath_filter_numpy"]
 

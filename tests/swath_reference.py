@@ -1,7 +1,7 @@
 """A slow, plain recomputation of the swath filter's rule, one sounding at a time.
 
 Written from the rule in ``docs/filters.md`` (section 2), sharing no code with
-``pfm_dask._swath`` or its kernel: neighbours are looked up in a dictionary keyed by
+``pfm_dask.filters._swath`` or its kernel: neighbours are looked up in a dictionary keyed by
 (ping number, beam number), medians come from ``np.sort``, the plane from
 ``np.linalg.solve``. The precision follows the rule: neighbour depths and residuals are
 float32 (so medians and residuals are the float32 values the filter sees), the weighted

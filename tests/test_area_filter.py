@@ -3,7 +3,7 @@
 The reference follows PFM_NOTES 3.5 bin by bin in pfmLoader's raster order (one Python loop
 per bin and per sounding), with the fixes this project makes: edge rows filtered with the
 3 x 3 block clipped at the grid, no cut when the threshold is 0, double-precision two-pass
-statistics. It shares no code with ``pfm_dask._area``.
+statistics. It shares no code with ``pfm_dask.filters._area``.
 """
 
 from __future__ import annotations

@@ -218,7 +218,7 @@ def test_serial_load_runs_on_one_thread(survey, tmp_path, monkeypatch):
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from pfm_dask.pfm import _recompute, _tools
+    from pfm_dask.pfm import _check, _recompute
 
     pools = []
     real_init = ThreadPoolExecutor.__init__
@@ -229,7 +229,7 @@ def test_serial_load_runs_on_one_thread(survey, tmp_path, monkeypatch):
 
     monkeypatch.setattr(ThreadPoolExecutor, "__init__", spy_init)
     asked = []
-    real_check = _tools.check
+    real_check = _check.check
     monkeypatch.setattr(pfm, "check", lambda *a, **k: asked.append(("check", k.get("threads")))
                         or real_check(*a, **k))
     real_recompute = _recompute.recompute

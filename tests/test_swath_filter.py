@@ -2,7 +2,7 @@
 
 The reference re-derives each decision one sounding at a time from a dictionary of
 (ping rank, beam) -> depth with ``np.median`` and ``np.linalg.solve``, sharing no code with
-``pfm_dask._swath``. The synthetic surveys are ping x beam grids over a sloping, curved
+``pfm_dask.filters._swath``. The synthetic surveys are ping x beam grids over a sloping, curved
 seafloor with noise of 0.3 % of depth (more at the outer beams) and planted spikes of 3-30 %
 of depth, single and in clusters of 2-3 adjacent beams.
 """

@@ -74,7 +74,7 @@ def holey_survey(seed, n_pings=24, n_beams=40):
 # ------------------------------------------------------------------------------ networks
 @pytest.mark.parametrize("n", range(2, 15))
 def test_networks_sort_every_zero_one_input(n):
-    from pfm_dask._simd import odd_even_merge_sort, select_network
+    from pfm_dask.filters._simd import odd_even_merge_sort, select_network
 
     x = np.array(list(itertools.product((0, 1), repeat=n)), dtype=np.int8)   # 0-1 principle
     want = np.sort(x, axis=1)
@@ -93,7 +93,7 @@ def test_networks_sort_every_zero_one_input(n):
 def test_vsort_pair_gives_the_middle_of_each_lane(k):
     import numba
 
-    from pfm_dask import _simd
+    from pfm_dask.filters import _simd
 
     @numba.njit
     def middle(a, tok, out):

@@ -7,7 +7,7 @@ step-by-step walk, which names the problem. :func:`item_positions` then says
 where each of their soundings is.
 
 ``check`` must find records reached twice across the whole ``.ndx`` (a cycle,
-or a record shared by two bins), so its exact walk (``_tools._Walker.walk``)
+or a record shared by two bins), so its exact walk (``_check_walk._Walker.walk``)
 tests and sets one visited map in band order, and cannot run on several
 threads. Almost every band of a sound file has nothing to report, though, so
 the check first follows each band's chains with :func:`chain_records` on its

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pfm_dask import pfm as P
-from pfm_dask.pfm import _tools
+from pfm_dask.pfm import _check, _check_parts, _check_walk, _problems
 
 from .test_check import BinFile, copy_pfm, has_problem, ndx_record, part
 from .test_final_step_speed import damage
@@ -105,14 +105,14 @@ def test_visited_map_in_a_file_finds_shared_records_and_orphans(sound, tmp_path,
     in_memory = P.check(p, threads=threads, band_soundings=9)
 
     made = []
-    orig = _tools._Bitmap.__init__
+    orig = _check_walk._Bitmap.__init__
 
     def spy(self, n, directory=None):
         orig(self, n, directory)
         made.append(self.in_file)
 
-    monkeypatch.setattr(_tools, "_BITMAP_IN_MEMORY", 0)
-    monkeypatch.setattr(_tools._Bitmap, "__init__", spy)
+    monkeypatch.setattr(_check_walk, "_BITMAP_IN_MEMORY", 0)
+    monkeypatch.setattr(_check_walk._Bitmap, "__init__", spy)
     before = sorted(os.listdir(p + ".data"))
     in_file = P.check(p, threads=threads, band_soundings=9)
     assert made and all(made), "the visited map must have gone to a file"
@@ -124,8 +124,8 @@ def test_visited_map_in_a_file_finds_shared_records_and_orphans(sound, tmp_path,
 
 
 def test_visited_map_falls_back_to_memory(tmp_path, monkeypatch):
-    monkeypatch.setattr(_tools, "_BITMAP_IN_MEMORY", 0)
-    bm = _tools._Bitmap(1000, os.fspath(tmp_path / "does-not-exist"))
+    monkeypatch.setattr(_check_walk, "_BITMAP_IN_MEMORY", 0)
+    bm = _check_walk._Bitmap(1000, os.fspath(tmp_path / "does-not-exist"))
     assert not bm.in_file
     bm.set(np.array([3, 999]))
     assert bm.test(np.array([3, 4, 999])).tolist() == [True, False, True]
@@ -137,10 +137,10 @@ def test_visited_map_falls_back_to_memory(tmp_path, monkeypatch):
 @pytest.mark.parametrize("n", [1, 8, 13, 4099, 70001])
 def test_bitmap_against_a_boolean_array(tmp_path, monkeypatch, in_file, n):
     """set/test/unset (in chunks, pages dropped between them) against a plain bool array."""
-    monkeypatch.setattr(_tools, "_BITMAP_IN_MEMORY", 0 if in_file else 1 << 40)
+    monkeypatch.setattr(_check_walk, "_BITMAP_IN_MEMORY", 0 if in_file else 1 << 40)
     rng = np.random.default_rng(n)
     ref = np.zeros(n, dtype=bool)
-    bm = _tools._Bitmap(n, os.fspath(tmp_path))
+    bm = _check_walk._Bitmap(n, os.fspath(tmp_path))
     try:
         assert bm.in_file == in_file
         for _ in range(4):
@@ -173,15 +173,15 @@ def _mapping_rss_kib(path: str) -> int:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux /proc smaps")
 def test_walker_drops_the_ndx_pages_it_read(sound):
-    parts = _tools._parts(sound)
+    parts = _check_parts._parts(sound)
     ndx = os.path.realpath(parts[".ndx"])
-    h = _tools._read_header(parts[".bin"])
-    lay = _tools._Layout(h, True)
+    h = _check_parts._read_header(parts[".bin"])
+    lay = _check_parts._Layout(h, True)
     raw = open(parts[".bin"], "rb").read()[h.bin_header_size:]
     recs = np.frombuffer(raw, np.uint8).reshape(-1, lay.bin_bytes)
     u = lay.bin.unpack(recs)
-    w = _tools._Walker(parts[".ndx"], os.path.getsize(parts[".ndx"]), lay, h.bin_width,
-                       _tools._Problems())
+    w = _check_walk._Walker(parts[".ndx"], os.path.getsize(parts[".ndx"]), lay, h.bin_width,
+                       _problems._Problems())
     try:
         bidx = np.arange(recs.shape[0])
         ok, reached = w.walk(bidx, u["count"].astype(np.int64), u["head"].astype(np.int64),
@@ -202,21 +202,21 @@ def test_walker_drops_the_ndx_pages_it_read(sound):
 
 def test_check_drops_pages_after_every_band(sound, monkeypatch):
     bands, drops = [], []
-    split = _tools._split_by_soundings
+    split = _check._split_by_soundings
 
     def count_bands(cnt, budget):
         for ab in split(cnt, budget):
             bands.append(ab)
             yield ab
 
-    orig_drop = _tools._Walker.drop_pages
+    orig_drop = _check_walk._Walker.drop_pages
 
     def count_drops(self):
         drops.append(1)
         orig_drop(self)
 
-    monkeypatch.setattr(_tools, "_split_by_soundings", count_bands)
-    monkeypatch.setattr(_tools._Walker, "drop_pages", count_drops)
+    monkeypatch.setattr(_check, "_split_by_soundings", count_bands)
+    monkeypatch.setattr(_check_walk._Walker, "drop_pages", count_drops)
     for threads in (1, 2):
         bands.clear()
         drops.clear()

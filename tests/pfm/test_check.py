@@ -449,10 +449,10 @@ def test_random_damage_never_crashes(sound_two, tmp_path_factory, ext, where, le
 
 
 def test_small_bands_give_the_same_answer(sound_one, damaged, monkeypatch):
-    from pfm_dask.pfm import _tools
+    from pfm_dask.pfm import _check
 
-    monkeypatch.setattr(_tools, "_BAND_BINS", 5)
-    monkeypatch.setattr(_tools, "_BAND_SOUNDINGS", 13)
+    monkeypatch.setattr(_check, "_BAND_BINS", 5)
+    monkeypatch.setattr(_check, "_BAND_SOUNDINGS", 13)
     assert P.check(sound_one) == []
     # a record shared by bins that sit in different bands is still found
     bf = BinFile(damaged)
@@ -465,9 +465,9 @@ def test_small_bands_give_the_same_answer(sound_one, damaged, monkeypatch):
 
 
 def test_heavy_bins_are_validated_before_reading(sound_one, damaged, monkeypatch):
-    from pfm_dask.pfm import _tools
+    from pfm_dask.pfm import _check
 
-    monkeypatch.setattr(_tools, "_BAND_SOUNDINGS", 2)  # every bin of > 4 soundings is "heavy"
+    monkeypatch.setattr(_check, "_BAND_SOUNDINGS", 2)  # every bin of > 4 soundings is "heavy"
     assert P.check(sound_one) == []
     bf = BinFile(damaged)
     L = bf.h.record_length

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pfm_dask import pfm as P
 from pfm_dask.errors import PfmDaskError
-from pfm_dask.pfm import _recompute, _tools
+from pfm_dask.pfm import _recompute, _check, _check_band, _check_parts, _check_walk, _problems
 from pfm_dask.pfm import validity as V
 from pfm_dask.pfm._recompute import (PRIOR_KEEP, _group_pass, compute_bin_stats,
                                      grouped_bin_stats)
@@ -294,14 +294,14 @@ def test_read_bin_records_fields_are_a_subset(three_batches):
 
 def test_read_soundings_agree_with_the_checks_own_reader(three_batches):
     """Two independent readers of the same chains: the store's and the check's walker."""
-    parts = _tools._parts(three_batches)
-    h = _tools._read_header(parts[".bin"])
-    lay = _tools._Layout(h, True)
+    parts = _check_parts._parts(three_batches)
+    h = _check_parts._read_header(parts[".bin"])
+    lay = _check_parts._Layout(h, True)
     raw = open(parts[".bin"], "rb").read()[h.bin_header_size:]
     recs = np.frombuffer(raw, np.uint8).reshape(-1, lay.bin_bytes)
     u = lay.bin.unpack(recs)
-    walker = _tools._Walker(parts[".ndx"], os.path.getsize(parts[".ndx"]), lay, h.bin_width,
-                            _tools._Problems())
+    walker = _check_walk._Walker(parts[".ndx"], os.path.getsize(parts[".ndx"]), lay, h.bin_width,
+                            _problems._Problems())
     try:
         bidx = np.arange(recs.shape[0])
         ok, reached = walker.walk(bidx, u["count"].astype(np.int64), u["head"].astype(np.int64),
@@ -403,11 +403,11 @@ def test_ordered_imap_keeps_order_and_stops_at_the_first_error(threads):
 
 # --- check: the walk, the pipeline and the problem list ------------------------------------------
 
-class OldWalker(_tools._Walker):
+class OldWalker(_check_walk._Walker):
     """The previous walk: reads whole records at every step and scatters every field."""
 
     def _classify(self, b, head, target, steps):
-        if self.classified >= 2 * _tools._MAX_PER_KIND:
+        if self.classified >= 2 * _problems._MAX_PER_KIND:
             return "reached twice (a cycle, or shared with another bin)"
         self.classified += 1
         cur = head
@@ -441,7 +441,7 @@ class OldWalker(_tools._Walker):
                 bi = active[j]
                 what = ("head pointer" if step == 0 else f"continuation pointer (record {step + 1} "
                         "of the chain)")
-                pr.add("chain pointer", ".bin" if step == 0 else ".ndx", _tools._bin_where(bidx[bi], W),
+                pr.add("chain pointer", ".bin" if step == 0 else ".ndx", _problems._bin_where(bidx[bi], W),
                        f"{what} {int(a[j]):,} is not a physical record of the .ndx "
                        f"({self.size:,} bytes of {L.phys}-byte records)")
             ok[active[bad]] = False
@@ -460,7 +460,7 @@ class OldWalker(_tools._Walker):
             for j in pr.each("chain revisit", ".ndx", again):
                 bi = active[j]
                 kind = self._classify(int(bidx[bi]), int(head[bi]), int(a[j]), step)
-                pr.add("chain revisit", ".ndx", _tools._bin_where(bidx[bi], W),
+                pr.add("chain revisit", ".ndx", _problems._bin_where(bidx[bi], W),
                        f"physical record at byte {int(a[j]):,} (step {step + 1} of the chain) {kind}")
             ok[active[again]] = False
             keep = ~again
@@ -484,20 +484,20 @@ class OldWalker(_tools._Walker):
             last = nrec[active] == step + 1
             for j in pr.each("chain long", ".ndx", last & (cont != 0)):
                 bi = active[j]
-                pr.add("chain long", ".ndx", _tools._bin_where(bidx[bi], W),
+                pr.add("chain long", ".ndx", _problems._bin_where(bidx[bi], W),
                        f"the chain continues (to byte {int(cont[j]):,}) after the "
                        f"{int(nrec[bi])} record(s) that {int(count[bi])} soundings need: "
                        "the count is smaller than the chain")
             ok[active[last & (cont != 0)]] = False
             for j in pr.each("chain tail", ".bin", last & (a != tail[active])):
                 bi = active[j]
-                pr.add("chain tail", ".bin", _tools._bin_where(bidx[bi], W),
+                pr.add("chain tail", ".bin", _problems._bin_where(bidx[bi], W),
                        f"tail pointer {int(tail[bi]):,} but the chain ends at byte {int(a[j]):,}")
             ok[active[last & (a != tail[active])]] = False
             short = ~last & (cont == 0)
             for j in pr.each("chain short", ".ndx", short):
                 bi = active[j]
-                pr.add("chain short", ".ndx", _tools._bin_where(bidx[bi], W),
+                pr.add("chain short", ".ndx", _problems._bin_where(bidx[bi], W),
                        f"the chain ends after {step + 1} record(s) but the count {int(count[bi])} "
                        f"needs {int(nrec[bi])}")
             ok[active[short]] = False
@@ -583,9 +583,9 @@ def _damaged_copy(sound, d, seed, many=False):
 @pytest.mark.parametrize("seed", range(6))
 def test_walker_equals_the_previous_walk(sound, tmp_path, seed):
     p = _damaged_copy(sound, tmp_path / "w", seed)
-    parts = _tools._parts(p)
-    h = _tools._read_header(parts[".bin"])
-    lay = _tools._Layout(h, True)
+    parts = _check_parts._parts(p)
+    h = _check_parts._read_header(parts[".bin"])
+    lay = _check_parts._Layout(h, True)
     raw = open(parts[".bin"], "rb").read()[h.bin_header_size:]
     recs = np.frombuffer(raw, np.uint8).reshape(-1, lay.bin_bytes)
     u = lay.bin.unpack(recs)
@@ -594,8 +594,8 @@ def test_walker_equals_the_previous_walk(sound, tmp_path, seed):
     cnt = np.where(cnt > (size // lay.phys) * lay.L, 0, cnt)
     head, tail = u["head"].astype(np.int64), u["tail"].astype(np.int64)
     answers = []
-    for cls in (_tools._Walker, OldWalker):
-        pr = _tools._Problems()
+    for cls in (_check_walk._Walker, OldWalker):
+        pr = _problems._Problems()
         w = cls(parts[".ndx"], size, lay, h.bin_width, pr)
         try:
             oks, snds = [], []
@@ -625,8 +625,8 @@ def test_check_threads_and_bands_give_the_same_problems(sound, tmp_path, monkeyp
     want = P.check(p, threads=1)
     assert want, "the damage must be found"
     assert P.check(p, threads=2) == want
-    monkeypatch.setattr(_tools, "_BAND_BINS", 11)
-    monkeypatch.setattr(_tools, "_BAND_SOUNDINGS", 23)
+    monkeypatch.setattr(_check, "_BAND_BINS", 11)
+    monkeypatch.setattr(_check, "_BAND_SOUNDINGS", 23)
     small = P.check(p, threads=1)
     for threads in (2, 3):
         assert P.check(p, threads=threads) == small
@@ -639,30 +639,30 @@ def test_fast_walk_gives_the_exact_walks_problems(sound, tmp_path, monkeypatch, 
     exactly what the exact walk alone reports, on any damage, threads and band sizes."""
     p = _damaged_copy(sound, tmp_path / "f", seed, many)
     for bands in ((1 << 18, 500_000), (11, 23), (3, 7)):
-        monkeypatch.setattr(_tools, "_BAND_BINS", bands[0])
-        monkeypatch.setattr(_tools, "_BAND_SOUNDINGS", bands[1])
-        monkeypatch.setattr(_tools, "_FAST_WALK", False)
+        monkeypatch.setattr(_check, "_BAND_BINS", bands[0])
+        monkeypatch.setattr(_check, "_BAND_SOUNDINGS", bands[1])
+        monkeypatch.setattr(_check_band, "_FAST_WALK", False)
         want = P.check(p, threads=1)
         assert want
-        monkeypatch.setattr(_tools, "_FAST_WALK", True)
+        monkeypatch.setattr(_check_band, "_FAST_WALK", True)
         for threads in (1, 2, 3):
             assert P.check(p, threads=threads) == want, (bands, threads)
 
 
 def _count_exact_walks(monkeypatch) -> list:
     calls = []
-    exact = _tools._walk_band
+    exact = _check._walk_band
 
     def counted(*args):
         calls.append(args[0][0])
         return exact(*args)
 
-    monkeypatch.setattr(_tools, "_walk_band", counted)
+    monkeypatch.setattr(_check, "_walk_band", counted)
     return calls
 
 
 def test_fast_walk_takes_every_band_of_a_sound_file(sound, monkeypatch):
-    monkeypatch.setattr(_tools, "_BAND_BINS", 64)
+    monkeypatch.setattr(_check, "_BAND_BINS", 64)
     calls = _count_exact_walks(monkeypatch)
     for threads in (1, 2):
         assert P.check(sound, threads=threads) == []
@@ -698,8 +698,8 @@ def test_visit_marks_in_order_and_undoes_a_conflict():
 
 
 def test_check_threads_on_a_sound_file(sound, monkeypatch):
-    monkeypatch.setattr(_tools, "_BAND_BINS", 5)
-    monkeypatch.setattr(_tools, "_BAND_SOUNDINGS", 13)
+    monkeypatch.setattr(_check, "_BAND_BINS", 5)
+    monkeypatch.setattr(_check, "_BAND_SOUNDINGS", 13)
     for threads in (1, 2, 4):
         assert P.check(sound, threads=threads) == []
 
@@ -722,11 +722,11 @@ def test_check_threads_on_random_damage(sound, tmp_path_factory, monkeypatch, ex
         else:
             fh.seek(off)
             fh.write(rng.integers(0, 256, length, dtype=np.uint8).tobytes())
-    monkeypatch.setattr(_tools, "_BAND_BINS", 9)
-    monkeypatch.setattr(_tools, "_BAND_SOUNDINGS", 17)
+    monkeypatch.setattr(_check, "_BAND_BINS", 9)
+    monkeypatch.setattr(_check, "_BAND_SOUNDINGS", 17)
 
     def run(threads, fast=True):
-        monkeypatch.setattr(_tools, "_FAST_WALK", fast)
+        monkeypatch.setattr(_check_band, "_FAST_WALK", fast)
         try:
             return P.check(p, threads=threads)
         except PfmDaskError as exc:
@@ -756,16 +756,16 @@ def test_problem_merge_equals_sequential_collection(bands):
                 for j in pr.each("c", "y", np.arange(n)):
                     pr.add("c", "y", f"{band}", f"c{j}")
 
-    seq = _tools._Problems()
+    seq = _problems._Problems()
     for i in range(len(bands)):
         walk_part(seq, i, 0)
         data_part(seq, i)
-    piped = _tools._Problems()
+    piped = _problems._Problems()
     locals_ = []
     for i in range(len(bands)):
         piped.slot = 2 * i
         walk_part(piped, i, 0)
-        loc = _tools._Problems()
+        loc = _problems._Problems()
         data_part(loc, i)
         locals_.append(loc)
     for i, loc in enumerate(locals_):      # merged after every walk part ran

@@ -72,11 +72,11 @@ def test_dump_bins_equal_reference(written, tmp_path):
 
 
 def test_dump_streams_in_bands(written, tmp_path, monkeypatch):
-    from pfm_dask.pfm import _tools
+    from pfm_dask.pfm import _info
 
     path, grid, inp = written
     P.dump(path, soundings=tmp_path / "a.parquet", bins=tmp_path / "ab.parquet")
-    monkeypatch.setattr(_tools, "_BAND_SOUNDINGS", 9)
+    monkeypatch.setattr(_info, "_BAND_SOUNDINGS", 9)
     P.dump(path, soundings=tmp_path / "b.parquet", bins=tmp_path / "bb.parquet")
     assert pq.read_table(tmp_path / "a.parquet").equals(pq.read_table(tmp_path / "b.parquet"))
     assert pq.read_table(tmp_path / "ab.parquet").equals(pq.read_table(tmp_path / "bb.parquet"))

@@ -1,9 +1,9 @@
 """The swath filter's compiled kernel: robust local-plane scores for 8 neighbouring beams at once.
 
-One call scores a whole file (or ping range) laid out by :func:`pfm_dask._swath.swath_filter`.
+One call scores a whole file (or ping range) laid out by :func:`pfm_dask.filters._swath.swath_filter`.
 For each ping with soundings to test it fills a ``window_pings``-row strip of the ping x beam
 grid (NaN = no valid sounding) and walks the ping's beams 8 at a time, one beam per float32
-lane of an AVX register (``pfm_dask._simd``). Every median is two middle order statistics of
+lane of an AVX register (``pfm_dask.filters._simd``). Every median is two middle order statistics of
 a sorting network run on the lanes in registers; a missing neighbour is padded with -inf or
 +inf, half and half, so that the middle of the padded window is the median of the valid
 neighbours whatever their number. The arithmetic is the filter's, operation for operation

@@ -19,9 +19,9 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ._numeric import CompiledKernels
-from .errors import ConfigError
-from .pfm import validity as V
+from .._numeric import CompiledKernels
+from ..errors import ConfigError
+from ..pfm import validity as V
 
 __all__ = ["AreaFilter", "AreaFilterSummary", "RowResult", "RowSoundings"]
 

@@ -1,18 +1,13 @@
-"""Sounding filters: GSF beam flags to PFM validity, the per-file swath filter, the area filter.
+"""GSF beam flags to PFM validity, pfmLoader's beam skips and depth limits (numpy, no I/O).
 
-Plain numpy kernels, no file I/O and no Dask. The loader calls
-:func:`gsf_flags_to_validity`, :func:`beam_usable`, :func:`apply_depth_limits` and
-:func:`swath_filter` in its per-file tasks, and drives :class:`AreaFilter` row by row
-on the writer as the last, serial step. See ``docs/filters.md``.
+See ``docs/filters.md`` section 1.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .pfm import validity as V
-from ._swath import SwathStats, score_against_truth, spike_mask, swath_filter, swath_halo
-from ._area import AreaFilter, AreaFilterSummary, RowResult, RowSoundings
+from ..pfm import validity as V
 
 __all__ = [
     "GSF_NULL_BEAM",
@@ -30,15 +25,6 @@ __all__ = [
     "gsf_flags_to_validity",
     "beam_usable",
     "apply_depth_limits",
-    "swath_filter",
-    "swath_halo",
-    "SwathStats",
-    "score_against_truth",
-    "spike_mask",
-    "AreaFilter",
-    "AreaFilterSummary",
-    "RowSoundings",
-    "RowResult",
 ]
 
 # NAVO's HMPS beam-flag codes (lib-utility navo_gsf_flags.h); FORMAT_NOTES 5.2.

@@ -1,0 +1,270 @@
+"""``check``: a full validity check that reads the parts with its own small
+raw reader (header text, bit layouts from the header, ``.bin``/``.ndx``/``.cvg``
+bytes), so that it does not trust the code that wrote the file and keeps going
+on damaged bytes: anything wrong becomes a :class:`Problem`; only a header from
+which no layout can be derived raises :class:`PfmFormatError` (path and byte
+offset). It works in bands of bins in raster order; chains are walked for all
+bins of a band at once, one step of chain depth at a time, with a bitmap over
+the ``.ndx`` physical records to find records reached twice (a cycle, or a
+record shared by two bins) and records reached by no bin (orphans). Only the
+runs where the sparse ``.bin`` holds data are read, and only its records that
+are not all zero walked (a hole is an empty bin by definition); the coverage
+bytes of empty bins in ``.bin`` holes are checked in a pass of their own.
+
+Its parts: :mod:`._check_parts` (paths, header, small files), :mod:`._check_walk` (the
+chain walk), :mod:`._check_band` (one band's checks), :mod:`._problems` (the report).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..errors import PfmDaskError, PfmFormatError
+from . import validity as V
+from ._chains import visit
+from ._header import PfmHeader, version_number
+from ._recompute import THREADS
+from ._sparse import (gather_runs, nonzero_records, positions_to_items, record_runs,
+                      subtract_runs)
+from ._check_band import _BandContext, _check_band_data, _ExtremaCheck, _fast_band, _walk_band
+from ._check_parts import (_COV_HEADER_SIZE, _Layout, _check_ctl, _check_cvg_header,
+                           _check_handle, _check_header, _check_journal, _check_lin, _file_size,
+                           _parts, _read_header)
+from ._check_walk import _Walker
+from ._problems import Problem, _Problems, _bin_where
+
+__all__ = ["Problem", "check"]
+
+_BAND_BINS = 1 << 18          # bin records per check band
+_BAND_SOUNDINGS = 500_000     # soundings per check band (soft): bounds the check's memory
+
+def _split_by_soundings(cnt: np.ndarray, budget: int):
+    """Cut a run of bins into consecutive pieces of at most ``budget`` soundings (>= 1 bin each)."""
+    n = cnt.size
+    csum = np.cumsum(np.minimum(cnt, budget))
+    a = 0
+    while a < n:
+        base = csum[a - 1] if a else 0
+        b = int(np.searchsorted(csum, base + budget, side="right"))
+        b = max(b, a + 1)
+        yield a, min(b, n)
+        a = b
+
+
+def check(path, *, journal: bool = True, threads: int | None = None,
+          band_soundings: int | None = None) -> list[Problem]:
+    """Full validity check of the PFM whose handle is ``path``; returns the problems found.
+
+    See the module docstring and docs/pfm-format.md ("What check verifies").
+    With ``journal`` (default), a pfm-dask load journal that is not ``complete``
+    is reported as the first problem (the load's own final check passes False).
+    Raises :class:`PfmFormatError` only when there is no PFM at ``path`` or
+    its header yields no record layout. ``threads`` (default
+    :data:`pfm_dask.pfm._recompute.THREADS`) bands have their soundings
+    checked at once while the next chains are walked; the problems, and
+    their order, do not depend on it.
+
+    Memory: bins go by bands of about ``band_soundings`` soundings (default
+    :data:`_BAND_SOUNDINGS`; a bin is never split), at most ``threads`` + 1
+    bands at once, and the ``.ndx`` pages a band read are unmapped once it is
+    checked; beyond that the check holds per-bin arrays of a band and one bit
+    per ``.ndx`` record (in a temporary file of the data directory when large).
+    The resident memory does not grow with the number of soundings. The
+    problems do not depend on ``band_soundings`` either.
+    """
+    parts = _parts(path)
+    if not os.path.exists(parts["handle"]) and not os.path.isdir(parts["data"]):
+        raise PfmFormatError("no PFM here (neither the handle file nor its .data directory exists)",
+                             path=parts["handle"])
+    pr = _Problems()
+    if journal:
+        _check_journal(parts, pr)
+    _check_handle(parts, pr)
+    sizes = {}
+    for p in (".ctl", ".lin", ".bin", ".ndx", ".cvg"):
+        sizes[p] = _file_size(parts[p])
+    for p in (".bin", ".ndx", ".cvg"):
+        if sizes[p] is None:
+            pr.add(f"missing {p}", p, "", f"the {p} file is missing ({parts[p]})")
+    n_files, deleted = _check_ctl(parts[".ctl"], pr)
+    n_lines = _check_lin(parts[".lin"], pr)
+    if sizes[".bin"] is None:
+        return pr.finish()
+    h = _read_header(parts[".bin"])
+    lay = _Layout(h, version_number(h.version) >= 70)
+    _check_header(h, sizes, lay, n_files, n_lines, pr)
+    if sizes[".cvg"] is not None:
+        _check_cvg_header(parts[".cvg"], pr)
+    threads = THREADS if threads is None else max(1, int(threads))
+    budget = _BAND_SOUNDINGS if band_soundings is None else max(1, int(band_soundings))
+    if threads > 1:
+        # Pipelined; on any error the sequential pass below decides what is reported
+        # (where it stops and what it found before), so the answer never depends on threads.
+        trial = pr.copy()
+        try:
+            _check_bins(parts, h, lay, sizes, n_files, n_lines, deleted, trial, threads, budget)
+        except Exception:  # noqa: BLE001 - redone sequentially
+            pass
+        else:
+            return trial.finish()
+    try:
+        _check_bins(parts, h, lay, sizes, n_files, n_lines, deleted, pr, 1, budget)
+    except PfmDaskError:
+        raise
+    except (OSError, ValueError, IndexError, OverflowError, MemoryError) as exc:
+        pr.add("check aborted", ".bin", "", f"the bin pass stopped on unreadable data: {exc}")
+    return pr.finish()
+
+
+def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, deleted,
+                pr: _Problems, threads: int = 1, budget: int | None = None) -> None:
+    """The bin pass: bands of bins in raster order, then orphans and header extrema.
+
+    Each band is first checked by :func:`_fast_band` (on a thread pool of
+    ``threads`` when there is more than one), which assumes that its chains
+    are sound; in band order, the records it reached are then marked on the
+    visited map (:func:`._chains.visit`). A band the fast path gives up on, or
+    one that reaches a record reached before, is checked again exactly:
+    :func:`_walk_band` on the visited map as the bands before left it, then
+    :func:`_check_band_data`. Problems are merged, and the extrema folded, in
+    band order, so neither depends on the path or on ``threads``. Once a band
+    is merged, the pages of the ``.ndx`` map read so far are handed back
+    (:meth:`_Walker.drop_pages`): the resident memory stays at the few bands in
+    flight (:data:`_BAND_SOUNDINGS` soundings each), not the whole ``.ndx``.
+    """
+    W, H = int(h.bin_width), int(h.bin_height)
+    hs = int(h.bin_header_size)
+    n_bins = W * H
+    budget = _BAND_SOUNDINGS if budget is None else budget
+    avail = max(0, (sizes[".bin"] - hs) // lay.bin_bytes)
+    n_read = min(n_bins, avail)
+    walker = _Walker(parts[".ndx"], sizes[".ndx"], lay, W, pr)
+    cvg_fd = None
+    pool = None
+    pending: deque = deque()
+    try:
+        if sizes[".cvg"] is not None:
+            cvg_fd = os.open(parts[".cvg"], os.O_RDONLY)
+        ctx = _BandContext(h, lay, walker, cvg_fd, n_files, n_lines, deleted, budget)
+        ext = _ExtremaCheck(W, ctx.null32)
+        if threads > 1:
+            pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pfm-check")
+
+        def merge_one() -> None:
+            band, bidx, recs, cover, local, fut = pending.popleft()
+            fast = fut.result() if pool is not None else fut
+            if fast is not None and visit(walker.visited.bits, fast[0]):
+                pr.merge(local, 2 * band + 1)
+                ext.update(*fast[1])
+            else:
+                # something to report in this band, or a record reached before: the
+                # exact walk, on the visited map as the bands before left it
+                pr.slot = 2 * band
+                walked = _walk_band(bidx, recs, cover, ctx, pr)
+                pr.slot = 2 * band + 1
+                ext.update(*_check_band_data(walked, ctx, pr))
+                del walked
+            walker.drop_pages()
+
+        band = 0
+        bs = lay.bin_bytes
+        bin_fd = os.open(parts[".bin"], os.O_RDONLY)
+        try:
+            # only what holds data: bins outside these runs are holes of the .bin (all-zero
+            # records, valid empty bins); those the .cvg holds data for have their coverage
+            # bytes checked afterwards (_check_empty_coverage)
+            runs = record_runs(bin_fd, hs, bs, 0, n_read)
+            # one buffer for every read (fresh memory costs page faults); bands keep copies.
+            # Short runs (a line crossing every row leaves one a row) share a buffer: the
+            # positions in it map to bins piece by piece (positions_to_items).
+            buf = np.empty(_BAND_BINS * bs, dtype=np.uint8)
+            cbuf = np.empty(_BAND_BINS, dtype=np.uint8)
+            cvalid = np.empty(_BAND_BINS, dtype=bool)
+            for lo, hi, at in gather_runs(runs, _BAND_BINS):
+                n, short = int(hi[-1] - lo[-1] + at[-1]), False
+                for a, b, p in zip(lo.tolist(), hi.tolist(), at.tolist()):
+                    got = os.preadv(bin_fd, [memoryview(buf)[p * bs: (p + b - a) * bs]], hs + a * bs)
+                    if got != (b - a) * bs:
+                        n, short = p + got // bs, True
+                        break
+                if n == 0:
+                    break
+                # the pieces' coverage bytes (a band whose bytes the .cvg lacks skips the test)
+                cvalid[:n] = False
+                if cvg_fd is not None:
+                    for a, b, p in zip(lo.tolist(), hi.tolist(), at.tolist()):
+                        m = min(b - a, n - p)
+                        if m <= 0:
+                            break
+                        got = os.preadv(cvg_fd, [memoryview(cbuf)[p: p + m]], _COV_HEADER_SIZE + a)
+                        cvalid[p: p + got] = True
+                recs = buf[: n * bs].reshape(n, bs)
+                # all-zero records are empty bins: only their coverage bytes are checked
+                nz = nonzero_records(recs)
+                bins = positions_to_items(nz, lo, at)
+                recs = recs[nz]
+                cnt = lay.bin.unpack(recs, ["count"])["count"].astype(np.int64)
+                pieces = list(_split_by_soundings(cnt, budget)) if nz.size else [(0, 0)]
+                for i, (a, b) in enumerate(pieces):
+                    # the band's positions (for the coverage) reach the next band's first
+                    p0 = int(nz[a]) if i else 0
+                    p1 = int(nz[b]) if i + 1 < len(pieces) else n
+                    cover = None
+                    if p1 > p0 and cvalid[p0:p1].all():
+                        cover = (positions_to_items(np.arange(p0, p1, dtype=np.int64), lo, at),
+                                 cbuf[p0:p1].copy())
+                    bidx = bins[a:b]
+                    local = _Problems()
+                    fut = (pool.submit(_fast_band, bidx, recs[a:b], cover, ctx, local)
+                           if pool is not None else _fast_band(bidx, recs[a:b], cover, ctx, local))
+                    pending.append((band, bidx, recs[a:b], cover, local, fut))
+                    while len(pending) > (threads if pool is not None else 0):
+                        merge_one()
+                    band += 1
+                if short:
+                    break
+        finally:
+            os.close(bin_fd)
+        while pending:
+            merge_one()
+        pr.slot = 2 * band
+        if cvg_fd is not None:
+            _check_empty_coverage(cvg_fd, subtract_runs(
+                record_runs(cvg_fd, _COV_HEADER_SIZE, 1, 0, n_read), runs), W, pr)
+        # orphans
+        if walker.n_phys:
+            n_orphans, firsts = walker.visited.unset()
+            if n_orphans:
+                first = ", ".join(f"{int(x) * lay.phys:,}" for x in firsts)
+                pr.add("orphans", ".ndx", "", f"{n_orphans:,} physical record(s) belong to no bin's "
+                       f"chain (first at byte(s) {first})")
+        ext.compare(h, pr)
+    finally:
+        if pool is not None:
+            for *_, fut in pending:
+                fut.cancel()
+            pool.shutdown(wait=True)
+        walker.close()
+        if cvg_fd is not None:
+            os.close(cvg_fd)
+
+
+def _check_empty_coverage(cvg_fd: int, runs: np.ndarray, W: int, pr: _Problems) -> None:
+    """Coverage bytes of bins whose record is a hole of the ``.bin`` (empty: validity 0), in
+    the ``runs`` where the ``.cvg`` holds data: none may set DATA, CHECKED or VERIFIED."""
+    mask = V.COV_DATA | V.COV_CHECKED | V.COV_VERIFIED
+    buf = np.empty(min(_BAND_BINS * 16, max(1, int((runs[:, 1] - runs[:, 0]).max(initial=1)))),
+                   dtype=np.uint8)
+    for a, b in runs.tolist():
+        for lo in range(a, b, buf.size):
+            hi = min(b, lo + buf.size)
+            got = os.preadv(cvg_fd, [memoryview(buf)[: hi - lo]], _COV_HEADER_SIZE + lo)
+            cov = buf[:got]
+            for j in pr.each("coverage", ".cvg", (cov & mask) != 0):
+                pr.add("coverage", ".cvg", _bin_where(lo + int(j), W),
+                       f"coverage byte {int(cov[j]):#04x} disagrees with the bin flags "
+                       "(DATA False, CHECKED False, VERIFIED False)")
