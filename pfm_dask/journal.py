@@ -35,7 +35,6 @@ import fcntl
 import json
 import os
 import shlex
-import signal
 import socket
 import struct
 import time
@@ -44,6 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._faults import crash_point  # noqa: F401  (re-exported: the journal's crash points)
+from ._fileio import pwrite_all
 from .errors import ConfigError, LoadError
 
 __all__ = [
@@ -112,24 +113,6 @@ def _write_all(fd: int, data, name=None) -> None:
         except OSError as exc:
             if exc.filename is None and name is not None:
                 exc.filename = os.fspath(name)
-            raise
-        if n <= 0:
-            raise OSError(errno.EIO, "short write")
-        done += n
-
-
-def _pwrite_all(fd: int, data, offset: int) -> None:
-    mv = memoryview(data).cast("B")
-    done = 0
-    while done < len(mv):
-        try:
-            n = os.pwrite(fd, mv[done:], offset + done)
-        except OSError as exc:  # name the file (a full disk must say which)
-            if exc.filename is None:
-                try:
-                    exc.filename = os.readlink(f"/proc/self/fd/{fd}")
-                except OSError:
-                    pass
             raise
         if n <= 0:
             raise OSError(errno.EIO, "short write")
@@ -268,7 +251,7 @@ class UndoLog:
         flag, body = _encode(arr)
         head = _HEAD.pack(_MAGIC, self.epoch, _PARTS[part] | flag, offset, arr.size)
         crc = zlib.crc32(body, zlib.crc32(head))
-        _pwrite_all(self.fd, head + _CRC.pack(crc) + body, self._end)
+        pwrite_all(self.fd, head + _CRC.pack(crc) + body, self._end)
         self._end += _HEAD.size + _CRC.size + len(body)
         self.bytes_saved += len(body)
         self._dirty = True
@@ -306,17 +289,12 @@ class UndoLog:
         n = int(off[-1]) + size - int(off[0])
         head = _HEAD.pack(_MAGIC, self.epoch, _PARTS[part] | _RECORDS, int(off[0]), n)
         crc = zlib.crc32(body, zlib.crc32(head))
-        _pwrite_all(self.fd, head + struct.pack("<I", len(body)) + _CRC.pack(crc) + body,
+        pwrite_all(self.fd, head + struct.pack("<I", len(body)) + _CRC.pack(crc) + body,
                     self._end)
         self._end += _HEAD.size + 4 + _CRC.size + len(body)
         self.bytes_saved += len(body)
         self._dirty = True
         self.seconds += time.perf_counter() - t0
-
-    def save_spans(self, part: str, offsets, buffers) -> None:
-        """:meth:`save` for each (offset, buffer) pair (the store's merged spans)."""
-        for off, buf in zip(offsets, buffers):
-            self.save(part, off, buf)
 
     def commit(self) -> None:
         """Make the saved pre-images durable; call before the overwrites are issued."""
@@ -390,7 +368,7 @@ class UndoLog:
                 if flag == _RECORDS:
                     total += _restore_records(fds[part], body)
                     continue
-                _pwrite_all(fds[part], _decode(flag, body, n), off)
+                pwrite_all(fds[part], _decode(flag, body, n), off)
                 total += n
             for fd in fds.values():
                 os.fsync(fd)
@@ -451,10 +429,10 @@ def _restore_records(fd: int, body: bytes) -> int:
         pos += 16 * k
     total = 0
     for start, count in tables[0].tolist():          # records that were all zero
-        _pwrite_all(fd, bytes(count * size), start)
+        pwrite_all(fd, bytes(count * size), start)
         total += count * size
     for start, count in tables[1].tolist():          # records that held data
-        _pwrite_all(fd, body[pos: pos + count * size], start)
+        pwrite_all(fd, body[pos: pos + count * size], start)
         pos += count * size
         total += count * size
     return total
@@ -499,7 +477,7 @@ class TouchedLog:
             return
         t0 = time.perf_counter()
         data = np.ascontiguousarray(bins, dtype="<i8").tobytes()
-        _pwrite_all(self.fd, data, self.size)
+        pwrite_all(self.fd, data, self.size)
         self.size += len(data)
         self.seconds += time.perf_counter() - t0
 
@@ -635,32 +613,6 @@ def disk_full_error(err: BaseException, where: str | os.PathLike, resume: str) -
     return LoadError(f"writing failed: {why} ({getattr(e, 'strerror', None) or e}). The PFM is "
                      f"incomplete and marked so; make room, then continue with: {resume}",
                      path=name)
-
-
-def crash_point(name: str) -> None:
-    """Test hook: SIGKILL this process (or its process group) at a named point.
-
-    ``PFM_DASK_CRASH_AT="name"`` or ``"name:N"`` kills at the N-th time (default
-    1st) ``name`` is reached; ``PFM_DASK_CRASH_SCOPE=group`` kills the whole
-    process group (the driver and its workers) instead of this process only.
-    Unset (always, outside tests) it costs one dictionary lookup.
-    """
-    spec = os.environ.get("PFM_DASK_CRASH_AT")
-    if not spec:
-        return
-    want, _, nth = spec.partition(":")
-    if want != name:
-        return
-    count = _CRASH_COUNTS.get(name, 0) + 1
-    _CRASH_COUNTS[name] = count
-    if count != (int(nth) if nth else 1):
-        return
-    if os.environ.get("PFM_DASK_CRASH_SCOPE") == "group":
-        os.killpg(os.getpgrp(), signal.SIGKILL)
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-_CRASH_COUNTS: dict[str, int] = {}
 
 
 def check_inputs(static: dict) -> list[str]:

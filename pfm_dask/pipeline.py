@@ -47,6 +47,7 @@ from .bins import BinGrid
 from ._arrays import runs
 from .config import LoadConfig
 from . import journal as J
+from ._faults import kill_compute_worker_once
 from .errors import ConfigError, GsfError, LoadError, PfmDaskError
 from .soundings import BATCH_SCHEMA, Piece, prepare_piece
 from .outputs import (Complete, _dedupe, _existing, _given, _inspect_output, _new_files,
@@ -623,27 +624,11 @@ class WriterActor:
             self._stop_publishing(phase="aborted")
 
 
-def _kill_compute_worker_once(when: str) -> None:
-    """Test hook: ``PFM_DASK_KILL_COMPUTE_WORKER=before|after:MARKER`` makes the first task on
-    a worker without the ``disk`` resource SIGKILL its own worker process, before or after it
-    hands its piece to the writer (the marker file makes it happen once per load)."""
-    spec = os.environ.get("PFM_DASK_KILL_COMPUTE_WORKER")
-    if not spec:
-        return
-    moment, _, marker = spec.partition(":")
-    if moment != when:
-        return
+def _on_compute_worker() -> bool:
+    """True in a worker without the ``disk`` resource (where the worker-loss tests strike)."""
     from distributed import get_worker
 
-    if get_worker().state.total_resources.get("disk", 0):
-        return
-    try:
-        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return
-    import signal
-
-    os.kill(os.getpid(), signal.SIGKILL)
+    return not get_worker().state.total_resources.get("disk", 0)
 
 
 def _local_writer(cls, address: str, key: str):
@@ -674,12 +659,12 @@ def _piece_task(piece: Piece, grid: BinGrid, cfg: LoadConfig, writer) -> dict:
         local = _local_writer(*writer)
         writer = Actor(*writer)
     prepared = prepare_piece(piece, grid, cfg)
-    _kill_compute_worker_once("before")
+    kill_compute_worker_once("before", _on_compute_worker)
     t0 = time.perf_counter()
     # On the writer's own worker the piece is handed over in memory: a call through the
     # actor would pickle it and send it to this same process over TCP.
     accepted = local.put(prepared) if local is not None else writer.put(prepared).result()
-    _kill_compute_worker_once("after")
+    kill_compute_worker_once("after", _on_compute_worker)
     timings = dict(prepared.timings, transfer=time.perf_counter() - t0)
     return {"seq": piece.seq, "nbytes": prepared.nbytes, "accepted": accepted,
             "timings": timings}

@@ -22,18 +22,17 @@ of its in-place writes to the undo log in between. ``resume=True`` rolls the
 PFM back to the last checkpoint and restores the writer's state, so the caller
 only has to feed the pieces from :attr:`watermark` on. The area filter writes
 its result to a redo file first and applies it after (idempotent); the
-recompute and the check are idempotent and simply run again.
+recompute and the check are idempotent and simply run again. The journal
+handling is :mod:`pfm_dask._writer_journal`'s, the area filter step
+:mod:`pfm_dask._writer_area`'s.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import socket
 import threading
 import time
-import zlib
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +41,9 @@ import numpy as np
 
 from . import journal as J
 from . import pfm
+from ._faults import crash_planned, crash_point
+from ._writer_area import apply_redo, run_area_filter
+from ._writer_journal import WriterJournal
 from .bins import BinGrid
 from .config import LoadConfig
 from .errors import LoadError, PfmDaskError
@@ -50,9 +52,6 @@ from .soundings import COUNT_KEYS, LineTracker, Piece, PreparedPiece
 
 __all__ = ["PfmWriter"]
 
-_REDO_DTYPE = np.dtype("<i8")    # redo entries: (record offset, slot, validity) as int64
-_REDO_CHUNK = 1 << 20            # redo entries applied per set_validity call
-_AREA_BAND_SOUNDINGS = 500_000   # soundings the area filter reads ahead at a time
 
 
 @dataclass
@@ -63,7 +62,7 @@ class _Skipped:
     error: dict
 
 
-class PfmWriter:
+class PfmWriter(WriterJournal):
     """Owns the open PFM during a load; see the module docstring."""
 
     def __init__(self, pfm_path: str | os.PathLike, grid: BinGrid | None, cfg: LoadConfig | None,
@@ -175,161 +174,6 @@ class PfmWriter:
                 "path": f, **{k: 0 for k in COUNT_KEYS}, "damage": [], "lines": 0,
                 "pieces": 0}
 
-    # ------------------------------------------------------------------ journal
-    def _start_journal(self, static: dict) -> None:
-        """Lock the PFM, write ``load.json`` and the first checkpoint (before any input is added)."""
-        self._flock = J.PfmLock(self._jp["lock"], wait=5.0)
-        try:
-            old = J.read_journal(self.path)  # an append onto a finished load: keep counting
-        except LoadError:
-            old = None
-        self._epoch = int(old["epoch"]) if old else 0
-        self._static = dict(static, format=J.FORMAT, pfm=str(self.path), n_pieces=self.n_pieces,
-                            append=self.append)
-        self.resume_command = static.get("resume_command") or self.resume_command
-        J.atomic_write(self._jp["static"], json.dumps(self._static).encode())
-        self._touched_log = J.TouchedLog(self._jp["touched"], size=0)
-        self._undo = J.UndoLog(self._jp["undo"])
-        # the new names (handle, data directory) must outlive a crash too
-        J.fsync_path(self.path)
-        J.fsync_dir(self.path.parent)
-        self._checkpoint()
-        self.pfm.undo = self._undo
-
-    def _part_paths(self) -> dict:
-        stem = os.path.join(str(self.path) + ".data", self.path.name)
-        return {"bin": stem + ".bin", "ndx": stem + ".ndx", "ctl": stem + ".ctl",
-                "lin": stem + ".lin", "cvg": stem + ".cvg"}
-
-    def _state(self) -> dict:
-        parts = self._part_paths()
-        sizes = {"ndx": int(self.pfm.ndx_size), "ctl": os.path.getsize(parts["ctl"]),
-                 "lin": os.path.getsize(parts["lin"]), "bin": os.path.getsize(parts["bin"])}
-        nums = self.file_numbers
-        return {
-            "format": J.FORMAT, "epoch": self._epoch, "phase": self.jphase,
-            "watermark": self._next, "n_pieces": self.n_pieces, "sizes": sizes,
-            "touched_size": self._touched_log.size,
-            "file_numbers": nums,
-            "per_file": None if nums is None else [self.per_file[n] for n in nums],
-            "lines": {str(f): {"prev_heading": t.prev_heading, "names": t.names,
-                               "numbers": self._file_lines.get(f, [])}
-                      for f, t in self._trackers.items()},
-            "counters": {"soundings_written": self.soundings_written,
-                         "bytes_written": self.bytes_written,
-                         "pieces_written": self.pieces_written, "files_done": self.files_done},
-            "area_filter": self._filter_stats, "redo": self._redo, "check": self._check,
-            "result": self._result, "resume_command": self.resume_command,
-            "pid": os.getpid(), "host": socket.gethostname(), "time": time.time(),
-        }
-
-    def _checkpoint(self, phase: str | None = None) -> None:
-        """Make everything written so far durable and publish it as the new checkpoint."""
-        if not self._journal_on:
-            if phase:
-                self.jphase = phase
-            return
-        t0 = time.perf_counter()
-        if phase:
-            self.jphase = phase
-        if not self.pfm.closed:
-            self.pfm.flush()
-        if self._dirty:
-            for p in self._part_paths().values():
-                J.fsync_path(p)
-            self._touched_log.sync()
-            self._dirty = False
-        self._epoch += 1
-        J.atomic_write(self._jp["journal"], json.dumps(self._state()).encode())
-        self._undo.begin(self._epoch, {"bin": os.path.getsize(self._part_paths()["bin"]),
-                                       "ndx": int(self.pfm.ndx_size)})
-        self._last_ckpt = time.monotonic()
-        self.timings["journal_checkpoint"] += time.perf_counter() - t0
-        self.checkpoints += 1
-        J.crash_point("checkpoint")
-        J.crash_point(f"checkpoint-{self.jphase}")
-
-    def _resume(self) -> None:
-        """Roll the PFM back to the last checkpoint and take up the writer's state from it."""
-        static = J.read_static(self.path)
-        if static is None or J.read_journal(self.path) is None:
-            raise J.no_journal_error(self.path)
-        self._flock = J.PfmLock(self._jp["lock"])
-        state = J.read_journal(self.path)  # again, now that no one else writes
-        self._static = static
-        self.resume_command = static.get("resume_command") or self.resume_command
-        if self.cfg is None:
-            self.cfg = J.config_from_dict(static["cfg"])
-        self.append = bool(static.get("append"))
-        self.n_pieces = int(static["n_pieces"])
-        parts = self._part_paths()
-        self._undo = J.UndoLog(self._jp["undo"])
-        rolled = self._undo.rollback(int(state["epoch"]), parts)
-        sizes = state["sizes"]
-        for part in ("ndx", "ctl", "lin"):
-            if os.path.getsize(parts[part]) != sizes[part]:
-                os.truncate(parts[part], sizes[part])
-            J.fsync_path(parts[part])
-        self._touched_log = J.TouchedLog(self._jp["touched"], size=int(state["touched_size"]))
-        self.pfm = pfm.open_pfm(self.path, "r+")
-        if self.threads is not None:
-            self.pfm.pack_threads = self.threads
-        self.grid = self.pfm.grid
-        self.touched = np.zeros(self.pfm.grid.width * self.pfm.grid.height, dtype=bool)
-        self.touched[self._touched_log.read()] = True
-        self._epoch = int(state["epoch"])
-        self.jphase = state["phase"]
-        self._next = int(state["watermark"])
-        for k, v in state["counters"].items():
-            setattr(self, k, v)
-        self._filter_stats = state.get("area_filter")
-        self._redo = state.get("redo")
-        inputs = [r["path"] for r in static["inputs"]]
-        if state.get("file_numbers") is None:  # died before the inputs were listed
-            self._add_files(inputs)
-        else:
-            self.file_numbers = [int(n) for n in state["file_numbers"]]
-            self.files = inputs
-            self.per_file = {n: rec for n, rec in zip(self.file_numbers, state["per_file"])}
-        for f, t in state.get("lines", {}).items():
-            fnum = int(f)
-            tr = LineTracker(self.per_file[fnum]["path"])
-            tr.prev_heading = t["prev_heading"]
-            tr.names = list(t["names"])
-            self._trackers[fnum] = tr
-            self._file_lines[fnum] = [int(x) for x in t["numbers"]]
-        self.resumed_from = {"phase": state["phase"], "watermark": self._next,
-                             "epoch": self._epoch, "undo_bytes": rolled}
-        self._checkpoint()  # the rolled-back state, now under this process's name
-        if self.jphase == "loading":
-            self.pfm.undo = self._undo
-
-    def _close_journal(self, *, remove: bool = False) -> None:
-        """Close the journal's files and release the lock; ``remove`` deletes the scratch files."""
-        for obj in (self._undo, self._touched_log):
-            if obj is not None:
-                try:
-                    obj.close()
-                except OSError:
-                    pass
-        if remove:
-            for key in ("undo", "touched", "redo"):
-                try:
-                    os.unlink(self._jp[key])
-                except OSError:
-                    pass
-        if self._flock is not None:
-            if remove:
-                try:
-                    os.unlink(self._jp["lock"])
-                except OSError:
-                    pass
-            self._flock.release()
-            self._flock = None
-
-    def _disk_full(self, err: BaseException) -> LoadError:
-        return J.disk_full_error(err, str(self.path) + ".data", self.resume_command)
-
     # ------------------------------------------------------------------ intake
     def put(self, prepared: PreparedPiece) -> bool:
         """Take a prepared piece; False if this ``seq`` was already taken or written."""
@@ -379,7 +223,7 @@ class PfmWriter:
                         self._next += 1
                         self._lock.notify_all()
                 n += 1
-                J.crash_point("piece")
+                crash_point("piece")
                 if self._journal_on and time.monotonic() - self._last_ckpt >= self.checkpoint_seconds:
                     self._checkpoint()
             except OSError as err:
@@ -562,17 +406,19 @@ class PfmWriter:
             self.phase = "area filter"
             t0 = time.perf_counter()
             if self.jphase == "loaded":
-                self._filter_stats, self._redo = self._area_filter()
+                self._filter_stats, self._redo = run_area_filter(
+                    self.pfm, self.touched, self.cfg, self._jp["redo"], self.threads)
                 self._checkpoint("area-filter")
             if self.jphase == "area-filter":
-                self._apply_redo(self._redo)
+                self._dirty = True
+                apply_redo(self.pfm, self._jp["redo"], self._redo)
                 self._checkpoint("filtered")
             filter_stats = self._filter_stats
             self.timings["area_filter"] = time.perf_counter() - t0
         self.phase = "recompute"
         self._checkpoint("recompute")
         t0 = time.perf_counter()
-        if os.environ.get("PFM_DASK_CRASH_AT", "").startswith("recompute-write"):
+        if crash_planned("recompute-write"):
             self._crash_in_recompute()
         if self.append:
             touched = np.flatnonzero(self.touched)
@@ -619,15 +465,6 @@ class PfmWriter:
         self.phase = "done"
         return result
 
-    def journal_cost(self) -> dict:
-        """Seconds the crash safety cost this writer: checkpoints, undo log, touched log."""
-        undo = self._undo.seconds if self._undo is not None else 0.0
-        tl = self._touched_log.seconds if self._touched_log is not None else 0.0
-        ck = self.timings.get("journal_checkpoint", 0.0)
-        return {"seconds": ck + undo + tl, "checkpoint_seconds": ck, "undo_seconds": undo,
-                "touched_seconds": tl, "checkpoints": self.checkpoints,
-                "undo_bytes": self._undo.bytes_saved if self._undo is not None else 0}
-
     def _crash_in_recompute(self) -> None:
         """Test hook: SIGKILL after the N-th batch of bin records the recompute writes."""
         orig = self.pfm.write_bin_records
@@ -635,139 +472,9 @@ class PfmWriter:
         def wrapped(*args, **kwargs):
             orig(*args, **kwargs)
             self.pfm.flush()
-            J.crash_point("recompute-write")
+            crash_point("recompute-write")
 
         self.pfm.write_bin_records = wrapped
-
-    def _area_filter(self) -> dict:
-        """pfmLoader's area filter over the bins this load touched, row by row from the PFM."""
-        from .filters import AreaFilter, RowSoundings
-
-        g = self.pfm.grid
-        w, h = g.width, g.height
-        touched = self.touched.reshape(h, w)
-        rows_touched = touched.any(axis=1)
-        # A row is read if it, or a neighbour row, has bins to filter.
-        needed = rows_touched.copy()
-        needed[1:] |= rows_touched[:-1]
-        needed[:-1] |= rows_touched[1:]
-        # Metre bins: the true diagonal (pfmLoader's 2*sqrt(size) is right only for 2 m);
-        # degree bins: the geodesic diagonal, as pfmLoader computes it.
-        diag = g.bin_diagonal_m() if self.cfg.bin_size_deg is not None else None
-        filt = AreaFilter(w, h, bin_size_xy=g.bin_size_xy if self.cfg.bin_size_deg is None else 0.0,
-                          bin_diagonal=diag, cellstd=self.cfg.cellstd,
-                          deep_only=self.cfg.deep_only, null_depth=self.cfg.null_depth)
-
-        # Rows are read a band at a time (one chain walk and one map of the .ndx per band,
-        # about _AREA_BAND_SOUNDINGS soundings; row by row cost 8x as much per sounding), up
-        # to ``threads`` bands ahead on the writer's threads while the filter works (one
-        # thread, as in --serial: in order, no pool), and handed to the filter row by row.
-        fields = ("row", "col", "depth", "validity", "record_offset", "slot")
-
-        def read_band(band):
-            y0, y1 = band
-            s = self.pfm.read_soundings(y0, y1, fields=fields)
-            cut = np.searchsorted(s["row"], np.arange(y0, y1 + 1))
-            return y0, y1, [{k: v[cut[r]:cut[r + 1]] for k, v in s.items()} for r in range(y1 - y0)]
-
-        bands = pfm.ordered_imap(read_band, self._area_bands(needed), self.threads or pfm.THREADS)
-        ahead: dict[int, dict] = {}
-
-        def read_row(y: int):
-            if not needed[y]:
-                return None
-            while y not in ahead:
-                y0, y1, rows = next(bands)
-                ahead.update(zip(range(y0, y1), rows))
-            s = ahead.pop(y)
-            return RowSoundings(col=s["col"].astype(np.int64), depth=s["depth"],
-                                validity=s["validity"].astype(np.uint32),
-                                address=np.stack([s["record_offset"], s["slot"]], axis=1),
-                                active=touched[y])
-
-        # The result goes to a redo file, applied afterwards (_apply_redo): applying it twice
-        # is harmless, while filtering twice is not (the second pass sees the first's flags).
-        # Deferring the writes is exact: a row is never read after its neighbour is written.
-        redo_path = self._jp["redo"]
-        fd = os.open(redo_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        acc = {"count": 0, "crc": 0, "size": 0}
-
-        def write_row(y: int, res) -> None:
-            if res.index.size:
-                rec = np.empty((res.index.size, 3), dtype=_REDO_DTYPE)
-                rec[:, 0] = res.address[:, 0]
-                rec[:, 1] = res.address[:, 1]
-                rec[:, 2] = res.validity
-                raw = rec.tobytes()
-                J._pwrite_all(fd, raw, acc["size"])
-                acc["size"] += len(raw)
-                acc["crc"] = zlib.crc32(raw, acc["crc"])
-                acc["count"] += res.index.size
-                J.crash_point("area-filter-row")
-
-        try:
-            summary = filt.run(read_row, write_row)
-            os.fsync(fd)
-        finally:
-            bands.close()
-            os.close(fd)
-        out = summary.as_dict()
-        out["flagged"] = out.get("cut", 0)
-        out = json.loads(json.dumps(out, default=_plain))
-        return out, {"file": J.REDO_NAME, **acc}
-
-    def _area_bands(self, needed: np.ndarray):
-        """Bands ``(row0, row1)`` of consecutive needed rows holding about
-        ``_AREA_BAND_SOUNDINGS`` soundings (a heavier row is a band of its own), planned from
-        the bin records' counts a block of rows at a time."""
-        w, h = self.pfm.width, self.pfm.height
-        step = max(1, (1 << 20) // w)
-        start, tot = None, 0
-        for r0 in range(0, h, step):
-            r1 = min(h, r0 + step)
-            if not needed[r0:r1].any():
-                per_row = np.zeros(r1 - r0, np.int64)
-            else:
-                cnt = self.pfm.read_bin_records(r0, r1, fields=("num_soundings",))["num_soundings"]
-                per_row = cnt.reshape(r1 - r0, w).sum(axis=1, dtype=np.int64)
-            for y in range(r0, r1):
-                if not needed[y]:
-                    if start is not None:
-                        yield start, y
-                        start = None
-                    continue
-                n = int(per_row[y - r0])
-                if start is not None and tot + n > _AREA_BAND_SOUNDINGS:
-                    yield start, y
-                    start = None
-                if start is None:
-                    start, tot = y, 0
-                tot += n
-        if start is not None:
-            yield start, h
-
-    def _apply_redo(self, redo: dict) -> None:
-        """Write the area filter's result into the PFM (idempotent: fixed values at fixed places)."""
-        path = self._jp["redo"]
-        n = int(redo["count"])
-        step = _REDO_CHUNK * 3 * np.dtype(_REDO_DTYPE).itemsize   # bytes of one chunk
-        # verify the whole file first (nothing applied from a damaged one), then apply it;
-        # both a chunk at a time: it holds 24 bytes per sounding the filter changed
-        size, crc = 0, 0
-        with open(path, "rb") as fh:
-            while chunk := fh.read(step):
-                size += len(chunk)
-                crc = zlib.crc32(chunk, crc)
-        if size != redo["size"] or size != n * step // _REDO_CHUNK or crc != redo["crc"]:
-            raise LoadError("the area filter's redo file does not match its checksum; remove the "
-                            "PFM and load again", path=path)
-        self._dirty = True
-        with open(path, "rb") as fh:
-            while chunk := fh.read(step):
-                r = np.frombuffer(chunk, dtype=_REDO_DTYPE).reshape(-1, 3)
-                self.pfm.set_validity(r[:, 0], r[:, 1], r[:, 2])
-                J.crash_point("area-filter-apply")
-        self.pfm.flush()
 
     def abort(self) -> None:
         """Stop the background thread and close the file without the final step.
@@ -800,12 +507,3 @@ def _lookup(keys: np.ndarray, values: np.ndarray, want: np.ndarray) -> np.ndarra
     table = np.empty(hi - lo + 1, dtype=values.dtype)
     table[keys.astype(np.int64) - lo] = values
     return table[want.astype(np.int64) - lo]
-
-
-def _plain(v):
-    """JSON for numpy scalars in reports."""
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    return str(v)

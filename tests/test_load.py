@@ -260,10 +260,10 @@ def test_load_area_filter_equals_the_filter_over_rows_read_one_by_one(survey, tm
     """The writer reads the area filter's rows a band at a time (here bands of a few rows,
     cut at every size); the result must be the filter run over rows read singly from the
     unfiltered PFM."""
-    from pfm_dask import writer as W
+    from pfm_dask import _writer_area as A
     from pfm_dask.filters import AreaFilter, RowSoundings
 
-    monkeypatch.setattr(W, "_AREA_BAND_SOUNDINGS", 700)
+    monkeypatch.setattr(A, "AREA_BAND_SOUNDINGS", 700)
     paths = expand_inputs([survey])
     plain, filtered = tmp_path / "plain.pfm", tmp_path / "area.pfm"
     base = dict(bin_size_m=25.0, cellstd=1.2)   # a tight filter, so that it cuts

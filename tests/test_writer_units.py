@@ -40,18 +40,17 @@ class _CountsOnly:
 def test_area_bands_cover_the_needed_rows_within_the_budget(h, w, seed, budget):
     """Bands are runs of whole needed rows, in order, covering each needed row once; a band
     over the budget is a single row; a band stops only at a row not needed or at the budget."""
-    import pfm_dask.writer as W
+    import pfm_dask._writer_area as A
 
     rng = np.random.default_rng(seed)
     counts = rng.integers(0, 12, (h, w)) * (rng.random((h, w)) < 0.7)
     needed = rng.random(h) < 0.7
-    stub = type("Stub", (), {"pfm": _CountsOnly(counts)})()
-    old = W._AREA_BAND_SOUNDINGS
-    W._AREA_BAND_SOUNDINGS = budget
+    old = A.AREA_BAND_SOUNDINGS
+    A.AREA_BAND_SOUNDINGS = budget
     try:
-        bands = list(W.PfmWriter._area_bands(stub, needed))
+        bands = list(A.area_bands(_CountsOnly(counts), needed))
     finally:
-        W._AREA_BAND_SOUNDINGS = old
+        A.AREA_BAND_SOUNDINGS = old
     rows = [y for y0, y1 in bands for y in range(y0, y1)]
     assert rows == list(np.flatnonzero(needed))
     per_row = counts.sum(axis=1)

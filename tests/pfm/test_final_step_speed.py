@@ -320,12 +320,12 @@ def test_read_soundings_agree_with_the_checks_own_reader(three_batches):
 
 
 def test_compiled_chain_reader_equals_the_step_by_step_walk(three_batches, monkeypatch):
-    from pfm_dask.pfm import _store
+    from pfm_dask.pfm import _reader
 
     with P.open_pfm(three_batches) as f:
         fast = f.read_soundings(0, f.height)
         fast_cut = f.read_soundings(1, 4, 2, 6, fields=("row", "slot", "depth"))
-    monkeypatch.setattr(_store, "chain_records", lambda *a, **k: None)
+    monkeypatch.setattr(_reader, "chain_records", lambda *a, **k: None)
     with P.open_pfm(three_batches) as f:
         slow = f.read_soundings(0, f.height)
         slow_cut = f.read_soundings(1, 4, 2, 6, fields=("row", "slot", "depth"))

@@ -57,7 +57,7 @@ def test_bin_record_size_sample_figure():
     assert h.depth_bits == 14
     bits = 24 + 32 + 6 * 14 + 24 + 23 + 38 + 38
     assert bits == 263 and (bits + 7) // 8 == 33
-    from pfm_dask.pfm._store import _bin_layout
+    from pfm_dask.pfm._layout import bin_layout as _bin_layout
     assert _bin_layout(h, True).record_bytes == 33
     assert _bin_layout(h, False).record_bytes == (263 - 24 + 7) // 8   # pre-v7: no num_valid
 

@@ -498,19 +498,19 @@ def test_new_records_handed_to_writeback(tmp_path, monkeypatch):
     cover the records exactly, in order."""
     import sys
 
-    from pfm_dask.pfm import _store
+    from pfm_dask.pfm import _io
 
     if sys.platform.startswith("linux"):
         # the real call is found and accepted on a real file
         fd = os.open(tmp_path / "x", os.O_RDWR | os.O_CREAT)
         try:
             os.pwrite(fd, b"\1" * 8192, 0)
-            _store._start_writeback(fd, 0, 8192)
+            _io.start_writeback(fd, 0, 8192)
         finally:
             os.close(fd)
-        assert _store._sync_file_range not in (None, False)
+        assert _io._sync_file_range not in (None, False)
     asked = []
-    monkeypatch.setattr(_store, "_start_writeback", lambda fd, off, n: asked.append((off, n)))
+    monkeypatch.setattr(_io, "start_writeback", lambda fd, off, n: asked.append((off, n)))
     rng = np.random.default_rng(5)
     p = str(tmp_path / "w.pfm")
     with create(p, small_grid(7, 5), max_files=8, max_lines=64) as f:

@@ -1,0 +1,193 @@
+"""The writer's crash safety: its journal, checkpoints and resume (no Dask here).
+
+:class:`WriterJournal` is mixed into :class:`~pfm_dask.writer.PfmWriter`: it starts the
+journal of a new load (lock, ``load.json``, undo and touched logs), publishes checkpoints
+(flush and fsync the parts, write ``journal.json``, start a new undo interval) and, on
+resume, rolls the PFM back to the last checkpoint and restores the writer's state from it.
+The files and their format are :mod:`pfm_dask.journal`'s; docs/reliability.md tells the
+whole story.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+import numpy as np
+
+from . import journal as J
+from . import pfm
+from ._faults import crash_point
+from .errors import LoadError
+from .soundings import LineTracker
+
+__all__ = ["WriterJournal"]
+
+
+class WriterJournal:
+    """Journal, checkpoints and resume of a :class:`~pfm_dask.writer.PfmWriter` (a mixin)."""
+
+    def _start_journal(self, static: dict) -> None:
+        """Lock the PFM, write ``load.json`` and the first checkpoint (before any input is added)."""
+        self._flock = J.PfmLock(self._jp["lock"], wait=5.0)
+        try:
+            old = J.read_journal(self.path)  # an append onto a finished load: keep counting
+        except LoadError:
+            old = None
+        self._epoch = int(old["epoch"]) if old else 0
+        self._static = dict(static, format=J.FORMAT, pfm=str(self.path), n_pieces=self.n_pieces,
+                            append=self.append)
+        self.resume_command = static.get("resume_command") or self.resume_command
+        J.atomic_write(self._jp["static"], json.dumps(self._static).encode())
+        self._touched_log = J.TouchedLog(self._jp["touched"], size=0)
+        self._undo = J.UndoLog(self._jp["undo"])
+        # the new names (handle, data directory) must outlive a crash too
+        J.fsync_path(self.path)
+        J.fsync_dir(self.path.parent)
+        self._checkpoint()
+        self.pfm.undo = self._undo
+
+    def _part_paths(self) -> dict:
+        stem = os.path.join(str(self.path) + ".data", self.path.name)
+        return {"bin": stem + ".bin", "ndx": stem + ".ndx", "ctl": stem + ".ctl",
+                "lin": stem + ".lin", "cvg": stem + ".cvg"}
+
+    def _state(self) -> dict:
+        parts = self._part_paths()
+        sizes = {"ndx": int(self.pfm.ndx_size), "ctl": os.path.getsize(parts["ctl"]),
+                 "lin": os.path.getsize(parts["lin"]), "bin": os.path.getsize(parts["bin"])}
+        nums = self.file_numbers
+        return {
+            "format": J.FORMAT, "epoch": self._epoch, "phase": self.jphase,
+            "watermark": self._next, "n_pieces": self.n_pieces, "sizes": sizes,
+            "touched_size": self._touched_log.size,
+            "file_numbers": nums,
+            "per_file": None if nums is None else [self.per_file[n] for n in nums],
+            "lines": {str(f): {"prev_heading": t.prev_heading, "names": t.names,
+                               "numbers": self._file_lines.get(f, [])}
+                      for f, t in self._trackers.items()},
+            "counters": {"soundings_written": self.soundings_written,
+                         "bytes_written": self.bytes_written,
+                         "pieces_written": self.pieces_written, "files_done": self.files_done},
+            "area_filter": self._filter_stats, "redo": self._redo, "check": self._check,
+            "result": self._result, "resume_command": self.resume_command,
+            "pid": os.getpid(), "host": socket.gethostname(), "time": time.time(),
+        }
+
+    def _checkpoint(self, phase: str | None = None) -> None:
+        """Make everything written so far durable and publish it as the new checkpoint."""
+        if not self._journal_on:
+            if phase:
+                self.jphase = phase
+            return
+        t0 = time.perf_counter()
+        if phase:
+            self.jphase = phase
+        if not self.pfm.closed:
+            self.pfm.flush()
+        if self._dirty:
+            for p in self._part_paths().values():
+                J.fsync_path(p)
+            self._touched_log.sync()
+            self._dirty = False
+        self._epoch += 1
+        J.atomic_write(self._jp["journal"], json.dumps(self._state()).encode())
+        self._undo.begin(self._epoch, {"bin": os.path.getsize(self._part_paths()["bin"]),
+                                       "ndx": int(self.pfm.ndx_size)})
+        self._last_ckpt = time.monotonic()
+        self.timings["journal_checkpoint"] += time.perf_counter() - t0
+        self.checkpoints += 1
+        crash_point("checkpoint")
+        crash_point(f"checkpoint-{self.jphase}")
+
+    def _resume(self) -> None:
+        """Roll the PFM back to the last checkpoint and take up the writer's state from it."""
+        static = J.read_static(self.path)
+        if static is None or J.read_journal(self.path) is None:
+            raise J.no_journal_error(self.path)
+        self._flock = J.PfmLock(self._jp["lock"])
+        state = J.read_journal(self.path)  # again, now that no one else writes
+        self._static = static
+        self.resume_command = static.get("resume_command") or self.resume_command
+        if self.cfg is None:
+            self.cfg = J.config_from_dict(static["cfg"])
+        self.append = bool(static.get("append"))
+        self.n_pieces = int(static["n_pieces"])
+        parts = self._part_paths()
+        self._undo = J.UndoLog(self._jp["undo"])
+        rolled = self._undo.rollback(int(state["epoch"]), parts)
+        sizes = state["sizes"]
+        for part in ("ndx", "ctl", "lin"):
+            if os.path.getsize(parts[part]) != sizes[part]:
+                os.truncate(parts[part], sizes[part])
+            J.fsync_path(parts[part])
+        self._touched_log = J.TouchedLog(self._jp["touched"], size=int(state["touched_size"]))
+        self.pfm = pfm.open_pfm(self.path, "r+")
+        if self.threads is not None:
+            self.pfm.pack_threads = self.threads
+        self.grid = self.pfm.grid
+        self.touched = np.zeros(self.pfm.grid.width * self.pfm.grid.height, dtype=bool)
+        self.touched[self._touched_log.read()] = True
+        self._epoch = int(state["epoch"])
+        self.jphase = state["phase"]
+        self._next = int(state["watermark"])
+        for k, v in state["counters"].items():
+            setattr(self, k, v)
+        self._filter_stats = state.get("area_filter")
+        self._redo = state.get("redo")
+        inputs = [r["path"] for r in static["inputs"]]
+        if state.get("file_numbers") is None:  # died before the inputs were listed
+            self._add_files(inputs)
+        else:
+            self.file_numbers = [int(n) for n in state["file_numbers"]]
+            self.files = inputs
+            self.per_file = {n: rec for n, rec in zip(self.file_numbers, state["per_file"])}
+        for f, t in state.get("lines", {}).items():
+            fnum = int(f)
+            tr = LineTracker(self.per_file[fnum]["path"])
+            tr.prev_heading = t["prev_heading"]
+            tr.names = list(t["names"])
+            self._trackers[fnum] = tr
+            self._file_lines[fnum] = [int(x) for x in t["numbers"]]
+        self.resumed_from = {"phase": state["phase"], "watermark": self._next,
+                             "epoch": self._epoch, "undo_bytes": rolled}
+        self._checkpoint()  # the rolled-back state, now under this process's name
+        if self.jphase == "loading":
+            self.pfm.undo = self._undo
+
+    def _close_journal(self, *, remove: bool = False) -> None:
+        """Close the journal's files and release the lock; ``remove`` deletes the scratch files."""
+        for obj in (self._undo, self._touched_log):
+            if obj is not None:
+                try:
+                    obj.close()
+                except OSError:
+                    pass
+        if remove:
+            for key in ("undo", "touched", "redo"):
+                try:
+                    os.unlink(self._jp[key])
+                except OSError:
+                    pass
+        if self._flock is not None:
+            if remove:
+                try:
+                    os.unlink(self._jp["lock"])
+                except OSError:
+                    pass
+            self._flock.release()
+            self._flock = None
+
+    def _disk_full(self, err: BaseException) -> LoadError:
+        return J.disk_full_error(err, str(self.path) + ".data", self.resume_command)
+
+    def journal_cost(self) -> dict:
+        """Seconds the crash safety cost this writer: checkpoints, undo log, touched log."""
+        undo = self._undo.seconds if self._undo is not None else 0.0
+        tl = self._touched_log.seconds if self._touched_log is not None else 0.0
+        ck = self.timings.get("journal_checkpoint", 0.0)
+        return {"seconds": ck + undo + tl, "checkpoint_seconds": ck, "undo_seconds": undo,
+                "touched_seconds": tl, "checkpoints": self.checkpoints,
+                "undo_bytes": self._undo.bytes_saved if self._undo is not None else 0}
