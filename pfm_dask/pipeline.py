@@ -43,7 +43,7 @@ from typing import Callable
 import numpy as np
 
 from .bins import BinGrid
-from .config import LoadConfig
+from .config import LoadConfig, RunOptions
 from . import journal as J
 from .errors import ConfigError, LoadError, PfmDaskError
 from .soundings import Piece, prepare_piece
@@ -69,39 +69,43 @@ _SLOTS_EVERY = 2.0  # seconds between two looks at the cluster's compute slots
 
 
 # ------------------------------------------------------------------ serial
-def _plan(scans: list[dict], cfg: LoadConfig, output: Path, files: list[str], append: bool,
-          job: "_Job") -> tuple[BinGrid, list[Piece]]:
+def _plan(scans: list[dict], job: "_Job") -> tuple[BinGrid, list[Piece]]:
     """The grid and the pieces; for an append, first prove that every input fits the PFM's
     fields, then mark the append in the journal: both before anything is written."""
+    cfg, output, append = job.cfg, job.output, job.append
     existing_grid, existing = _existing(output, append)
     if append:
         check_append_fits(output, scans, cfg)
     grid = existing_grid if existing_grid is not None else area_from_scans(scans, cfg)
     if existing_grid is None:
-        job.warnings = grid_sanity(grid, scans, cfg, force=job.force)
+        job.warnings = grid_sanity(grid, scans, cfg, force=job.options.force)
         for w in job.warnings:
             job.say(w)
     pieces = plan_pieces(scans, cfg, first_file_number=len(existing))
-    if append and job.journal:
-        J.mark_append(output, job.given or _given(files), J.config_to_dict(cfg), job.resume_cmd)
+    if append and job.options.journal:
+        J.mark_append(output, job.given or _given(job.files), J.config_to_dict(cfg),
+                      job.resume_cmd)
         J.crash_point("append-marked")
     return grid, pieces
 
 
 @dataclass
 class _Job:
-    """What a run needs beyond the files: a fresh load's journal facts, or a resume's plan."""
+    """One run of a load: what it loads where, its options, and a fresh load's journal facts
+    or a resume's plan."""
 
+    files: list = field(default_factory=list)
+    output: Path | None = None
+    cfg: LoadConfig | None = None
+    append: bool = False
+    options: RunOptions = field(default_factory=RunOptions)
+    progress: Callable[[dict], None] | None = None
     resume: bool = False
     static: dict | None = None          # load.json of the load being resumed
     command: list | None = None         # the command line, for the resume command
     resume_cmd: str = ""
-    strict: bool = False
-    checkpoint_seconds: float = 10.0
     input_problems: list = field(default_factory=list)
-    journal: bool = True                # False: no crash safety (to measure what it costs)
     given: list = field(default_factory=list)   # the inputs as given (absolute), for a resume
-    force: bool = False                 # make a grid past MAX_GRID_BINS
     warnings: list = field(default_factory=list)
     say: Callable[[str], None] = lambda message: None
 
@@ -109,40 +113,37 @@ class _Job:
         return [Piece(**d) for d in self.static["pieces"]]
 
 
-def _static(job: _Job, files: list[str], cfg: LoadConfig, pieces: list[Piece],
-            append: bool) -> dict | None:
+def _static(job: _Job, pieces: list[Piece]) -> dict | None:
     """The facts of a new load that ``load.json`` keeps for a resume."""
     from dataclasses import asdict
 
-    if not job.journal:
+    if not job.options.journal:
         return None
     return {"command": job.command, "resume_command": job.resume_cmd, "given": job.given,
-            "inputs": [J.input_record(f) for f in files], "cfg": J.config_to_dict(cfg),
-            "append": append, "pieces": [asdict(p) for p in pieces],
+            "inputs": [J.input_record(f) for f in job.files], "cfg": J.config_to_dict(job.cfg),
+            "append": job.append, "pieces": [asdict(p) for p in pieces],
             "input_problems": job.input_problems, "created": time.time()}
 
 
-
-def _run_serial(files: list[str], output: Path, cfg: LoadConfig,
-                progress: Callable[[dict], None] | None, append: bool,
-                job: _Job | None = None) -> LoadResult:
-    job = job or _Job()
+def _run_serial(job: _Job) -> LoadResult:
+    files, output, cfg, append, progress = job.files, job.output, job.cfg, job.append, job.progress
+    checkpoint_seconds = job.options.checkpoint_seconds
     t0 = time.perf_counter()
     if job.resume:
         scans: list[dict] = []
         t_scan = time.perf_counter()
         writer = PfmWriter(output, None, cfg, None, None, resume=True,
-                           checkpoint_seconds=job.checkpoint_seconds, threads=1)
+                           checkpoint_seconds=checkpoint_seconds, threads=1)
         pieces = [p for p in job.pieces() if p.seq >= writer.watermark]
     else:
         scans = [prescan_file(f, append) for f in files]
-        if job.strict:
+        if job.options.strict:
             _strict_check(scans)
         t_scan = time.perf_counter()
-        grid, pieces = _plan(scans, cfg, output, files, append, job)
+        grid, pieces = _plan(scans, job)
         writer = PfmWriter(output, grid, cfg, files, len(pieces), append=append,
-                           journal=_static(job, files, cfg, pieces, append),
-                           checkpoint_seconds=job.checkpoint_seconds, threads=1)
+                           journal=_static(job, pieces),
+                           checkpoint_seconds=checkpoint_seconds, threads=1)
     try:
         for p in pieces:
             writer.put(prepare_piece(p, writer.pfm.grid, writer.cfg))
@@ -420,12 +421,12 @@ def _actor_lost(err: BaseException) -> bool:
         "CommClosedError", "StreamClosedError")
 
 
-def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
-              progress: Callable[[dict], None] | None, append: bool, mode: str,
-              job: _Job | None = None) -> LoadResult:
+def _run_dask(client, job: _Job, mode: str) -> LoadResult:
+    """The load on ``client``'s cluster; ``mode`` names it in the report."""
     from distributed import wait
 
-    job = job or _Job()
+    files, output, cfg, append, progress = job.files, job.output, job.cfg, job.append, job.progress
+    checkpoint_seconds = job.options.checkpoint_seconds
     t0 = time.perf_counter()
     _register_dashboard(client)
     task_res = _check_disk_worker(client)
@@ -435,7 +436,7 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
         t_scan = time.perf_counter()
         pieces = job.pieces()
         actor_fut = client.submit(WriterActor, out_path, None, cfg, None, None, False, None,
-                                  True, job.checkpoint_seconds, actor=True,
+                                  True, checkpoint_seconds, actor=True,
                                   resources={"disk": 1}, pure=False,
                                   key=f"pfm-writer-resume-{uuid.uuid4().hex[:8]}")
     else:
@@ -444,13 +445,13 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
                                resources=task_res, pure=False)
         scans = client.gather(scan_futs)
         del scan_futs
-        if job.strict:
+        if job.options.strict:
             _strict_check(scans)
         t_scan = time.perf_counter()
-        grid, pieces = _plan(scans, cfg, output, files, append, job)
-        static = _static(job, files, cfg, pieces, append)
+        grid, pieces = _plan(scans, job)
+        static = _static(job, pieces)
         actor_fut = client.submit(WriterActor, out_path, grid, cfg, files, len(pieces), append,
-                                  static, False, job.checkpoint_seconds, actor=True,
+                                  static, False, checkpoint_seconds, actor=True,
                                   resources={"disk": 1}, pure=False, key="pfm-writer")
     try:
         writer = actor_fut.result()
@@ -485,7 +486,7 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
             # submitted, so a deep queue is a static split: a worker slowed by the writer
             # keeps its share while the others idle. At most one task waits per slot, so
             # the next piece goes to whichever worker frees first.
-            window = min(cfg.max_window, 2 * slots)
+            window = min(job.options.max_window, 2 * slots)
             while pending and len(in_flight) < window:
                 nxt = pending[-1]
                 room = cfg.max_backlog_bytes - status["backlog_bytes"] - in_flight_bytes
@@ -574,46 +575,47 @@ def _already_complete(output: Path, state: dict) -> LoadResult:
                      extra_problems=static.get("input_problems"))
 
 
-def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | None, *,
-             mode: str = "local", workers: int = 2, scheduler: str | None = None,
-             append: bool = False, progress: Callable[[dict], None] | None = None,
-             on_dashboard: Callable[[str], None] | None = None, client=None,
-             cluster_profile=None, dashboard_address: str | None = None, security=None,
-             on_message: Callable[[str], None] | None = None,
-             resume: bool = False, strict: bool = False, command: list[str] | None = None,
-             resume_options: list[str] | None = None,
-             checkpoint_seconds: float = 10.0, journal: bool = True,
-             input_problems: list[str] | None = None, force: bool = False) -> LoadResult:
-    """Run a whole load; ``mode`` is ``serial``, ``local`` (embedded cluster), ``scheduler``,
-    ``cluster`` (Slurm, PBS or local jobs from a :class:`~pfm_dask.cluster.ClusterProfile`) or
-    ``auto``: ``serial`` for inputs under :data:`SMALL_LOAD_BYTES` (:func:`auto_mode`, said in
-    one line through ``on_message``), else ``local``.
+def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | None,
+             options: RunOptions | None = None, *, append: bool = False, resume: bool = False,
+             progress: Callable[[dict], None] | None = None,
+             on_dashboard: Callable[[str], None] | None = None,
+             on_message: Callable[[str], None] | None = None, client=None,
+             cluster_profile=None, security=None, command: list[str] | None = None,
+             resume_options: list[str] | None = None, input_problems: list[str] | None = None,
+             **option_values) -> LoadResult:
+    """Run a whole load of ``inputs`` into ``output`` with the settings ``cfg`` and the run's
+    :class:`~pfm_dask.config.RunOptions` (``options``; any of its fields may also be given by
+    name: ``mode="serial"``, ``workers=4``, ``checkpoint_seconds=0``...).
 
-    ``client``: an existing :class:`distributed.Client` to run on (any mode but serial).
-    ``on_message``: where the cluster's notices go (jobs submitted, waiting, cancelled).
-    ``dashboard_address``: the embedded cluster's dashboard (default: loopback, any port).
-    ``security``: :class:`~pfm_dask.security.TlsFiles` for ``scheduler`` (default: Dask's
-    configuration).
+    ``options.mode`` is ``serial``, ``local`` (embedded cluster), ``scheduler``, ``cluster``
+    (Slurm, PBS or local jobs from a :class:`~pfm_dask.cluster.ClusterProfile`) or ``auto``:
+    ``serial`` for inputs under :data:`SMALL_LOAD_BYTES` (:func:`auto_mode`, said in one line
+    through ``on_message``), else ``local``.
+
+    ``append``: add the inputs to the existing PFM at ``output``.
     ``resume``: continue the interrupted load writing ``output`` (its inputs and settings
     come from its journal; ``inputs`` and ``cfg`` may be empty/None, else must match).
-    ``strict``: refuse to start when the pre-scan finds damaged input.
+    ``client``: an existing :class:`distributed.Client` to run on (any mode but serial).
+    ``on_message``: where the cluster's notices go (jobs submitted, waiting, cancelled).
+    ``security``: :class:`~pfm_dask.security.TlsFiles` for ``options.scheduler`` (default:
+    Dask's configuration).
     ``command``: the command line (``sys.argv``), kept in ``load.json``.
     ``resume_options``: the run options the printed resume command repeats (absolute paths).
-    ``checkpoint_seconds``: the writer's checkpoint interval (docs/reliability.md).
-    ``journal=False`` turns crash safety off (no resume possible): only to measure its cost.
     ``input_problems``: what the input expansion skipped (folders it could not search, special
     files), reported with the load's problems.
-    ``force``: make a grid larger than ``MAX_GRID_BINS`` bins (refused otherwise).
 
     Nothing at ``output`` is removed or overwritten unless its own journal proves it is this
     load's unfinished output; anything else there is refused (:class:`ConfigError`).
     """
+    from dataclasses import replace
+
+    options = replace(options or RunOptions(), **option_values)
+    mode, workers = options.mode, options.workers
     files = [str(f) for f in inputs or []]
     output = Path(output)
     skipped: list[str] = []
     job = _Job(command=command, resume_cmd=J.resume_command(output, resume_options),
-               strict=strict, checkpoint_seconds=checkpoint_seconds, resume=resume,
-               journal=journal, force=force)
+               options=options, resume=resume, progress=progress)
 
     def say(message: str) -> None:
         if on_message:
@@ -665,10 +667,11 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
                 "(--workers N starts one)")
     elif mode == "auto":
         mode = "local"
+    job.files, job.output, job.cfg, job.append = files, output, cfg, append
     if mode == "serial":
-        res = _run_serial(files, output, cfg, progress, append, job)
+        res = _run_serial(job)
     elif client is not None:
-        res = _run_dask(client, files, output, cfg, progress, append, mode, job)
+        res = _run_dask(client, job, mode)
     else:
         from distributed import Client
 
@@ -683,29 +686,27 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
                     on_dashboard(pc.dashboard_link)
                 pc.wait_for_workers()
                 t_cluster = time.perf_counter() - t_start
-                res = _run_dask(pc.client, files, output, cfg, progress, append, pc.describe(),
-                                job)
+                res = _run_dask(pc.client, job, pc.describe())
                 res.timings["cluster_start"] = t_cluster
         elif mode == "scheduler":
-            if not scheduler:
+            if not options.scheduler:
                 raise ConfigError("--scheduler needs an address, e.g. tcp://host:8786")
             from .security import client_security
 
-            address, sec = client_security(scheduler, security)
+            address, sec = client_security(options.scheduler, security)
             with Client(address, timeout="30s", security=sec) as client:
                 if on_dashboard:
                     on_dashboard(client.dashboard_link)
-                res = _run_dask(client, files, output, cfg, progress, append, "scheduler", job)
+                res = _run_dask(client, job, "scheduler")
         else:
             t_start = time.perf_counter()
-            with make_local_cluster(workers, dashboard_address=dashboard_address) as cluster, \
+            with make_local_cluster(workers, dashboard_address=options.dashboard_address) as cluster, \
                     Client(cluster) as client:
                 client.wait_for_workers(workers, timeout=120)
                 t_cluster = time.perf_counter() - t_start
                 if on_dashboard:
                     on_dashboard(client.dashboard_link)
-                res = _run_dask(client, files, output, cfg, progress, append,
-                                f"local ({workers} workers)", job)
+                res = _run_dask(client, job, f"local ({workers} workers)")
                 res.timings["cluster_start"] = t_cluster
     res.skipped_files = skipped
     res.warnings = list(job.warnings)
