@@ -26,6 +26,7 @@ from typing import List, Optional, Tuple
 import typer
 
 from . import _typer_plain
+from .config import settings as _settings
 from .errors import PfmDaskError
 
 EXIT_OK = 0
@@ -437,40 +438,42 @@ def _exposure(mode, profile, dashboard_address, tls):
     return profile, files
 
 
-def _run_load(inputs, output, cfg, *, serial, workers, scheduler, append, as_json, quiet,
-              cluster=None, cluster_config=None, resume=False, strict=False,
-              checkpoint_seconds=10.0, resume_options=None, dashboard_address=None,
-              tls=(None, None, None), auto=False, force=False):
+def _run_load(inputs, output, cfg, options, *, serial, append, as_json, cluster=None,
+              cluster_config=None, resume=False, resume_options=None, tls=(None, None, None),
+              auto=False):
+    """Run ``pipeline.run_load`` with the command line's mode, display and messages, and print
+    its report; ``options``: the :class:`~pfm_dask.config.RunOptions` (mode set here)."""
+    import dataclasses
+
     from . import pipeline
     from .inputs import expand_inputs
 
+    scheduler = options.scheduler
     profile = _cluster_profile(cluster, cluster_config, serial=serial, scheduler=scheduler)
     # auto: no mode asked for (no --workers either): small inputs load in this process
     mode = ("serial" if serial else "scheduler" if scheduler else
             "cluster" if profile is not None else "auto" if auto else "local")
-    profile, tls_files = _exposure(mode, profile, dashboard_address, tls)
+    options = dataclasses.replace(options, mode=mode)
+    profile, tls_files = _exposure(mode, profile, options.dashboard_address, tls)
     input_problems: list[str] = []  # folders not searched, special files skipped
     files = (expand_inputs(inputs, keep_duplicates=True, problems=input_problems)  # the load
              if inputs else [])                                                  # reports repeats
-    prog = _Progress(not quiet, as_json)
+    prog = _Progress(not options.quiet, as_json)
 
     def dash(link):
         if not as_json and link:
             typer.echo(f"Dask dashboard: {link}", err=True)
 
     def note(message):
-        if not quiet:
+        if not options.quiet:
             typer.echo(f"pfm-dask: {message}", err=True)
 
     try:
-        res = pipeline.run_load(files, output, cfg, mode=mode, workers=workers,
-                                scheduler=scheduler, append=append, progress=prog,
-                                on_dashboard=dash, cluster_profile=profile, on_message=note,
-                                resume=resume, strict=strict, command=list(sys.argv),
-                                resume_options=resume_options,
-                                checkpoint_seconds=checkpoint_seconds,
-                                dashboard_address=dashboard_address, security=tls_files,
-                                input_problems=input_problems, force=force)
+        res = pipeline.run_load(files, output, cfg, options, append=append, resume=resume,
+                                progress=prog, on_dashboard=dash, on_message=note,
+                                cluster_profile=profile, security=tls_files,
+                                command=list(sys.argv), resume_options=resume_options,
+                                input_problems=input_problems)
     finally:
         prog.close()
     if as_json:
@@ -518,10 +521,61 @@ def _interrupted(output: Path, resume_options: list[str]) -> str:
             f"{cmd}")
 
 
-# Options of `load` that decide the content of the PFM (a resume must not change them).
-_CONTENT_OPTIONS = ("mbr", "polygon", "bin_size", "min_depth", "max_depth", "precision",
-                    "swath_filter", "swath_pings", "swath_beams", "swath_threshold",
-                    "area_filter", "cellstd", "deep_only", "nominal", "herr", "verr")
+#: the settings options set (LoadConfig's and RunOptions' fields), by their Dask config key
+_SETTINGS = {s.key: s for s in _settings()}
+
+
+def _setting_option(key: str, **extra):
+    """The typer option of a setting: its flags, default and help as pfm_dask.config writes them
+    once (only typer's own extras, such as a metavar, are given here)."""
+    s = _SETTINGS[key]
+    return typer.Option(s.cli_default, *s.option, help=s.help, **extra)
+
+
+def _setting_of(param):
+    """The setting a ``load`` parameter sets, or None (``--output``, ``--serial``...)."""
+    opts = getattr(param, "opts", None)
+    return _SETTINGS.get(opts[0].lstrip("-")) if opts else None
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """True when ``name`` was given on the command line (by name: typer may vendor its own
+    click, whose ParameterSource is another enum)."""
+    return getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
+
+
+def _content_options(ctx: typer.Context) -> list[str]:
+    """The parameters of ``load`` that decide the content of the PFM (a resume must not change
+    them): the fields pfm_dask.config marks ``content``."""
+    from .config import CONTENT
+
+    return [p.name for p in ctx.command.params
+            if (s := _setting_of(p)) is not None and s.decides == CONTENT]
+
+
+def _settings_values(ctx: typer.Context) -> dict:
+    """``{LoadConfig or RunOptions: {field path: value}}`` of ``load``: an option given on the
+    command line, else its value in Dask's configuration (``pfm-dask.KEY``), else its default."""
+    from .config import DASK_KEY, configured
+    from .errors import ConfigError
+
+    dask_values = configured()
+    out: dict = {}
+    for param in ctx.command.params:
+        s = _setting_of(param)
+        if s is None:
+            continue
+        value = ctx.params.get(param.name)
+        if not _given(ctx, param.name) and s.key in dask_values:
+            try:
+                value = param.process_value(ctx, dask_values[s.key])
+            except Exception as err:  # noqa: BLE001 - click's BadParameter, or a type's own
+                raise ConfigError(f"{DASK_KEY}.{s.key} in Dask's configuration: "
+                                  f"{getattr(err, 'message', err)}") from None
+        out.setdefault(s.owner, {})[s.path] = value
+    return out
+
+
 # Options of `load` a printed resume command leaves out: the journal has the inputs and the
 # content settings, and these only shape this one run's output or its start.
 _NOT_RESUMED = ("inputs", "output", "resume", "append", "strict", "png", "as_json", "quiet")
@@ -533,11 +587,12 @@ def _resume_options(ctx: typer.Context) -> list[str]:
     """The run options given on this command line (workers, scheduler, cluster...), as a resume
     command repeats them: paths made absolute, so the command works from any directory."""
     out: list[str] = []
+    content = _content_options(ctx)
     for param in ctx.command.params:
         name = param.name
-        if name in _CONTENT_OPTIONS or name in _NOT_RESUMED or not getattr(param, "opts", None):
+        if name in content or name in _NOT_RESUMED or not getattr(param, "opts", None):
             continue
-        if getattr(ctx.get_parameter_source(name), "name", "") != "COMMANDLINE":
+        if not _given(ctx, name):
             continue
         value = ctx.params.get(name)
         if getattr(param, "is_flag", False):
@@ -560,55 +615,49 @@ def load(
     inputs: Optional[List[str]] = typer.Argument(
         None, help="GSF files, directories, globs or @list.txt (optional with --resume)"),
     output: Path = typer.Option(..., "--output", "-o", help="the PFM handle file to create"),
-    mbr: Optional[Tuple[float, float, float, float]] = typer.Option(
-        None, "--mbr", metavar="SOUTH WEST NORTH EAST",
-        help="area as SOUTH WEST NORTH EAST degrees (default: the inputs' extent)"),
-    polygon: Optional[Path] = typer.Option(None, "--polygon", help="area polygon file: 'lat, lon' per line"),
-    bin_size: float = typer.Option(2.0, "--bin-size", help="bin size in metres"),
-    min_depth: float = typer.Option(-10000.0, "--min-depth", help="shallowest depth kept valid (m, + down)"),
-    max_depth: float = typer.Option(12000.0, "--max-depth", help="deepest depth kept valid (m)"),
-    precision: float = typer.Option(0.01, "--precision", help="depth precision (m)"),
-    swath_filter: bool = typer.Option(False, "--swath-filter/--no-swath-filter", help="run the per-file swath filter"),
-    swath_pings: int = typer.Option(5, "--swath-window-pings", help="swath filter window, pings"),
-    swath_beams: int = typer.Option(9, "--swath-window-beams", help="swath filter window, beams"),
-    swath_threshold: Optional[float] = typer.Option(None, "--swath-threshold", help="swath filter threshold (robust sigmas)"),
-    area_filter: bool = typer.Option(False, "--area-filter/--no-area-filter", help="run pfmLoader's area filter at the end"),
-    cellstd: float = typer.Option(2.4, "--cellstd", help="area filter: standard deviations"),
-    deep_only: bool = typer.Option(True, "--deep-only/--two-sided", help="area filter: cut the deep side only"),
-    nominal: bool = typer.Option(False, "--nominal-depth", help="load nominal depth where present"),
-    herr: float = typer.Option(1.5, "--horizontal-error", help="default horizontal error when GSF has none (m)"),
-    verr: float = typer.Option(0.25, "--vertical-error", help="default vertical error when GSF has none (m)"),
-    workers: int = typer.Option(2, "--workers", help="embedded cluster: worker processes"),
-    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="use an existing Dask scheduler"),
+    mbr: Optional[Tuple[float, float, float, float]] = _setting_option(
+        "mbr", metavar="SOUTH WEST NORTH EAST"),
+    polygon: Optional[Path] = _setting_option("polygon"),
+    bin_size: float = _setting_option("bin-size"),
+    min_depth: float = _setting_option("min-depth"),
+    max_depth: float = _setting_option("max-depth"),
+    precision: float = _setting_option("precision"),
+    swath_filter: bool = _setting_option("swath-filter"),
+    swath_pings: int = _setting_option("swath-window-pings"),
+    swath_beams: int = _setting_option("swath-window-beams"),
+    swath_threshold: Optional[float] = _setting_option("swath-threshold"),
+    area_filter: bool = _setting_option("area-filter"),
+    cellstd: float = _setting_option("cellstd"),
+    deep_only: bool = _setting_option("deep-only"),
+    nominal: bool = _setting_option("nominal-depth"),
+    herr: float = _setting_option("horizontal-error"),
+    verr: float = _setting_option("vertical-error"),
+    workers: int = _setting_option("workers"),
+    scheduler: Optional[str] = _setting_option("scheduler"),
     serial: bool = typer.Option(False, "--serial", help="one process, no Dask (the baseline)"),
     cluster: Optional[str] = typer.Option(
         None, "--cluster", help="slurm, pbs or local: where the workers run (docs/cluster.md)"),
     cluster_config: Optional[Path] = typer.Option(
         None, "--cluster-config", help="cluster profile YAML (start from workflows/*.yaml)"),
     append: bool = typer.Option(False, "--append", help="add new files to an existing PFM"),
-    max_backlog: str = typer.Option("512MiB", "--max-backlog", help="bytes allowed to wait for the writer"),
+    max_backlog: str = _setting_option("max-backlog"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress display"),
+    quiet: bool = _setting_option("quiet"),
     png: Optional[Path] = typer.Option(None, "--png", help="also draw a quick-look PNG of the loaded PFM"),
     resume: bool = typer.Option(
         False, "--resume", help="continue an interrupted load of OUTPUT from its last checkpoint "
         "(inputs and settings come from its journal; docs/reliability.md)"),
-    strict: bool = typer.Option(False, "--strict", help="refuse to start if the pre-scan finds damaged input"),
-    checkpoint_seconds: float = typer.Option(
-        10.0, "--checkpoint-seconds", help="seconds between the writer's checkpoints (0: after every piece)"),
-    dashboard_address: Optional[str] = typer.Option(
-        None, "--dashboard-address", help="where the dashboard of the cluster pfm-dask starts "
-        "listens, HOST:PORT (default 127.0.0.1, any port; 0.0.0.0:8787 opens it to the network)"),
+    strict: bool = _setting_option("strict"),
+    checkpoint_seconds: float = _setting_option("checkpoint-seconds"),
+    dashboard_address: Optional[str] = _setting_option("dashboard-address"),
     tls_ca_file: Optional[str] = typer.Option(
         None, "--tls-ca-file", help="TLS: the CA certificate (PEM) of a tls:// scheduler or a batch profile"),
     tls_cert: Optional[str] = typer.Option(None, "--tls-cert", help="TLS: this side's certificate (PEM)"),
     tls_key: Optional[str] = typer.Option(None, "--tls-key", help="TLS: its private key (PEM)"),
-    force: bool = typer.Option(
-        False, "--force", help="make a grid past the size limit (250,000,000 bins) anyway"),
+    force: bool = _setting_option("force"),
 ):
     """Load GSF files into a PFM: Dask workers decode and bin, one pinned writer writes."""
-    from .config import LoadConfig, SwathFilterConfig, parse_size
-    from .errors import ConfigError
+    from .config import LoadConfig, RunOptions, build
     from .inputs import read_polygon
 
     try:
@@ -620,44 +669,30 @@ def load(
                    err=True)
         raise typer.Exit(EXIT_USAGE)
     try:
-        if not checkpoint_seconds >= 0 or checkpoint_seconds == float("inf"):
-            raise ConfigError(f"--checkpoint-seconds must be a number of seconds >= 0, got "
-                              f"{checkpoint_seconds}")
-        if workers < 1:
-            raise ConfigError(f"--workers must be at least 1, got {workers}")
-        cfg = LoadConfig(
-            bin_size_m=bin_size, mbr=tuple(mbr) if mbr else None,
-            polygon=read_polygon(polygon) if polygon else None,
-            min_depth=min_depth, max_depth=max_depth, precision=precision,
-            default_horizontal_error=herr, default_vertical_error=verr,
-            use_nominal_depth=nominal,
-            swath=SwathFilterConfig(swath_filter, swath_pings, swath_beams, swath_threshold),
-            area_filter=area_filter, cellstd=cellstd, deep_only=deep_only,
-            max_backlog_bytes=parse_size(max_backlog))
-        # (by name: typer may vendor its own click, whose ParameterSource is another enum)
-        if resume and not any(getattr(ctx.get_parameter_source(k), "name", "") == "COMMANDLINE"
-                              for k in _CONTENT_OPTIONS):
+        values = _settings_values(ctx)
+        options = build(RunOptions, values[RunOptions])
+        content = values[LoadConfig]
+        content["mbr"] = tuple(content["mbr"]) if content["mbr"] else None
+        content["polygon"] = read_polygon(content["polygon"]) if content["polygon"] else None
+        cfg = build(LoadConfig, content)
+        if resume and not any(_given(ctx, k) for k in _content_options(ctx)):
             cfg = None  # the journal's settings
-        if scheduler:  # the certificates and the address's protocol, before trying to connect
+        if options.scheduler:  # the certificates and the address's protocol, before connecting
             from .security import client_security, tls_files
 
-            client_security(scheduler, tls_files(tls_ca_file, tls_cert, tls_key))
-        _preflight(output, png=png, scheduler=scheduler,
+            client_security(options.scheduler, tls_files(tls_ca_file, tls_cert, tls_key))
+        _preflight(output, png=png, scheduler=options.scheduler,
                    other_mode=serial or cluster is not None or cluster_config is not None)
         import signal
 
         previous = (signal.signal(signal.SIGINT, _quiet_on_interrupt)
                     if threading.current_thread() is threading.main_thread() else None)
         try:
-            res = _run_load(inputs, output, cfg, serial=serial, workers=workers,
-                            scheduler=scheduler, append=append, as_json=as_json, quiet=quiet,
-                            cluster=cluster, cluster_config=cluster_config, resume=resume,
-                            strict=strict, checkpoint_seconds=checkpoint_seconds,
-                            resume_options=_resume_options(ctx),
-                            dashboard_address=dashboard_address,
+            res = _run_load(inputs, output, cfg, options, serial=serial, append=append,
+                            as_json=as_json, cluster=cluster, cluster_config=cluster_config,
+                            resume=resume, resume_options=_resume_options(ctx),
                             tls=(tls_ca_file, tls_cert, tls_key),
-                            auto=getattr(ctx.get_parameter_source("workers"), "name", "")
-                            != "COMMANDLINE", force=force)
+                            auto=not _given(ctx, "workers"))
         except KeyboardInterrupt:
             typer.echo(f"pfm-dask: {_interrupted(output, _resume_options(ctx))}", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -744,7 +779,7 @@ def demo(
     outdir: Path = typer.Argument(Path("demo-out"), help="working directory for the demo"),
     files: int = typer.Option(8, "--files"),
     pings: int = typer.Option(200, "--pings"),
-    workers: int = typer.Option(2, "--workers"),
+    workers: int = typer.Option(_SETTINGS["workers"].default, "--workers"),
     seed: int = typer.Option(0, "--seed"),
 ):
     """The README's first command: a synthetic survey loaded on the embedded cluster, then checked."""
@@ -752,7 +787,7 @@ def demo(
 
     from . import pfm
     from . import synth as _synth
-    from .config import LoadConfig, SwathFilterConfig
+    from .config import LoadConfig, RunOptions, SwathFilterConfig
 
     survey = Path(outdir) / "survey"
     out = Path(outdir) / "demo.pfm"
@@ -767,8 +802,8 @@ def demo(
         # 25 m bins: the synthetic survey is deep water (800-2500 m), where 2 m bins would
         # make a grid of tens of millions of mostly empty bins.
         cfg = LoadConfig(bin_size_m=25.0, swath=SwathFilterConfig(enabled=True), area_filter=True)
-        res = _run_load([str(survey)], out, cfg, serial=False, workers=workers,
-                        scheduler=None, append=False, as_json=False, quiet=False)
+        res = _run_load([str(survey)], out, cfg, RunOptions(workers=workers), serial=False,
+                        append=False, as_json=False)
         problems = pfm.check(out)
     except PfmDaskError as err:
         _fail(err)

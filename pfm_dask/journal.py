@@ -569,27 +569,18 @@ def config_to_dict(cfg) -> dict:
 
 
 def config_from_dict(d: dict):
-    """The inverse of :func:`config_to_dict`."""
-    from .config import LoadConfig, SwathFilterConfig
+    """The inverse of :func:`config_to_dict` (:meth:`~pfm_dask.config.LoadConfig.from_dict`)."""
+    from .config import LoadConfig
 
-    d = dict(d)
-    d["swath"] = SwathFilterConfig(**d.get("swath", {}))
-    for k in ("mbr", "bin_size_deg"):
-        if d.get(k) is not None:
-            d[k] = tuple(d[k])
-    if d.get("polygon") is not None:
-        d["polygon"] = tuple(tuple(p) for p in d["polygon"])
-    return LoadConfig(**d)
-
-
-#: LoadConfig fields that do not change the output (they may differ on resume).
-RUN_LIMITS = ("max_backlog_bytes", "max_window")
+    return LoadConfig.from_dict(d)
 
 
 def content_differences(a: dict, b: dict) -> list[str]:
-    """Names of the settings that decide the content and differ between two config dicts."""
-    keys = sorted(set(a) | set(b))
-    return [k for k in keys if k not in RUN_LIMITS and a.get(k) != b.get(k)]
+    """Names of the settings that decide the content and differ between two config dicts
+    (the fields whose metadata says ``content``: pfm_dask.config)."""
+    from .config import LoadConfig
+
+    return LoadConfig.content_differences(a, b)
 
 
 def is_disk_full(err: BaseException) -> bool:

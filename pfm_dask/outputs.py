@@ -263,10 +263,13 @@ def _resume_job(files: list[str], output: Path, cfg: LoadConfig | None,
     journal_files = [r["path"] for r in static["inputs"]]
     _compare_with_journal(files, cfg, output, static, "the interrupted load")
     saved = J.config_from_dict(static["cfg"])
-    if cfg is not None:
-        from dataclasses import replace
+    if cfg is not None:  # the run's own layout settings (the window's backlog); the plan is kept
+        from dataclasses import fields, replace
 
-        saved = replace(saved, **{k: getattr(cfg, k) for k in J.RUN_LIMITS})
+        from .config import CONTENT
+
+        saved = replace(saved, **{f.name: getattr(cfg, f.name) for f in fields(cfg)
+                                  if f.metadata.get("decides") != CONTENT})
     changed = J.check_inputs(static)
     if changed:
         raise ConfigError("input file(s) changed since the load started, so their soundings "

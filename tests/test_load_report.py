@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pfm_dask import pipeline, synth
+from pfm_dask import pipeline, planning, synth
 from pfm_dask.config import LoadConfig
 
 from .test_bad_inputs import ping_records
@@ -150,7 +150,7 @@ def test_a_grid_past_the_size_limit_is_refused_unless_forced(two_places, tmp_pat
     from pfm_dask.errors import ConfigError
 
     root, a, _, _ = two_places
-    monkeypatch.setattr(pipeline, "MAX_GRID_BINS", 10_000)
+    monkeypatch.setattr(planning, "MAX_GRID_BINS", 10_000)
     out = tmp_path / "big.pfm"
     with pytest.raises(ConfigError, match="--force") as err:
         pipeline.run_load([str(f) for f in a], out, LoadConfig(bin_size_m=2.0), mode="serial")
@@ -168,7 +168,7 @@ def test_cli_refuses_a_huge_grid_in_one_line_and_force_makes_it(two_places, tmp_
     from pfm_dask.cli import app
 
     root, a, _, _ = two_places
-    monkeypatch.setattr(pipeline, "MAX_GRID_BINS", 10_000)
+    monkeypatch.setattr(planning, "MAX_GRID_BINS", 10_000)
     out = tmp_path / "c.pfm"
     args = ["load", *map(str, a), "-o", str(out), "--serial", "-q", "--bin-size", "2"]
     r = CliRunner().invoke(app, args)
@@ -186,7 +186,7 @@ def test_a_huge_automatic_area_names_the_files_that_stretched_it(two_places, tmp
 
     root, a, b, _ = two_places
     # survey b lies 0.7 degrees north of survey a: together they stretch the automatic area
-    monkeypatch.setattr(pipeline, "MAX_GRID_BINS", 1_000_000)
+    monkeypatch.setattr(planning, "MAX_GRID_BINS", 1_000_000)
     alone = pipeline.run_load([str(f) for f in a], tmp_path / "a.pfm", LoadConfig(bin_size_m=25.0),
                               mode="serial")
     assert _grid_bins(alone) < 1_000_000

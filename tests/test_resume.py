@@ -287,6 +287,26 @@ def test_resume_refuses_other_inputs_other_settings_and_changed_inputs(rsurvey, 
         pipeline.run_load([], out, None, mode="serial", resume=True)
 
 
+def test_a_journal_written_by_the_previous_version_still_resumes(rsurvey, reference, tmp_path):
+    """The previous version kept ``max_window`` and ``batch_pings`` in the journal's settings
+    (``load.json``); a load it left unfinished resumes, with or without the content options
+    given again (which are compared with the journal's)."""
+    import json
+
+    ref, _ = reference
+    for again in ([], LOAD_OPTS):
+        out = tmp_path / f"old{len(again)}.pfm"
+        r = crash_load(rsurvey, out, "piece:2", "--serial")
+        assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr)
+        static_path = J.journal_paths(out)["static"]
+        static = json.loads(static_path.read_text())
+        static["cfg"].update(max_window=16, batch_pings=2000)
+        static_path.write_text(json.dumps(static))
+        done = pfm_cli("load", "-o", out, "--resume", "--serial", *again)
+        assert done.returncode == 0, done.stderr
+        assert_same_pfm(out, ref, tmp_path / out.stem)
+
+
 def test_resume_with_nothing_to_resume(rsurvey, tmp_path):
     out = tmp_path / "none.pfm"
     with pytest.raises(ConfigError, match="nothing to resume"):

@@ -1,0 +1,254 @@
+"""Planning a load before anything is written: the pre-scan of each input, the automatic area,
+the grid's sanity check, the pieces, and where ``mode="auto"`` runs (serial or a cluster).
+
+Plain functions with no Dask: the pipeline runs :func:`prescan_file` as Dask tasks or in
+its own process, and everything else here in the driver. The plan depends on the inputs
+and the configuration only, so every mode and worker count writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from itertools import groupby
+
+import numpy as np
+
+from . import gsf
+from ._arrays import runs
+from .bins import BinGrid
+from .config import LoadConfig
+from .errors import ConfigError, GsfError, LoadError
+from .soundings import BATCH_SCHEMA, Piece
+
+__all__ = ["prescan_file", "area_from_scans", "grid_sanity", "plan_pieces", "auto_mode",
+           "MAX_GRID_BINS", "SPARSE_SOUNDINGS_PER_BIN", "SMALL_LOAD_BYTES",
+           "SMALL_LOAD_BYTES_SWATH", "BYTES_PER_SOUNDING"]
+
+BYTES_PER_SOUNDING = sum(f.type.bit_width // 8 for f in BATCH_SCHEMA) + 16  # batch + ping table slack
+_SAMPLE_PINGS = 48  # pings read per file by the pre-scan (first, last and evenly spaced)
+_PIECE_OVERHEAD = 16 * 1024  # Arrow buffers and the ping table of a piece, beyond its soundings
+
+
+#: ``mode="auto"`` (the command line's default) loads inputs smaller than this in the driver's
+#: own process, as ``--serial`` does: below it the embedded cluster's start-up and transfers
+#: cost more than its second worker saves. The cluster costs about 2 s more than ``--serial``
+#: on the 3.5 MB EX1811 sample on a quiet 2-core machine (2.84 s against 0.88 s), 6.5 s on a
+#: busy one (benchmarks/bench_startup.py); the second worker saves about 0.010 s per MB
+#: without the swath filter (bench_load's 1.1 GB survey: 32.4 s serial, 21.0 s on 2 workers)
+#: and 0.045 s per MB with it, which the workers run in parallel (107.6 s against 57.9 s).
+#: Break-even: 190 MB (quiet) to 620 MB (busy) without it, 44 to 143 MB with it; the limits
+#: take the quiet figures, so no input that a cluster would load faster stays in-process.
+SMALL_LOAD_BYTES = 160 << 20
+SMALL_LOAD_BYTES_SWATH = 40 << 20
+
+
+def auto_mode(files: list[str], cfg: LoadConfig | None) -> tuple[str, int]:
+    """``("serial" | "local", input bytes)``: where ``mode="auto"`` runs a load of ``files``."""
+    total = 0
+    for f in files:
+        try:
+            total += os.path.getsize(f)
+        except OSError:  # reported by the pre-scan, as in any mode
+            pass
+    swath = cfg is not None and cfg.swath.enabled
+    limit = SMALL_LOAD_BYTES_SWATH if swath else SMALL_LOAD_BYTES
+    return ("serial" if total < limit else "local"), total
+
+
+def _estimate_bytes(piece: Piece) -> int:
+    """An upper bound on what a piece will hold while it waits for the writer."""
+    return piece.est_soundings * BYTES_PER_SOUNDING + _PIECE_OVERHEAD
+
+
+# ----------------------------------------------------------------- pre-scan
+def prescan_file(path: str, exact_beams: bool = False) -> dict:
+    """Cheap facts about one input: counts, damage, and the extent of a ping sample.
+
+    ``exact_beams``: take ``max_beams`` from every ping header, not the sample (an append
+    checks it against the PFM's beam field before writing anything).
+    Never raises for bad input: an unreadable file comes back with ``error`` set.
+    """
+    out = {"path": str(path), "n_pings": 0, "n_beams": 0, "max_beams": 0, "extent": None,
+           "damage": [], "error": None, "size": 0}
+    try:
+        out["size"] = os.path.getsize(path)
+        with gsf.GsfFile(path, strict=False) as f:
+            out["damage"] = [d.to_dict() for d in f.damage]
+            n = f.n_pings
+            out["n_pings"] = n
+            if n == 0:
+                return out
+            step = max(1, n // _SAMPLE_PINGS)
+            picks = sorted(set(range(0, n, step)) | {n - 1})
+            # one walk over the ping headers, the sampled pings decoded together
+            t = f.read_at(picks)
+            ping = t.column("ping").to_numpy()
+            _, _, beams_seen = runs(ping)
+            lat = t.column("latitude").to_numpy()
+            lon = t.column("longitude").to_numpy()
+            # impossible positions (|lat| > 90, lon outside -180..360) must not stretch
+            # the area; the load skips or counts them
+            ok = ((np.abs(lat) <= 90) & (lon >= -180) & (lon <= 180) & np.isfinite(lat)
+                  & np.isfinite(lon))
+            single = np.repeat(beams_seen, beams_seen) == 1   # one-beam pings: the ping position
+            lats, lons = [lat[ok & single]], [lon[ok & single]]
+            multi = ok & ~single
+            if multi.any():
+                across = t.column("across_track").fill_null(0.0).to_numpy()
+                along_col = t.column("along_track")
+                along = along_col.fill_null(0.0).to_numpy()
+                present = along_col.is_valid().to_numpy(zero_copy_only=False)
+                heading = t.column("heading").to_numpy()
+                blat, blon = gsf.beam_positions(lat[multi], lon[multi], heading[multi],
+                                                across[multi], along[multi],
+                                                along_present=present[multi])
+                lats.append(blat)
+                lons.append(blon)
+            beams_seen = beams_seen.tolist()
+            for d in f.damage:
+                if d.to_dict() not in out["damage"]:
+                    out["damage"].append(d.to_dict())
+            mean_beams = float(np.mean(beams_seen)) if beams_seen else 0.0
+            out["max_beams"] = int(max(beams_seen)) if beams_seen else 0
+            if exact_beams:
+                every = f.beams_per_ping()
+                out["max_beams"] = int(every.max()) if every.size else out["max_beams"]
+            out["n_beams"] = int(round(mean_beams * n))
+            if lats:
+                la = np.concatenate(lats)
+                lo = np.concatenate(lons)
+                fin = np.isfinite(la) & np.isfinite(lo)
+                if fin.any():
+                    out["extent"] = [float(la[fin].min()), float(lo[fin].min()),
+                                     float(la[fin].max()), float(lo[fin].max())]
+    except GsfError as err:
+        out["error"] = err.to_dict()
+    except OSError as err:
+        out["error"] = GsfError(f"cannot read file: {err.strerror or err}", path=path).to_dict()
+    return out
+
+
+def area_from_scans(scans: list[dict], cfg: LoadConfig) -> BinGrid:
+    """The bin grid: the user's MBR or polygon, else the union of the scanned extents."""
+    kw = ({"bin_size_m": cfg.bin_size_m} if cfg.bin_size_deg is None
+          else {"x_bin_deg": cfg.bin_size_deg[0], "y_bin_deg": cfg.bin_size_deg[1]})
+    if cfg.polygon is not None:
+        return BinGrid.from_polygon(np.asarray(cfg.polygon, dtype=float), **kw)
+    if cfg.mbr is not None:
+        return BinGrid.from_mbr(*cfg.mbr, **kw)
+    ext = np.array([s["extent"] for s in scans if s.get("extent")], dtype=float)
+    if ext.size == 0:
+        raise ConfigError("no input has a readable ping position: give the area with --mbr "
+                          "or --polygon")
+    south, west = ext[:, 0].min(), ext[:, 1].min()
+    north, east = ext[:, 2].max(), ext[:, 3].max()
+    # The extent comes from a sample of pings: pad it so beams of unsampled pings
+    # still fall inside (whatever still falls outside is counted, not lost silently).
+    pad_lat = max((north - south) * 0.01, 1e-4)
+    pad_lon = max((east - west) * 0.01, 1e-4)
+    return BinGrid.from_mbr(max(-90.0, south - pad_lat), west - pad_lon,
+                            min(90.0, north + pad_lat), east + pad_lon, **kw)
+
+
+#: the most bins a load makes without ``force``: about 10 GB of bin records (2 m bins over
+#: a deep-water survey made a 356 M-bin grid, a 14 GB sparse .bin, for 8 M soundings)
+MAX_GRID_BINS = 250_000_000
+#: under this many soundings per bin (estimated after the pre-scan) the load warns
+SPARSE_SOUNDINGS_PER_BIN = 0.1
+
+
+def _round_up_nicely(x: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 times a power of ten that is at least ``x``."""
+    k = 10.0 ** np.floor(np.log10(x))
+    return float(next(m * k for m in (1, 2, 2.5, 5, 10) if m * k >= x * (1 - 1e-9)))
+
+
+def _stretched_by(scans: list[dict], cfg: LoadConfig) -> str:
+    """For an automatic area: the files whose pre-scan extents set its four sides, in words
+    (a file far from the others, or one bad position, is what makes a grid huge)."""
+    if cfg.mbr is not None or cfg.polygon is not None:
+        return ""
+    ext = [(s["path"], s["extent"]) for s in scans if s.get("extent")]
+    if not ext:
+        return ""
+    sides = {"south": min(ext, key=lambda e: e[1][0])[0], "west": min(ext, key=lambda e: e[1][1])[0],
+             "north": max(ext, key=lambda e: e[1][2])[0], "east": max(ext, key=lambda e: e[1][3])[0]}
+    return "; the area's sides come from " + ", ".join(f"{k}: {v}" for k, v in sides.items())
+
+
+def grid_sanity(grid: BinGrid, scans: list[dict], cfg: LoadConfig, *,
+                force: bool = False) -> list[str]:
+    """Judge the grid against the data before anything is written: a warning (returned)
+    when the pre-scan's soundings would fill under ``SPARSE_SOUNDINGS_PER_BIN`` of its bins,
+    with a bin size giving about one per bin; a :class:`ConfigError` past ``MAX_GRID_BINS``
+    bins unless ``force``."""
+    bins = int(grid.width) * int(grid.height)
+    soundings = sum(int(s.get("n_beams") or 0) for s in scans if not s.get("error"))
+    density = soundings / bins if bins else 0.0
+    size = f"{grid.width:,} x {grid.height:,} = {bins:,} bins"
+    if cfg.bin_size_deg is None and soundings:
+        better = _round_up_nicely(cfg.bin_size_m * (1.0 / density) ** 0.5) if density < 1 else None
+        hint = f"--bin-size {better:g} gives about one sounding per bin" if better else ""
+    else:
+        hint = "larger bins"
+    if bins > MAX_GRID_BINS and not force:
+        raise ConfigError(f"the grid would have {size} (over the limit of {MAX_GRID_BINS:,}) "
+                          f"for about {soundings:,} soundings: {hint or 'give larger bins'}; "
+                          f"or give --force to make it anyway{_stretched_by(scans, cfg)}. "
+                          "Nothing was written")
+    if soundings and density < SPARSE_SOUNDINGS_PER_BIN:
+        return [f"the grid has {size} for about {soundings:,} soundings ({density:.2g} "
+                f"soundings per bin): {hint}"]
+    return []
+
+
+#: a piece of fewer pings than this is not cut in two at the end of a load
+_TAIL_MIN_PINGS = 100
+
+
+def plan_pieces(scans: list[dict], cfg: LoadConfig, *, first_file_number: int = 0) -> list[Piece]:
+    """One piece per file; files with many pings become several ping ranges.
+
+    The last ``cfg.tail_pieces`` pieces are then cut in two: the scheduler
+    hands out whole pieces, so the run ends when the last worker finishes its
+    last piece, and the others wait up to a piece's time; half pieces halve
+    that wait. The plan depends on the inputs and the configuration only, never
+    on the cluster, so every mode and worker count writes the same bytes.
+    """
+    budget = max(1, cfg.max_backlog_bytes // 4 // BYTES_PER_SOUNDING)  # soundings per piece
+    ranges: list[list] = []  # [file index, first ping, end ping, pings in file, beams]
+    for i, s in enumerate(scans):
+        n = int(s.get("n_pings") or 0)
+        beams = max(1, int(s.get("max_beams") or 1))
+        per_piece = max(1, min(cfg.split_pings, budget // beams))
+        k = max(1, -(-n // per_piece))
+        for j in range(k):
+            ranges.append([i, j * per_piece, min(n, (j + 1) * per_piece), n, beams])
+    # from the end, so that an insertion moves none of the ranges still to cut
+    for k in reversed(range(max(0, len(ranges) - max(0, cfg.tail_pieces)), len(ranges))):
+        i, a, b, n, beams = ranges[k]
+        if b - a >= 2 * _TAIL_MIN_PINGS:
+            mid = (a + b) // 2
+            ranges[k:k + 1] = [[i, a, mid, n, beams], [i, mid, b, n, beams]]
+    pieces: list[Piece] = []
+    for i, group in groupby(ranges, key=lambda r: r[0]):
+        group = list(group)
+        k = len(group)
+        for j, (_, a, b, n, beams) in enumerate(group):
+            pieces.append(Piece(len(pieces), first_file_number + i, scans[i]["path"], a,
+                                b if j < k - 1 else None, j, k,
+                                est_soundings=((b - a) if k > 1 else n) * beams))
+    return pieces
+
+
+def _strict_check(scans: list[dict]) -> None:
+    """``--strict``: refuse to start when the pre-scan found damage (nothing written yet)."""
+    bad = []
+    for s in scans:
+        for d in ([s["error"]] if s.get("error") else []) + list(s.get("damage") or []):
+            off = d.get("offset")
+            bad.append(f"{s['path']}" + (f" at byte {off:,}" if off is not None else "")
+                       + f": {d.get('reason')}")
+    if bad:
+        raise LoadError(f"--strict: the pre-scan found {len(bad)} problem(s); nothing was "
+                        "written:\n  " + "\n  ".join(bad))
