@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .pfm import validity as V
+from . import validity as V
 from ._swath import SwathStats, score_against_truth, spike_mask, swath_filter, swath_halo
 from ._area import AreaFilter, AreaFilterSummary, RowResult, RowSoundings
 

@@ -48,7 +48,8 @@ from ._arrays import runs
 from .config import LoadConfig
 from . import journal as J
 from .errors import ConfigError, GsfError, LoadError, PfmDaskError
-from .soundings import BATCH_SCHEMA, Piece, prepare_piece
+from .pieces import BATCH_SCHEMA, Piece
+from .soundings import prepare_piece
 from .outputs import (Complete, _dedupe, _existing, _given, _inspect_output, _new_files,
                       _plan_resume, _refuse_foreign, _refuse_unfinished, _unfinished,
                       check_append_fits)

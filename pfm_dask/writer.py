@@ -45,8 +45,9 @@ from . import pfm
 from .bins import BinGrid
 from .config import LoadConfig
 from .errors import LoadError, PfmDaskError
-from .pfm import validity as V
-from .soundings import COUNT_KEYS, LineTracker, Piece, PreparedPiece
+from . import validity as V
+from .lines import LineTracker
+from .pieces import COUNT_KEYS, Piece, PreparedPiece
 
 __all__ = ["PfmWriter"]
 

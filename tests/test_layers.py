@@ -189,8 +189,6 @@ RULES = [
 KNOWN_BREACHES = {
     "pfm-knows-no-loader": "the store builds its grid with bins.BinGrid and geodesy.inverse "
                            "(grid geometry not yet moved into pfm)",
-    "filters-need-no-codec": "the filters take validity from pfm.validity (loads the PFM package)",
-    "writer-needs-no-gsf": "the writer takes Piece, COUNT_KEYS and LineTracker from soundings",
     "cluster-does-not-import-pipeline": "make_local_cluster still lives in pipeline",
 }
 
@@ -302,15 +300,12 @@ RUNTIME = [
     ("pfm_dask.gsf", DASK_LIBS + TYPER + ["pfm_dask.pfm", "pfm_dask.pfm.*", "pfm_dask.filters*",
                                           "pfm_dask.writer*", "numba"], None),
     ("pfm_dask.filters", DASK_LIBS + TYPER + ["pfm_dask.gsf", "pfm_dask.gsf.*", "pfm_dask.pfm",
-                                              "pfm_dask.pfm.*", "pfm_dask.writer*", "numba"],
-     "filters take validity from the pfm package"),
+                                              "pfm_dask.pfm.*", "pfm_dask.writer*", "numba"], None),
     ("pfm_dask.writer", DASK_LIBS + TYPER + ["pfm_dask.gsf", "pfm_dask.gsf.*", "pfm_dask.soundings",
-                                             "numba"],
-     "the writer imports soundings (and so the GSF decoder) for Piece and LineTracker"),
+                                             "numba"], None),
     ("pfm_dask.soundings", DASK_LIBS + TYPER + ["numba"], None),
     ("pfm_dask.pieces", DASK_LIBS + TYPER + ["numba", "pfm_dask.gsf", "pfm_dask.gsf.*", "pfm_dask.pfm",
-                                             "pfm_dask.pfm.*", "pfm_dask.filters*"],
-     "no hand-off module yet (Piece and the batch schema live in soundings)"),
+                                             "pfm_dask.pfm.*", "pfm_dask.filters*"], None),
 ]
 
 

@@ -96,7 +96,7 @@ import numpy as np
 from .. import __version__ as _PKG_VERSION
 from .._numeric import nint, scaled_code_f32, scaled_code_f64
 from ..errors import ConfigError, PfmFormatError
-from . import validity as V
+from .. import validity as V
 from ._bitpack import (CHECK_SIZE, BitLayout, SoundingCoding, bin_runs, bits_all_set, check_failures,
                        clear_bits, fill_slots, pack_soundings, unpack_records)
 from ._chains import chain_plan, chain_records, item_positions

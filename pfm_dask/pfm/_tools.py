@@ -35,7 +35,7 @@ import numpy as np
 
 from .._numeric import nint, scaled_code_f32
 from ..errors import PfmDaskError, PfmFormatError
-from . import validity as V
+from .. import validity as V
 from ._bitpack import BitLayout, unpack_records
 from ._chains import chain_records, visit
 from ._header import BIN_HEADER_SIZE, NUM_ATTR, PfmHeader, bits_for, version_number
