@@ -189,7 +189,6 @@ RULES = [
 KNOWN_BREACHES = {
     "pfm-knows-no-loader": "the store builds its grid with bins.BinGrid and geodesy.inverse "
                            "(grid geometry not yet moved into pfm)",
-    "cluster-does-not-import-pipeline": "make_local_cluster still lives in pipeline",
 }
 
 
@@ -264,7 +263,6 @@ def _cycles() -> list[list[str]]:
     return out
 
 
-@pytest.mark.xfail(reason="cluster <-> pipeline (make_local_cluster in pipeline)", strict=False)
 def test_no_import_cycles():
     cycles = _cycles()
     assert not cycles, "modules that import each other: " + "; ".join(" <-> ".join(c) for c in cycles)
