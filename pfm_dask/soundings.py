@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from . import filters, gsf
 from ._arrays import runs, unique_sorted
-from .bins import BinGrid
+from .pfm._grid import BinGrid
 from .config import LoadConfig
 from .errors import GsfError
 from .pieces import BATCH_SCHEMA, PING_SCHEMA, Piece, PreparedPiece, empty_counts

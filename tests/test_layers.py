@@ -32,14 +32,15 @@ DASK = ["pfm_dask.pipeline", "pfm_dask.pipeline.*", "pfm_dask.pipeline_*", "pfm_
 CLI = ["pfm_dask.cli", "pfm_dask.cli.*", "pfm_dask.cli_*", "pfm_dask._typer_plain"]
 #: Settings: may read Dask's configuration (``dask.config``, ``dask.utils``), never drive Dask.
 SETTINGS = ["pfm_dask.config", "pfm_dask.config.*", "pfm_dask.config_*"]
-#: Plain numbers and hand-off types everything else builds on; import nothing above them.
+#: Plain numbers, the WGS-84 geodesic (the NGS routines the PFM library and pfmLoader share)
+#: and the hand-off types everything else builds on; they import nothing above them.
 BASE = ["pfm_dask", "pfm_dask.errors", "pfm_dask._numeric", "pfm_dask._arrays", "pfm_dask._simd",
-        "pfm_dask._geodesic", "pfm_dask.validity", "pfm_dask.pieces", "pfm_dask._worker_signals"]
+        "pfm_dask.geodesy", "pfm_dask.validity", "pfm_dask.pieces", "pfm_dask._worker_signals"]
 #: The filters: flag rules, the swath filter, the area filter (numpy and numba over arrays).
 FILTERS = ["pfm_dask.filters", "pfm_dask.filters.*", "pfm_dask._area", "pfm_dask._swath",
            "pfm_dask._swath_kernel"]
-#: The codecs: GSF and PFM bytes, and the placement of beams on WGS-84.
-GSF = ["pfm_dask.gsf", "pfm_dask.gsf.*", "pfm_dask.geodesy"]
+#: The codecs: GSF and PFM bytes (the PFM package owns the bin grid the format defines).
+GSF = ["pfm_dask.gsf", "pfm_dask.gsf.*"]
 PFM = ["pfm_dask.pfm", "pfm_dask.pfm.*"]
 #: The writer and what it is made of.
 WRITER = ["pfm_dask.writer", "pfm_dask.writer.*", "pfm_dask.writer_*", "pfm_dask.journal"]
@@ -165,9 +166,9 @@ RULES = [
        "only the command line imports typer (or click)",
        ["pfm_dask", "pfm_dask.*"], TYPER, except_=CLI),
     _R("pfm-knows-no-loader",
-       "the PFM codec is the format alone: no GSF, no bins/geodesy module, no filters, no writer "
+       "the PFM codec is the format alone: no GSF, no bins module, no filters, no writer "
        "(the grid geometry the format defines lives in pfm)",
-       PFM, ["pfm_dask.bins", "pfm_dask.geodesy", "pfm_dask.gsf", "pfm_dask.gsf.*", "pfm_dask.soundings",
+       PFM, ["pfm_dask.bins", "pfm_dask.gsf", "pfm_dask.gsf.*", "pfm_dask.soundings",
              "pfm_dask.pieces"] + FILTERS + WRITER + DASK + CLI + SETTINGS),
     _R("gsf-knows-no-pfm",
        "the GSF codec knows no PFM, no bins, no filters",
@@ -187,8 +188,6 @@ RULES = [
 
 #: Rules the code still breaks, with the reason; removed as the code is mended.
 KNOWN_BREACHES = {
-    "pfm-knows-no-loader": "the store builds its grid with bins.BinGrid and geodesy.inverse "
-                           "(grid geometry not yet moved into pfm)",
 }
 
 
@@ -294,7 +293,7 @@ def _loaded(module: str) -> set[str]:
 RUNTIME = [
     ("pfm_dask.pfm", DASK_LIBS + TYPER + ["pfm_dask.gsf*", "pfm_dask.filters*", "pfm_dask._area",
                                           "pfm_dask._swath*", "pfm_dask.writer*", "pfm_dask.bins",
-                                          "pfm_dask.geodesy", "numba"], None),
+                                          "pfm_dask.soundings", "pfm_dask.pieces", "numba"], None),
     ("pfm_dask.gsf", DASK_LIBS + TYPER + ["pfm_dask.pfm", "pfm_dask.pfm.*", "pfm_dask.filters*",
                                           "pfm_dask.writer*", "numba"], None),
     ("pfm_dask.filters", DASK_LIBS + TYPER + ["pfm_dask.gsf", "pfm_dask.gsf.*", "pfm_dask.pfm",

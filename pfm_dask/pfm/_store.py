@@ -691,7 +691,7 @@ class PfmFile:
     def grid(self):
         """The :class:`pfm_dask.bins.BinGrid` of this file (built from the header on first use)."""
         if self._grid is None:
-            from ..bins import BinGrid
+            from ._grid import BinGrid
 
             h = self.header
             if h.projection:
