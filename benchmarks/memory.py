@@ -170,9 +170,10 @@ def peak_rss_dask(paths, cfg, out: Path, workers: int = 2) -> dict:
     from distributed import Client
 
     from pfm_dask import pipeline
+    from pfm_dask.cluster import make_local_cluster
 
     remove_pfm(out)
-    with pipeline.make_local_cluster(workers) as cluster, Client(cluster) as client:
+    with make_local_cluster(workers) as cluster, Client(cluster) as client:
         client.wait_for_workers(workers, timeout=120)
         before = client.run(_worker_memory)
         client.run(_start_sampler)

@@ -96,6 +96,7 @@ def main(argv=None) -> None:
     from distributed import Client
 
     from pfm_dask import pipeline
+    from pfm_dask.cluster import make_local_cluster
     from pfm_dask.config import LoadConfig, SwathFilterConfig
     from pfm_dask.inputs import expand_inputs
 
@@ -125,7 +126,7 @@ def main(argv=None) -> None:
         time.sleep(2 * _EVERY)
         per_process["this process"] = get_samples()
     else:
-        with pipeline.make_local_cluster(args.workers) as cluster, Client(cluster) as client:
+        with make_local_cluster(args.workers) as cluster, Client(cluster) as client:
             client.wait_for_workers(args.workers)
             client.run(start_sampler)
             time.sleep(0.3)

@@ -1,9 +1,10 @@
 """pfm-dask: many GSF multibeam files in, one PFM v7 bin file out, on Dask.
 
-The codecs (:mod:`pfm_dask.gsf`, :mod:`pfm_dask.pfm`), the kernels
-(:mod:`pfm_dask.geodesy`, :mod:`pfm_dask.bins`, :mod:`pfm_dask.filters`) and the
-writer class never import Dask or typer; Dask lives in :mod:`pfm_dask.pipeline`,
-:mod:`pfm_dask.cluster` and :mod:`pfm_dask.security` only.
+The codecs (:mod:`pfm_dask.gsf`, :mod:`pfm_dask.pfm`, which owns the bin grid), the
+kernels (:mod:`pfm_dask.geodesy`, :mod:`pfm_dask.filters`) and the writer never import
+Dask or typer; Dask lives in :mod:`pfm_dask.pipeline`, :mod:`pfm_dask.cluster`,
+:mod:`pfm_dask.dashboard` and :mod:`pfm_dask.security` only (docs/design.md, "Layers",
+checked by tests/test_layers.py).
 """
 
 import os as _os

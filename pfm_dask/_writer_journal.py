@@ -21,7 +21,7 @@ from . import journal as J
 from . import pfm
 from ._faults import crash_point
 from .errors import LoadError
-from .soundings import LineTracker
+from .lines import LineTracker
 
 __all__ = ["WriterJournal"]
 

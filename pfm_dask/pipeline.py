@@ -47,7 +47,8 @@ from .config import LoadConfig, RunOptions
 from . import journal as J
 from ._faults import kill_compute_worker_once
 from .errors import ConfigError, LoadError, PfmDaskError
-from .soundings import Piece, prepare_piece
+from .pieces import Piece
+from .soundings import prepare_piece
 from .outputs import (Complete, _dedupe, _existing, _given, _inspect_output, _new_files,
                       _plan_resume, _refuse_foreign, _refuse_unfinished, _unfinished,
                       check_append_fits)
@@ -60,7 +61,7 @@ from .report import LoadResult, _finalise, write_report
 from .writer import PfmWriter
 
 __all__ = ["prescan_file", "area_from_scans", "plan_pieces", "run_load", "LoadResult",
-           "make_local_cluster", "auto_mode", "SMALL_LOAD_BYTES", "SMALL_LOAD_BYTES_SWATH"]
+           "auto_mode", "SMALL_LOAD_BYTES", "SMALL_LOAD_BYTES_SWATH"]
 
 log = logging.getLogger("pfm_dask")
 
@@ -290,76 +291,6 @@ def _piece_task(piece: Piece, grid: BinGrid, cfg: LoadConfig, writer) -> dict:
     timings = dict(prepared.timings, transfer=time.perf_counter() - t0)
     return {"seq": piece.seq, "nbytes": prepared.nbytes, "accepted": accepted,
             "timings": timings}
-
-
-def make_local_cluster(workers: int, *, dashboard_address: str | None = None,
-                       memory_limit: str | int = "auto", processes: bool = True):
-    """An embedded cluster of ``workers`` processes; the first also holds ``disk=1``.
-
-    Every server (scheduler, nannies, workers, their HTTP servers) listens on 127.0.0.1
-    only; ``dashboard_address`` (default ``127.0.0.1:0``) may open the dashboard. Their
-    scratch space is a temporary folder removed when the cluster closes (pfm_dask.security).
-    ``processes=False`` runs the workers in this process (tests that patch code).
-    """
-    from distributed import Nanny, Scheduler, Worker
-
-    from .security import LOCAL_DASHBOARD, LOOPBACK, scratch_folder, scratch_spec_cluster
-
-    if workers < 1:
-        raise ConfigError(f"--workers must be at least 1, got {workers}")
-    scratch = scratch_folder()
-    specs = {}
-    for i in range(workers):
-        res = {"compute": 1}
-        if i == 0:
-            res["disk"] = 1
-        opts = {"nthreads": 1, "resources": res, "memory_limit": memory_limit,
-                "host": LOOPBACK, "dashboard_address": f"{LOOPBACK}:0",
-                "local_directory": scratch}
-        if processes:
-            opts["silence_logs"] = logging.WARNING
-            opts["preload"] = ["pfm_dask._worker_signals"]  # Ctrl-C is the driver's
-        specs[f"pfm-worker-{i}"] = {"cls": Nanny if processes else Worker, "options": opts}
-    # The scheduler runs in this process: the preload adds the "PFM writer" page and plugin.
-    scheduler = {"cls": Scheduler, "options": {
-        "host": LOOPBACK, "dashboard_address": dashboard_address or LOCAL_DASHBOARD,
-        "local_directory": scratch, "preload": ["pfm_dask.dashboard"]}}
-    with worker_environment():
-        return scratch_spec_cluster()(workers=specs, scheduler=scheduler, scratch=scratch,
-                                      silence_logs=logging.WARNING, name="pfm-dask")
-
-
-#: Periodic work of every Dask server (scheduler, nannies, workers) made less frequent: the
-#: event-loop tick measured every 20 ms (a diagnostic: it only warns of a blocked loop), the
-#: system monitor every 0.5 s (the dashboard's CPU and memory plots), the memory checks every
-#: 0.1 s. An idle 2-worker cluster spent 4.8% of a core on these, 1.3% with these values; a
-#: loaded one much more, since each wake-up takes the GIL from a busy task or writer thread
-#: (2-worker loads of the 1.1 GB survey: 20.2-20.6 s against 21.3-22.7 s, docs/performance.md).
-_QUIET_LOOPS = {"distributed.admin.tick.interval": "1s",
-                "distributed.admin.system-monitor.interval": "1s",
-                "distributed.worker.memory.monitor-interval": "500ms"}
-
-
-def worker_environment():
-    """Dask's settings for the embedded cluster: no ``MALLOC_TRIM_THRESHOLD_``, no profiler, and
-    fewer wake-ups of the event loops (``_QUIET_LOOPS``).
-
-    distributed starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which stops
-    glibc from reusing large freed blocks: every large numpy array in a worker is then
-    freshly mapped and page-faulted, and the decode and final step cost about 1.5-2x the
-    CPU they cost in ``--serial`` (measured). Its statistical profiler samples every
-    thread's stack every 10 ms, the writer's and the decoding task's included: about 2-5
-    CPU seconds per GB loaded on a 2-core machine (measured), for a dashboard page a
-    batch load seldom needs (set ``DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=True`` and
-    ``--scheduler`` to an own cluster to profile). Nannies read these settings when
-    created, so create them inside this context.
-    """
-    import dask
-
-    env = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
-    env.pop("MALLOC_TRIM_THRESHOLD_", None)
-    return dask.config.set({"distributed.nanny.pre-spawn-environ": env,
-                            "distributed.worker.profile.enabled": False, **_QUIET_LOOPS})
 
 
 def _check_disk_worker(client) -> dict | None:
@@ -684,6 +615,8 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
                     on_dashboard(client.dashboard_link)
                 res = _run_dask(client, job, "scheduler")
         else:
+            from .cluster import make_local_cluster
+
             t_start = time.perf_counter()
             with make_local_cluster(workers, dashboard_address=options.dashboard_address) as cluster, \
                     Client(cluster) as client:

@@ -18,7 +18,7 @@ from ._arrays import runs
 from .bins import BinGrid
 from .config import LoadConfig
 from .errors import ConfigError, GsfError, LoadError
-from .soundings import BATCH_SCHEMA, Piece
+from .pieces import BATCH_SCHEMA, Piece
 
 __all__ = ["prescan_file", "area_from_scans", "grid_sanity", "plan_pieces", "auto_mode",
            "MAX_GRID_BINS", "SPARSE_SOUNDINGS_PER_BIN", "SMALL_LOAD_BYTES",

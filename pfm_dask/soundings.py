@@ -18,103 +18,26 @@ Lines are not numbered here: whether a ping starts a new line depends on the
 heading at the previous line start, which for a split file lies in another
 task. The task returns, for every ping that contributed a sounding, its
 heading and time; the writer, which sees the pieces of a file in order,
-numbers the lines (:class:`LineTracker`).
+numbers the lines (:class:`pfm_dask.lines.LineTracker`). What the task hands over
+(:class:`~pfm_dask.pieces.PreparedPiece`) is defined in :mod:`pfm_dask.pieces`.
 """
 
 from __future__ import annotations
 
-import os
 import time as _time
-from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
 from . import filters, gsf
 from ._arrays import runs, unique_sorted
-from .bins import BinGrid
+from .pfm._grid import BinGrid
 from .config import LoadConfig
 from .errors import GsfError
-from .pfm import validity as V
+from .pieces import BATCH_SCHEMA, PING_SCHEMA, Piece, PreparedPiece, empty_counts
+from . import validity as V
 
-__all__ = [
-    "BATCH_SCHEMA",
-    "PING_SCHEMA",
-    "Piece",
-    "PreparedPiece",
-    "prepare_piece",
-    "LineTracker",
-    "line_name",
-    "COUNT_KEYS",
-]
-
-BATCH_SCHEMA = pa.schema([
-    ("bin_index", pa.int64()),
-    ("ping", pa.uint32()),
-    ("beam", pa.uint16()),
-    ("depth", pa.float64()),
-    ("x_off", pa.uint16()),
-    ("y_off", pa.uint16()),
-    ("validity", pa.uint32()),
-    ("horizontal_error", pa.float32()),
-    ("vertical_error", pa.float32()),
-])
-
-# One row per ping that contributed at least one sounding inside the area.
-PING_SCHEMA = pa.schema([
-    ("ping", pa.uint32()),
-    ("heading", pa.float64()),
-    ("time_sec", pa.int64()),
-    ("time_nsec", pa.int32()),
-])
-
-COUNT_KEYS = (
-    "pings_read", "soundings_read", "ping_skipped", "beam_rejected",
-    "outside_area", "loaded", "depth_out_of_range", "invalid_by_gsf_flags",
-    "flagged_swath_filter",
-)
-
-
-@dataclass(frozen=True)
-class Piece:
-    """A unit of work: the pings ``[start_ping, stop_ping)`` of one input file.
-
-    ``seq`` orders all pieces of a load (file order, then ping order); the
-    writer writes them in that order whichever worker finished first.
-    """
-
-    seq: int
-    file_number: int
-    path: str
-    start_ping: int = 0
-    stop_ping: int | None = None
-    piece_index: int = 0
-    n_pieces: int = 1
-    est_soundings: int = 0
-
-    @property
-    def last(self) -> bool:
-        return self.piece_index == self.n_pieces - 1
-
-
-@dataclass
-class PreparedPiece:
-    """What a task hands to the writer: sorted soundings, contributing pings, counts."""
-
-    piece: Piece
-    batch: pa.RecordBatch
-    pings: pa.Table
-    counts: dict = field(default_factory=dict)
-    damage: list = field(default_factory=list)
-    timings: dict = field(default_factory=dict)
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.batch.nbytes + self.pings.nbytes)
-
-
-def _empty_counts() -> dict:
-    return {k: 0 for k in COUNT_KEYS}
+__all__ = ["prepare_piece"]
 
 
 def _nothing(piece: Piece, counts: dict, err: GsfError) -> PreparedPiece:
@@ -164,7 +87,7 @@ def prepare_piece(piece: Piece, grid: BinGrid, cfg: LoadConfig) -> PreparedPiece
     """Decode, screen, place, filter, bin and sort one piece (see the module docstring)."""
     t0 = _time.perf_counter()
     c0 = _time.thread_time()
-    counts = _empty_counts()
+    counts = empty_counts()
     halo = filters.swath_halo(cfg.swath.window_pings) if cfg.swath.enabled else 0
     try:
         table, damage, start, stop = _read_piece(piece, halo)
@@ -304,46 +227,3 @@ def _bin_order(bin_index: np.ndarray, ping: np.ndarray, beam: np.ndarray) -> np.
         if np.all((dp > 0) | ((dp == 0) & (beam[1:] >= beam[:-1]))):
             return np.argsort(bin_index, kind="stable")
     return np.lexsort((beam, ping, bin_index))
-
-
-def line_name(basename: str, time_sec: int, time_nsec: int) -> str:
-    """pfmLoader's line name: ``<gsf basename>-YYYY-DDD-HH:MM:SS`` (seconds rounded)."""
-    t = _time.gmtime(int(time_sec))
-    second = np.float32(t.tm_sec + time_nsec / 1e9)  # pfmLoader's cvtime gives a float
-    sec = int(np.floor(float(second) + 0.5))
-    return f"{basename}-{t.tm_year}-{t.tm_yday:03d}-{t.tm_hour:02d}:{t.tm_min:02d}:{sec:02d}"
-
-
-class LineTracker:
-    """Numbers lines as pfmLoader does, across the pieces of one file in order.
-
-    A new line starts at the first contributing ping of a file, and whenever the
-    heading differs from the heading at the last line start by more than 120°
-    and less than 345° (a plain difference, as pfmLoader computes it).
-    """
-
-    def __init__(self, path: str):
-        self.basename = os.path.basename(path)
-        self.prev_heading = None
-        self.names: list[str] = []
-
-    def assign(self, pings: pa.Table) -> tuple[np.ndarray, np.ndarray, list[str]]:
-        """Local line index for each contributing ping, plus the names of new lines."""
-        p = pings.column("ping").to_numpy()
-        h = pings.column("heading").to_numpy()
-        ts = pings.column("time_sec").to_numpy()
-        tn = pings.column("time_nsec").to_numpy()
-        local = np.empty(p.size, dtype=np.int64)
-        new_names = []
-        # A loop per contributing ping (not per sounding): each start depends on the last.
-        for i in range(p.size):
-            hi = float(h[i])
-            if self.prev_heading is None or 120.0 < abs(hi - self.prev_heading) < 345.0:
-                self.prev_heading = hi
-                name = line_name(self.basename, int(ts[i]), int(tn[i]))
-                self.names.append(name)
-                new_names.append(name)
-            local[i] = len(self.names) - 1
-        return p, local, new_names
-
-

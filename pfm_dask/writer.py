@@ -47,8 +47,9 @@ from ._writer_journal import WriterJournal
 from .bins import BinGrid
 from .config import LoadConfig
 from .errors import LoadError, PfmDaskError
-from .pfm import validity as V
-from .soundings import COUNT_KEYS, LineTracker, Piece, PreparedPiece
+from . import validity as V
+from .lines import LineTracker
+from .pieces import COUNT_KEYS, Piece, PreparedPiece
 
 __all__ = ["PfmWriter"]
 

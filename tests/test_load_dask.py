@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pfm_dask import pfm, pipeline
+from pfm_dask.cluster import make_local_cluster
 from pfm_dask.config import LoadConfig, SwathFilterConfig
 from pfm_dask.inputs import expand_inputs
 
@@ -61,7 +62,7 @@ def test_same_dump_serial_one_and_two_workers_and_across_runs(survey, tmp_path):
 def test_writer_runs_on_the_disk_worker(survey, tmp_path):
     from distributed import Client
 
-    with pipeline.make_local_cluster(2) as cluster, Client(cluster) as client:
+    with make_local_cluster(2) as cluster, Client(cluster) as client:
         info = client.scheduler_info(n_workers=-1)["workers"]
         disk = [a for a, w in info.items() if w["resources"].get("disk")]
         assert len(disk) == 1
@@ -99,7 +100,7 @@ def test_slow_writer_keeps_the_backlog_under_its_limit(survey, tmp_path, monkeyp
     monkeypatch.setattr(PfmWriter, "_write", slow)
     limit = 1 << 20
     cfg = LoadConfig(bin_size_m=25.0, split_pings=6, max_backlog_bytes=limit)
-    with pipeline.make_local_cluster(2, processes=False) as cluster, Client(cluster) as client:
+    with make_local_cluster(2, processes=False) as cluster, Client(cluster) as client:
         res = pipeline.run_load(expand_inputs([survey]), tmp_path / "slow.pfm", cfg,
                                 mode="scheduler", client=client)
     assert res.exit_code == 0
@@ -136,7 +137,7 @@ def test_pieces_made_on_the_disk_worker_reach_the_writer_in_memory(survey, tmp_p
     real_put = WriterActor.put
     monkeypatch.setattr(WriterActor, "put", lambda self, p: puts.append(p.piece.seq) or real_put(self, p))
     cfg = LoadConfig(bin_size_m=25.0, split_pings=6)
-    with pipeline.make_local_cluster(2, processes=False) as cluster, Client(cluster) as client:
+    with make_local_cluster(2, processes=False) as cluster, Client(cluster) as client:
         res = pipeline.run_load(expand_inputs([survey]), tmp_path / "local.pfm", cfg,
                                 mode="scheduler", client=client)
     assert res.exit_code == 0, res.summary()
@@ -167,7 +168,7 @@ def test_a_faster_worker_gets_more_pieces(survey, tmp_path, monkeypatch):
 
     monkeypatch.setattr(pipeline, "prepare_piece", slow_on_disk_worker)
     cfg = LoadConfig(bin_size_m=25.0, split_pings=10)
-    with pipeline.make_local_cluster(2, processes=False) as cluster, Client(cluster) as client:
+    with make_local_cluster(2, processes=False) as cluster, Client(cluster) as client:
         res = pipeline.run_load(expand_inputs([survey]), tmp_path / "bal.pfm", cfg,
                                 mode="scheduler", client=client)
     assert res.exit_code == 0, res.summary()
@@ -198,7 +199,7 @@ def test_embedded_workers_start_without_malloc_trim_and_profiler():
     its statistical profiler (both measured to cost CPU the --serial baseline does not pay)."""
     from distributed import Client
 
-    with pipeline.make_local_cluster(1) as cluster, Client(cluster) as client:
+    with make_local_cluster(1) as cluster, Client(cluster) as client:
         got = client.run(_worker_settings)
         # and with fewer event-loop wake-ups, in the worker process and in this one
         # (scheduler, nanny): the periodic callbacks' periods in ms

@@ -158,10 +158,10 @@ def test_dashboard_exposed_only_when_asked():
     """``dashboard_address`` opens the dashboard (``--dashboard-address``), and nothing else."""
     from distributed import Client
 
-    from pfm_dask import pipeline
+    from pfm_dask.cluster import make_local_cluster
 
     before = set(_listening_of_tree(os.getpid()))
-    with pipeline.make_local_cluster(1, dashboard_address="0.0.0.0:0") as cluster, \
+    with make_local_cluster(1, dashboard_address="0.0.0.0:0") as cluster, \
             Client(cluster) as client:
         client.wait_for_workers(1, timeout=120)
         seen = {k: v for k, v in _listening_of_tree(os.getpid()).items() if k not in before}

@@ -21,7 +21,7 @@ import numpy as np
 
 from .._numeric import CompiledKernels
 from ..errors import ConfigError
-from ..pfm import validity as V
+from .. import validity as V
 
 __all__ = ["AreaFilter", "AreaFilterSummary", "RowResult", "RowSoundings"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..pfm import validity as V
+from .. import validity as V
 
 __all__ = [
     "GSF_NULL_BEAM",

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..errors import ConfigError
-from ..pfm import validity as V
+from .. import validity as V
 
 __all__ = ["swath_filter", "swath_halo", "SwathStats", "score_against_truth", "spike_mask"]
 

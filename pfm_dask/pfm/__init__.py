@@ -3,7 +3,7 @@
 Nothing here imports Dask or knows about GSF.
 """
 
-from . import validity  # noqa: F401
+from .. import validity  # noqa: F401  (the bits live at the bottom: pfm_dask.validity)
 from ._store import *  # noqa: F401,F403  (header, bit packing, create/open/add/read/append)
 from ._store import __all__ as _store_all
 from ._recompute import *  # noqa: F401,F403  (bin statistics by the library's rules)

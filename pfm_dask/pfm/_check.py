@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..errors import PfmDaskError, PfmFormatError
-from . import validity as V
+from .. import validity as V
 from ._chains import visit
 from ._header import PfmHeader, version_number
 from ._recompute import THREADS

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._numeric import nint, scaled_code_f32
-from . import validity as V
+from .. import validity as V
 from ._header import PfmHeader
 from ._recompute import grouped_bin_stats
 from ._check_parts import _Layout

@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 from ..errors import PfmFormatError
-from . import validity as V
+from .. import validity as V
 
 __all__ = [
     "COV_HEADER_SIZE",

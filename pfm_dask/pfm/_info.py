@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from ..errors import PfmFormatError
-from . import validity as V
+from .. import validity as V
 from ._check import _BAND_BINS, _BAND_SOUNDINGS
 from ._check_band import _ExtremaCheck
 

@@ -43,7 +43,7 @@ import numpy as np
 from .._arrays import unique_sorted
 from .._numeric import CompiledKernels
 from ..errors import PfmFormatError
-from . import validity as V
+from .. import validity as V
 
 __all__ = [
     "PRIOR_KEEP",

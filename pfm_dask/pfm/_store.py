@@ -97,7 +97,7 @@ import numpy as np
 
 from .._numeric import scaled_code_f64
 from ..errors import ConfigError, PfmFormatError
-from . import validity as V
+from .. import validity as V
 from ._bitpack import bits_all_set, clear_bits
 from ._coverage import (COV_HEADER_SIZE, create_coverage_file, read_coverage,
                         update_coverage)
@@ -301,7 +301,7 @@ class PfmFile(PfmReads, PfmWrites):
     def grid(self):
         """The :class:`pfm_dask.bins.BinGrid` of this file (built from the header on first use)."""
         if self._grid is None:
-            from ..bins import BinGrid
+            from ._grid import BinGrid
 
             h = self.header
             if h.projection:

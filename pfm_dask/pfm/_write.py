@@ -19,7 +19,7 @@ import numpy as np
 from .._fileio import pwrite_all
 from .._numeric import nint, scaled_code_f32, scaled_code_f64
 from ..errors import ConfigError, PfmFormatError
-from . import validity as V
+from .. import validity as V
 from ._bitpack import (CHECK_SIZE, SoundingCoding, bin_runs, check_failures, fill_slots,
                        pack_soundings)
 from ._chains import chain_plan

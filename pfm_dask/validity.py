@@ -1,6 +1,8 @@
 """PFM v7 validity flags (one word on soundings and on bins).
 
 Values as the PFM library V7.00 defines them (``pfm.h``); see docs/pfm-format.md.
+They sit at the bottom of the package (not in :mod:`pfm_dask.pfm`) because the filters,
+the task code and the writer all use them, and none of them needs the PFM codec for it.
 On a bin, a flag means "at least one sounding has it", except CHECKED, DATA,
 INTERPOLATED and VERIFIED, which belong to the bin itself.
 """
