@@ -7,10 +7,10 @@ significant bit first, the record padded with zero bits to a whole byte
 describes one such record as a list of ``(key, bit_offset, nbits)`` fields and
 packs or unpacks many records at once.
 
-How: the hot paths are small numba kernels, compiled on first use with
-``cache=True`` (later processes load them from ``__pycache__``; with no
-writable cache directory they are compiled per process) and ``nogil=True``
-(the store's pack threads run in parallel). Each has one explicit signature
+How: the hot paths are small numba kernels, compiled on first use by the
+package's one compile helper (:class:`pfm_dask._numeric.CompiledKernels`:
+on-disk cache when writable, ``nogil`` so the store's pack threads run in
+parallel, here without reference counting). Each has one explicit signature
 (read-only arrays, which accept writable ones too), so no call compiles
 anything new:
 
@@ -36,13 +36,14 @@ checks belong to the caller, which knows what a field means.
 
 from __future__ import annotations
 
-import functools
 import sys
 import threading
 from dataclasses import dataclass
 from typing import Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
+
+from .._numeric import CompiledKernels
 
 __all__ = [
     "BitField",
@@ -1156,37 +1157,19 @@ def _signature(name: str, T):
 
 _KERNEL_NAMES = ("pack_items", "pack_soundings", "fill_slots", "unpack_items", "unpack_words", "to_words", "from_words",
                  "bin_runs", "record_ends", "pack_new", "pack_bits", "unpack_at", "bits_all", "bits_clear")
-_KERNEL_LOCK = threading.Lock()
-_KERNELS: dict = {}
-_HELPERS_READY: list = []
 
 
-@functools.lru_cache(maxsize=None)
-def _no_nrt(numba) -> dict:
-    """Compile options that switch off numba's reference counting, where this numba has them.
-
-    The kernels allocate nothing, but every call of a helper that takes an array
-    (``_get(buf, ...)``, ``_bw_put(out, ...)``: once per field of every sounding)
-    would otherwise increment and decrement the array's reference count with
-    atomic instructions: measured 4-5x the cost of the bit operations themselves.
-    ``_nrt`` is numba's own switch for code that needs no runtime (numba.core.options).
-    """
-    try:
-        numba.njit(_nrt=False)(lambda: 0)
-    except (TypeError, KeyError, ValueError):   # a numba without the option: refcounts stay
-        return {}
-    return {"_nrt": False}
+def _signatures(T) -> dict:
+    return {name: _signature(name, T) for name in _KERNEL_NAMES}
 
 
-def _njit(numba, fn, sig=None, **kw):
-    """``numba.njit`` with the on-disk cache when a cache directory is writable, else without."""
-    opts = dict(nogil=True, **_no_nrt(numba), **kw)
-    try:
-        return numba.njit(*([sig] if sig else []), cache=True, **opts)(fn)
-    except RuntimeError as exc:          # "cannot cache function ...: no locator available"
-        if "cannot cache" not in str(exc):
-            raise
-        return numba.njit(*([sig] if sig else []), **opts)(fn)
+#: The compiled ``_k_<name>`` (on first use, numba imported then). Without numba's reference
+#: counting: the kernels allocate nothing, but every call of a helper that takes an array
+#: (``_get(buf, ...)``, ``_bw_put(out, ...)``: once per field of every sounding) would otherwise
+#: count references with atomic instructions, measured 4-5x the cost of the bit operations.
+#: Python's error model, as the kernels were written and tested.
+_kernel = CompiledKernels(globals(), _signatures, _HELPERS, prepare=_make_intrinsics,
+                          error_model="python", refcounts=False)
 
 
 def load_kernels(names: Iterable[str] | None = None) -> float:
@@ -1197,12 +1180,7 @@ def load_kernels(names: Iterable[str] | None = None) -> float:
     Benchmarks call this before timing; long-running writers may call it at
     start-up.
     """
-    import time
-
-    t = time.perf_counter()
-    for name in (names if names is not None else _KERNEL_NAMES):
-        _kernel(name)
-    return time.perf_counter() - t
+    return _kernel.load(names)
 
 
 def _numba_loaded() -> bool:
@@ -1210,27 +1188,6 @@ def _numba_loaded() -> bool:
     references, same values, until it has: ``info``, ``dump`` and the exports of a small PFM
     then need no numba (about 0.5 s to import, more than their whole read)."""
     return "numba" in sys.modules
-
-
-def _kernel(name: str):
-    """The compiled kernel ``_k_<name>`` (compiled or loaded from the cache on first use)."""
-    k = _KERNELS.get(name)
-    if k is not None:
-        return k
-    with _KERNEL_LOCK:
-        k = _KERNELS.get(name)
-        if k is None:
-            import numba
-
-            g = globals()
-            if not _HELPERS_READY:
-                g.update(_make_intrinsics(numba))
-                for h in _HELPERS:       # callees must be numba functions when a kernel compiles
-                    g[h] = numba.njit(**_no_nrt(numba))(g[h])
-                _HELPERS_READY.append(True)
-            k = _njit(numba, g["_k_" + name], _signature(name, numba.types))
-            _KERNELS[name] = k
-    return k
 
 
 # ---------------------------------------------------------------------------

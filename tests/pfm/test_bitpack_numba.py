@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 import numba  # noqa: F401  (_bitpack reads records with its numpy references until numba is imported)
@@ -551,16 +552,20 @@ def test_pack_soundings_rejects_bad_layouts():
 def test_kernels_work_without_a_writable_cache(tmp_path):
     """With no writable cache directory anywhere numba would raise at decoration; we fall back."""
     pkg = tmp_path / "ro_pkg"
-    pkg.mkdir()
-    shutil.copy(B.__file__, pkg / "bitpack_copy.py")
-    (pkg / "__pycache__").write_text("not a directory")          # in-tree cache impossible
+    src = Path(B.__file__).resolve().parents[1]
+    shutil.copytree(src, pkg / "pfm_dask", ignore=shutil.ignore_patterns("__pycache__"))
+    for d in [p for p in (pkg / "pfm_dask").rglob("*") if p.is_dir()] + [pkg / "pfm_dask"]:
+        (d / "__pycache__").write_text("not a directory")      # in-tree cache impossible
     blocker = tmp_path / "cache_is_a_file"
     blocker.write_text("")
     code = textwrap.dedent("""
         import warnings
-        warnings.simplefilter("error")
         import numpy as np
-        import bitpack_copy as B
+        from pfm_dask.pfm import _bitpack as B
+        warnings.simplefilter("error")       # numba is imported, the kernels compiled, from here
+        import numba  # noqa: F401  (records are then packed and read by the kernels)
+        B.load_kernels(["to_words", "from_words", "unpack_words"])
+        assert {type(k._cache).__name__ for k in B._kernel.compiled.values()} == {"NullCache"}
         lay = B.BitLayout([("a", 3, 20), ("b", 23, 41)])
         recs = lay.pack({"a": np.array([5, 2**20 - 1]), "b": np.array([7, 2**41 - 1])})
         u = lay.unpack(recs)
@@ -579,7 +584,7 @@ def test_kernels_work_without_a_writable_cache(tmp_path):
 
 def test_load_kernels():
     assert B.load_kernels() >= 0.0
-    assert set(B._KERNELS) == set(B._KERNEL_NAMES)
+    assert set(B._kernel.compiled) == set(B._KERNEL_NAMES)
 
 
 @settings(max_examples=40, deadline=None)
@@ -623,7 +628,9 @@ def test_kernels_and_helpers_compiled_without_refcounting():
 
     from pfm_dask.pfm import _bitpack as B
 
-    if not B._no_nrt(numba):
+    from pfm_dask._numeric import _refcount_switch
+
+    if not _refcount_switch(numba):
         pytest.skip(f"numba {numba.__version__} has no _nrt option")
     for name in B._KERNEL_NAMES:
         assert B._kernel(name).targetoptions.get("_nrt") is False, name
