@@ -770,8 +770,7 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
 # Reading items back
 
 def unpack_records(records: np.ndarray, slots: int, slot_bits: int,
-                   item_fields: Mapping[Hashable, tuple[int, int]], select: np.ndarray,
-                   block: int = 8192) -> dict:
+                   item_fields: Mapping[Hashable, tuple[int, int]], select: np.ndarray) -> dict:
     """Item fields of many records, for the item positions ``select``.
 
     ``records`` is ``(n_records, record_bytes)`` uint8; item ``p`` is slot
@@ -779,7 +778,7 @@ def unpack_records(records: np.ndarray, slots: int, slot_bits: int,
     ``(bit_offset, nbits)`` within an item. Returns key -> uint64 array of
     ``len(select)`` values (rows of one matrix). One numba pass reads every
     field straight from the record bytes; ``select`` in increasing order is
-    fastest. ``block`` is accepted for compatibility and unused.
+    fastest.
     """
     recs = np.asarray(records, dtype=np.uint8)
     if recs.ndim != 2:

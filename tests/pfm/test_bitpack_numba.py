@@ -301,7 +301,7 @@ def test_pack_records_three_ways(ws, counts, slots, seed, block, threads):
     # and back
     fields = dict(enumerate(item))
     sel = np.sort(rng.choice(M * slots, min(M * slots, 40), replace=False)) if M else np.zeros(0, np.int64)
-    u = unpack_records(got, slots, slot_bits, fields, sel, block=block)
+    u = unpack_records(got, slots, slot_bits, fields, sel)
     u_np = R.unpack_records(got, slots, slot_bits, fields, sel, block=max(block, 1))
     u_all = unpack_records(got, slots, slot_bits, fields, flat)
     for j, (o, w) in fields.items():
