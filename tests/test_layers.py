@@ -23,19 +23,21 @@ import pytest
 PKG = Path(__file__).resolve().parents[1] / "pfm_dask"
 
 # ---------------------------------------------------------------------------- module groups
-#: The Dask layer: the driver, the cluster, the dashboard, TLS for the cluster. Modules split
+#: The Dask layer: the driver, the cluster, the dashboard, TLS for the cluster, the workers'
+#: kernel warm-up. Modules split
 #: out of the pipeline that drive Dask take a ``pipeline`` prefix (``pfm_dask.pipeline_*``) or
 #: live under ``pfm_dask.pipeline.*``.
 DASK = ["pfm_dask.pipeline", "pfm_dask.pipeline.*", "pfm_dask.pipeline_*", "pfm_dask.cluster",
-        "pfm_dask.cluster.*", "pfm_dask.dashboard", "pfm_dask.security"]
+        "pfm_dask.cluster.*", "pfm_dask.dashboard", "pfm_dask.security", "pfm_dask.warmup"]
 #: The command line.
-CLI = ["pfm_dask.cli", "pfm_dask.cli.*", "pfm_dask.cli_*", "pfm_dask._typer_plain"]
+CLI = ["pfm_dask.cli", "pfm_dask.cli.*", "pfm_dask.cli_*", "pfm_dask._cli*", "pfm_dask._typer_plain"]
 #: Settings: may read Dask's configuration (``dask.config``, ``dask.utils``), never drive Dask.
 SETTINGS = ["pfm_dask.config", "pfm_dask.config.*", "pfm_dask.config_*"]
 #: Plain numbers, the WGS-84 geodesic (the NGS routines the PFM library and pfmLoader share)
 #: and the hand-off types everything else builds on; they import nothing above them.
 BASE = ["pfm_dask", "pfm_dask.errors", "pfm_dask._numeric", "pfm_dask._arrays", "pfm_dask._simd",
-        "pfm_dask.geodesy", "pfm_dask.validity", "pfm_dask.pieces", "pfm_dask._worker_signals"]
+        "pfm_dask.geodesy", "pfm_dask.validity", "pfm_dask.pieces", "pfm_dask._fileio",
+        "pfm_dask._worker_signals"]
 #: The filters: flag rules, the swath filter, the area filter (numpy and numba over arrays).
 FILTERS = ["pfm_dask.filters", "pfm_dask.filters.*", "pfm_dask._area", "pfm_dask._swath",
            "pfm_dask._swath_kernel"]
