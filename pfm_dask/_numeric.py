@@ -16,9 +16,16 @@ Two C facts drive the details:
 * ``float op float`` is computed in single precision (SSE, FLT_EVAL_METHOD 0);
   ``float op double`` is computed in double. :func:`scaled_code_f32` follows
   the library's ``(float value + float offset) * float scale`` order.
+
+The same precision rules hold for the numba kernels, so this module also compiles every
+kernel of the package (:func:`njit_cached`, :func:`njit_helper`, :class:`CompiledKernels`):
+one set of options (no fastmath), one on-disk cache and one fallback when it is not writable.
+``tests/test_numeric.py`` checks that no other module calls numba's compilers.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -28,7 +35,9 @@ __all__ = [
     "to_f32",
     "scaled_code_f32",
     "scaled_code_f64",
+    "JIT_OPTIONS",
     "njit_cached",
+    "njit_helper",
     "CompiledKernels",
 ]
 
@@ -110,19 +119,60 @@ def scaled_code_f64(value, offset, scale) -> np.ndarray | np.int64:
     return nint(prod)
 
 
-def njit_cached(fn, sig):
-    """``fn`` compiled by numba for signature ``sig`` (nogil, numpy's error model, no fastmath:
-    every double operation as written), from the on-disk cache when a cache directory is
-    writable, else compiled in memory."""
+#: Options of every kernel: the GIL released (the writer's and the final step's threads run
+#: kernels side by side), numpy's error model (division by zero gives inf/NaN, as numpy does),
+#: no fastmath (every double operation as written). A module may override one (``**options``).
+JIT_OPTIONS = {"nogil": True, "error_model": "numpy"}
+
+
+@functools.lru_cache(maxsize=None)
+def _refcount_switch(numba) -> dict:
+    """numba's option that compiles without reference counting (``_nrt=False``, numba.core.options),
+    or nothing when this numba has no such option (the refcounts then stay)."""
+    try:
+        numba.njit(_nrt=False)(lambda: 0)
+    except (TypeError, KeyError, ValueError):
+        return {}
+    return {"_nrt": False}
+
+
+def _jit_options(numba, options: dict) -> dict:
+    opts = {**JIT_OPTIONS, **options}
+    if opts.pop("refcounts", True) is False:
+        opts.update(_refcount_switch(numba))
+    return opts
+
+
+def njit_cached(fn, sig=None, **options):
+    """``fn`` compiled by numba: the one way a kernel of this package is compiled.
+
+    With :data:`JIT_OPTIONS` (``options`` override them; ``refcounts=False`` compiles without
+    numba's reference counting where numba can, for kernels that allocate nothing), for
+    signature ``sig`` now, or for each new argument types on its calls when ``sig`` is None.
+    From the on-disk cache when a cache directory is writable (``pfm_dask.__init__`` chooses
+    it), else compiled in memory.
+    """
     import numba
 
-    opts = dict(nogil=True, error_model="numpy")
+    opts = _jit_options(numba, options)
+    args = () if sig is None else (sig,)
     try:
-        return numba.njit(sig, cache=True, **opts)(fn)
-    except RuntimeError as exc:  # no writable cache directory
+        return numba.njit(*args, cache=True, **opts)(fn)
+    except RuntimeError as exc:  # "cannot cache function ...: no locator available"
         if "cannot cache" not in str(exc):
             raise
-        return numba.njit(sig, **opts)(fn)
+        return numba.njit(*args, **opts)(fn)
+
+
+def njit_helper(fn=None, **options):
+    """``fn`` compiled by numba as a function that kernels call (compiled into each kernel's
+    cache entry, never cached alone); options as :func:`njit_cached`. Usable as a decorator,
+    bare or with options."""
+    import numba
+
+    if fn is None:
+        return functools.partial(njit_helper, **options)
+    return numba.njit(**_jit_options(numba, options))(fn)
 
 
 class CompiledKernels:
@@ -131,29 +181,58 @@ class CompiledKernels:
 
     ``namespace``: the module's ``globals()``; ``signatures(numba.types)``: ``{name: signature}``;
     ``helpers``: names of the module's plain functions that kernels call, replaced in
-    ``namespace`` by their numba versions (compiled as the kernels are) before the first kernel
-    compiles.
+    ``namespace`` by their :func:`njit_helper` versions before the first kernel compiles, with
+    ``options`` and then ``helper_options`` (e.g. ``inline="always"``); ``prepare(numba)``: more
+    names (numba intrinsics) put into ``namespace`` then. ``options``: as :func:`njit_cached`.
     """
 
-    def __init__(self, namespace: dict, signatures, helpers: tuple = ()):
+    def __init__(self, namespace: dict, signatures, helpers: tuple = (), *, prepare=None,
+                 helper_options: dict | None = None, **options):
         import threading
 
         self._namespace, self._signatures, self._helpers = namespace, signatures, tuple(helpers)
+        self._prepare, self._options = prepare, options
+        self._helper_options = {**options, **(helper_options or {})}
         self._lock = threading.Lock()
-        self._compiled: dict = {}
+        self._sigs: dict | None = None
+        self.compiled: dict = {}
+
+    def _ready(self, numba) -> dict:
+        """Helpers and intrinsics in place, signatures made (once; under the lock)."""
+        if self._sigs is None:
+            if self._prepare is not None:
+                self._namespace.update(self._prepare(numba))
+            for h in self._helpers:
+                fn = self._namespace[h]
+                if not isinstance(fn, numba.core.dispatcher.Dispatcher):
+                    self._namespace[h] = njit_helper(fn, **self._helper_options)
+            self._sigs = self._signatures(numba.types)
+        return self._sigs
 
     def __call__(self, name: str):
-        k = self._compiled.get(name)
+        k = self.compiled.get(name)
         if k is None:
             with self._lock:
-                k = self._compiled.get(name)
+                k = self.compiled.get(name)
                 if k is None:
                     import numba
 
-                    for h in self._helpers:
-                        fn = self._namespace[h]
-                        if not isinstance(fn, numba.core.dispatcher.Dispatcher):
-                            self._namespace[h] = numba.njit(nogil=True, error_model="numpy")(fn)
-                    k = njit_cached(self._namespace["_k_" + name], self._signatures(numba.types)[name])
-                    self._compiled[name] = k
+                    sig = self._ready(numba)[name]
+                    k = njit_cached(self._namespace["_k_" + name], sig, **self._options)
+                    self.compiled[name] = k
         return k
+
+    def load(self, names=None) -> float:
+        """Compile (or load from the cache) the kernels ``names`` (all by default) now; the
+        seconds it took, numba's import included when this is the first use."""
+        import time
+
+        t = time.perf_counter()
+        if names is None:
+            import numba
+
+            with self._lock:
+                names = list(self._ready(numba))
+        for name in names:
+            self(name)
+        return time.perf_counter() - t

@@ -75,7 +75,7 @@ class Seafloor:
     """The analytic seafloor, depth (m, positive down) as a function of projected metres.
 
     (E, N) are east/north metres of an equirectangular projection about the survey origin
-    (``lat0``, ``lon0``); :meth:`depth_at` takes latitude/longitude.
+    (``lat0``, ``lon0``).
     """
 
     lat0: float
@@ -135,23 +135,11 @@ class Seafloor:
         np.clip(d, f32(self.dmin), f32(self.dmax), out=d)
         return d
 
-    def project(self, lat, lon):
-        """(E, N) metres of the equirectangular projection about the origin."""
-        m0, n0 = _radii(self.lat0)
-        e = np.radians(np.asarray(lon, np.float64) - self.lon0) * n0 * math.cos(math.radians(self.lat0))
-        n = np.radians(np.asarray(lat, np.float64) - self.lat0) * m0
-        return e, n
-
     def unproject(self, e, n):
         m0, n0 = _radii(self.lat0)
         lon = self.lon0 + np.degrees(np.asarray(e) / (n0 * math.cos(math.radians(self.lat0))))
         lat = self.lat0 + np.degrees(np.asarray(n) / m0)
         return lat, lon
-
-    def depth_at(self, lat, lon):
-        """Depth at geographic positions (degrees)."""
-        e, n = self.project(lat, lon)
-        return self.depth(e, n)
 
 
 def _ping_interval(depth, swath_deg):

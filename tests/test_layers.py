@@ -23,13 +23,14 @@ import pytest
 PKG = Path(__file__).resolve().parents[1] / "pfm_dask"
 
 # ---------------------------------------------------------------------------- module groups
-#: The Dask layer: the driver, the cluster, the dashboard, TLS for the cluster. Modules split
+#: The Dask layer: the driver, the cluster, the dashboard, TLS for the cluster, the workers'
+#: kernel warm-up. Modules split
 #: out of the pipeline that drive Dask take a ``pipeline`` prefix (``pfm_dask.pipeline_*``) or
 #: live under ``pfm_dask.pipeline.*``.
 DASK = ["pfm_dask.pipeline", "pfm_dask.pipeline.*", "pfm_dask.pipeline_*", "pfm_dask.cluster",
-        "pfm_dask.cluster.*", "pfm_dask.dashboard", "pfm_dask.security"]
+        "pfm_dask.cluster.*", "pfm_dask.dashboard", "pfm_dask.security", "pfm_dask.warmup"]
 #: The command line.
-CLI = ["pfm_dask.cli", "pfm_dask.cli.*", "pfm_dask.cli_*", "pfm_dask._typer_plain"]
+CLI = ["pfm_dask.cli", "pfm_dask.cli.*", "pfm_dask.cli_*", "pfm_dask._cli*", "pfm_dask._typer_plain"]
 #: Settings: may read Dask's configuration (``dask.config``, ``dask.utils``), never drive Dask.
 SETTINGS = ["pfm_dask.config", "pfm_dask.config.*", "pfm_dask.config_*"]
 #: Plain numbers, the WGS-84 geodesic (the NGS routines the PFM library and pfmLoader share)

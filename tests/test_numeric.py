@@ -107,3 +107,48 @@ def test_nint32_matches_x86_int32_conversion():
     assert nint32(np.array([2.5, -2.5, 2147483646.6, 2147483647.4])).tolist() == [3, -3, 2147483647, 2147483647]
     assert nint32(np.array([2147483647.5, 3e9, -2147483648.6, np.nan])).tolist() == [-2**31] * 4
     assert nint32(-2147483648.4) == -2**31
+
+
+# ---------------------------------------------------------------------------- the compile helper
+def test_every_kernel_is_compiled_by_the_one_helper():
+    """No module but ``_numeric`` calls numba's compilers (``njit``, ``jit``, ``vectorize``,
+    ``cfunc``...): every kernel goes through ``njit_cached``/``njit_helper``/``CompiledKernels``,
+    so the options, the cache and its fallback are decided in one place."""
+    import ast
+    from pathlib import Path
+
+    compilers = {"njit", "jit", "vectorize", "guvectorize", "cfunc", "generated_jit", "stencil"}
+    pkg = Path(__file__).resolve().parents[1] / "pfm_dask"
+    bad = []
+    for path in sorted(pkg.rglob("*.py")):
+        if path.name == "_numeric.py" and path.parent == pkg:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in compilers and \
+                    isinstance(node.value, ast.Name) and node.value.id == "numba":
+                bad.append(f"{path.relative_to(pkg)}:{node.lineno} numba.{node.attr}")
+            elif isinstance(node, ast.ImportFrom) and node.module == "numba":
+                bad += [f"{path.relative_to(pkg)}:{node.lineno} from numba import {a.name}"
+                        for a in node.names if a.name in compilers]
+    assert not bad, "compile through pfm_dask._numeric instead: " + ", ".join(bad)
+
+
+def test_helper_options_and_refcount_switch():
+    """Kernels get the package's options; ``refcounts=False`` turns numba's reference counting
+    off where numba has the switch; a module's override wins."""
+    import numba
+
+    from pfm_dask._numeric import JIT_OPTIONS, njit_cached, njit_helper
+
+    def add(a, b):
+        return a + b
+
+    k = njit_cached(add, numba.float64(numba.float64, numba.float64))
+    assert k(1.0, 2.0) == 3.0
+    for key, value in JIT_OPTIONS.items():
+        assert k.targetoptions[key] == value
+    k2 = njit_cached(add, numba.int64(numba.int64, numba.int64), refcounts=False, error_model="python")
+    assert k2.targetoptions["error_model"] == "python"
+    assert k2.targetoptions.get("_nrt", False) is False
+    h = njit_helper(inline="always")(add)
+    assert h.targetoptions["inline"] == "always" and h.targetoptions["nogil"] is True

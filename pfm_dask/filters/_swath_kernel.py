@@ -13,9 +13,9 @@ float32 weighted sums differs from a plain loop. See ``docs/filters.md``.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from ._numeric import njit_cached, njit_helper
 from ._simd import (LANES, vabs, vadd, vdiv, vgt0_select, vlt_select, vload, vmul, vnan_is,
                     vnanmax, vnarrow, vpos, vsort_pair, vsplat, vstore, vsub, vwiden)
 
@@ -24,17 +24,16 @@ __all__ = ["score_file", "has_duplicate"]
 _TUKEY_C = 4.685
 _MAD_TO_SIGMA = 1.4826
 _RIDGE = 1e-6
-_JIT = dict(nogil=True, error_model="numpy")     # numpy's division by zero; no fast-math
 
 
-@numba.njit(**_JIT)
+@njit_helper
 def _scale4(mad, level, min_scale, rel_min_scale):
     """1.4826 x MAD floored at max(min_scale, rel_min_scale x |level|), numpy's NaN rules."""
     return vnanmax(vmul(vsplat(_MAD_TO_SIGMA), mad),
                    vnanmax(min_scale, vmul(rel_min_scale, vabs(level))))
 
 
-@numba.njit(**_JIT)
+@njit_helper
 def _solve4(m0, m1, m2, m3, m4, m5, q0, q1, q2, c0, c1, c2):
     """Four lanes' weighted least-squares step: the new plane from the normal equations.
 
@@ -67,7 +66,7 @@ def _solve4(m0, m1, m2, m3, m4, m5, q0, q1, q2, c0, c1, c2):
     return x0, x1, x2
 
 
-@numba.njit(**_JIT)
+@njit_helper
 def _median(lo, hi, veven):
     """The median from the network's two middle rows (see the padding in the kernel)."""
     return vmul(vsplat(np.float32(0.5)), vadd(hi, vnan_is(veven, hi, lo)))
@@ -285,18 +284,8 @@ def _k_score_file(rowpos, starts, ends, col, depth, good, cand, width, hp, hb, d
     counts[1] = sparse
 
 
-def _jit_cached(fn):
-    """``fn`` compiled lazily by numba, cached on disk when a cache directory is writable."""
-    try:
-        return numba.njit(cache=True, **_JIT)(fn)
-    except RuntimeError as exc:     # no writable cache directory
-        if "cannot cache" not in str(exc):
-            raise
-        return numba.njit(**_JIT)(fn)
-
-
 #: :func:`_k_score_file`, compiled on first call for each window size.
-score_file = _jit_cached(_k_score_file)
+score_file = njit_cached(_k_score_file)
 
 
 def _k_duplicate(starts, ends, col, width):
@@ -311,4 +300,4 @@ def _k_duplicate(starts, ends, col, width):
 
 
 #: :func:`_k_duplicate`, compiled on first call.
-has_duplicate = _jit_cached(_k_duplicate)
+has_duplicate = njit_cached(_k_duplicate)

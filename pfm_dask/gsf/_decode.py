@@ -418,15 +418,14 @@ _COLUMN_DTYPES = [
 ]
 
 
-def decode_pings(u8: np.ndarray, dirn: PingDirectory, header_dtype: np.dtype) -> dict:
+def decode_pings(u8: np.ndarray, dirn: PingDirectory) -> dict:
     """Decode the pings of a directory into per-beam numpy columns (file order).
 
     Returns a dict of column name -> ndarray, plus ``"_valid"``: column name ->
     boolean per-beam validity mask for the array columns that some ping lacks.
     Scaled values are ``raw / multiplier - offset`` in float64, the same operations
-    (hence the same bits) as libgsf. ``header_dtype`` is accepted for the layout's
-    sake: the fields read (time, position, flags, heading) sit at the same offsets
-    in both ping-header versions.
+    (hence the same bits) as libgsf. The ping-header fields read (time, position,
+    flags, heading) sit at the same offsets in both ping-header versions.
     """
     n_pings = len(dirn)
     nb = np.ascontiguousarray(dirn.n_beams, dtype=np.int64)

@@ -354,12 +354,6 @@ _HELPERS = ("_field_size", "_size_or_high", "_u32", "_bswap32")
 
 
 def _signatures(T) -> dict:
-    import numba
-
-    g = globals()
-    for h in _HELPERS:        # callees must be numba functions when a kernel compiles
-        if not isinstance(g[h], numba.core.registry.CPUDispatcher):
-            g[h] = numba.njit(inline="always")(g[h])
     u8r = T.Array(T.uint8, 1, "C", readonly=True)
     i8r = T.Array(T.int64, 1, "C", readonly=True)
     i8r2 = T.Array(T.int64, 2, "C", readonly=True)
@@ -379,4 +373,4 @@ def _signatures(T) -> dict:
 
 
 #: the compiled ``_k_<name>`` (compiled, or loaded from the on-disk cache, on first use)
-kernel = CompiledKernels(globals(), _signatures)
+kernel = CompiledKernels(globals(), _signatures, _HELPERS, helper_options={"inline": "always"})

@@ -309,7 +309,7 @@ class GsfFile:
             dirn = PingDirectory(*(getattr(dirn, f.name)[rows] for f in fields(PingDirectory)))
             numbers = numbers[rows]
         try:
-            cols = decode_pings(self._u8, dirn, self._hdr_dtype)
+            cols = decode_pings(self._u8, dirn)
         except (ValueError, IndexError, TypeError) as err:  # pragma: no cover - guarded above
             raise GsfError(f"cannot decode pings {start + 1}..{start + len(dirn)}: {err}",
                            path=self.path) from err

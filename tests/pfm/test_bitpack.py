@@ -5,7 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pfm_dask.pfm._bitpack import BitLayout, pack_lanes, pack_records, place_lanes, unpack_records
+from pfm_dask.pfm._bitpack import BitLayout, pack_records, unpack_records
+
+from .bitpack_reference import pack_lanes, place_lanes
 
 
 def ref_record(fields, values, nbytes):
@@ -171,7 +173,7 @@ def test_unpack_records_matches_reference(widths, slots, n_rec, seed):
     rbytes = (slots * item_bits + 38 + 7) // 8
     recs = rng.integers(0, 256, (n_rec, rbytes), dtype=np.uint8)
     select = np.sort(rng.choice(n_rec * slots, rng.integers(0, n_rec * slots + 1), replace=False))
-    got = unpack_records(recs, slots, item_bits, dict(enumerate(item)), select, block=4)
+    got = unpack_records(recs, slots, item_bits, dict(enumerate(item)), select)
     for j, p in enumerate(select.tolist()):
         r, sl = divmod(p, slots)
         for i, (o, w) in enumerate(item):

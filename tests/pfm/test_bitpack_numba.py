@@ -2,7 +2,7 @@
 
 Three implementations meet here: the numba kernels behind ``pack_records``,
 ``pack_soundings``, ``unpack_records`` and ``BitLayout`` (the code under test),
-the numpy versions they replaced (``_pack_records_numpy`` ...), and the
+the numpy versions they replaced (``tests/pfm/bitpack_reference.py``), and the
 obviously-correct reference below that writes and reads every field through a
 '0'/'1' string. Sounding coding is checked against a scalar reimplementation of
 the PFM library's rules in plain Python floats (float32 rounding via struct).
@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 import numba  # noqa: F401  (_bitpack reads records with its numpy references until numba is imported)
@@ -26,6 +27,9 @@ from hypothesis import strategies as st
 from pfm_dask.pfm import _bitpack as B
 from pfm_dask.pfm._bitpack import (BitLayout, SoundingCoding, bin_runs, bits_all_set, clear_bits, pack_records,
                                    pack_soundings, unpack_records)
+from pfm_dask.pfm import _bitpack_kernels as K
+
+from . import bitpack_reference as R
 
 MAXU64 = 2**64 - 1
 
@@ -105,7 +109,7 @@ def test_layout_words_and_fields(ws, gaps, n, seed, transposed):
     words = lay._to_words(recs)
     assert np.array_equal(words, lay._to_words_numpy(recs))
     assert np.array_equal(lay._from_words(words), recs)
-    assert np.array_equal(lay._from_words_numpy(words), recs)
+    assert np.array_equal(R.from_words(lay, words), recs)
     w_in = np.ascontiguousarray(words.T) if transposed else words
     got = lay.unpack_words(w_in, transposed=transposed)
     ref = lay._unpack_words_numpy(w_in, transposed=transposed)
@@ -280,7 +284,7 @@ def test_pack_records_three_ways(ws, counts, slots, seed, block, threads):
     finally:
         if ex:
             ex.shutdown()
-    ref = B._pack_records_numpy(item, vals, flat, M, slots, slot_bits, [cf], [cont], rbytes, block=block)
+    ref = R.pack_records(item, vals, flat, M, slots, slot_bits, [cf], [cont], rbytes, block=block)
     assert got.shape == (M, rbytes)
     assert np.array_equal(got, ref)
     assert M == 0 or np.shares_memory(got, out)
@@ -297,8 +301,8 @@ def test_pack_records_three_ways(ws, counts, slots, seed, block, threads):
     # and back
     fields = dict(enumerate(item))
     sel = np.sort(rng.choice(M * slots, min(M * slots, 40), replace=False)) if M else np.zeros(0, np.int64)
-    u = unpack_records(got, slots, slot_bits, fields, sel, block=block)
-    u_np = B._unpack_records_numpy(got, slots, slot_bits, fields, sel, block=max(block, 1))
+    u = unpack_records(got, slots, slot_bits, fields, sel)
+    u_np = R.unpack_records(got, slots, slot_bits, fields, sel, block=max(block, 1))
     u_all = unpack_records(got, slots, slot_bits, fields, flat)
     for j, (o, w) in fields.items():
         assert np.array_equal(u_all[j], vals[j])
@@ -439,7 +443,7 @@ def test_pack_soundings_matches_reference(counts, slots, n_attr, seed, f32_error
             fl.append((cpos, 38))
             vl.append(0 if j == m[g] - 1 else cbase + (r + 1) * rbytes)
             assert bytes(got[r]) == ref_record(fl, vl, rbytes), (g, j)
-    # and the numpy path the store used before: codes made by numpy, packed by _pack_records_numpy
+    # and the numpy path the store used before: codes made by numpy, packed by the numpy reference
     from pfm_dask._numeric import scaled_code_f64
     from pfm_dask.pfm._store import PfmFile
 
@@ -460,7 +464,7 @@ def test_pack_soundings_matches_reference(counts, slots, n_attr, seed, f32_error
     last = np.zeros(M, bool)
     last[(rec0 + m - 1)[m > 0]] = True
     cont = np.where(last, 0, cbase + (np.arange(M) + 1) * rbytes).astype(np.uint64)
-    ref = B._pack_records_numpy(list(fields.values()), codes, flat, M, slots, single, [(cpos, 38)], [cont],
+    ref = R.pack_records(list(fields.values()), codes, flat, M, slots, single, [(cpos, 38)], [cont],
                                 rbytes, block=7)
     assert np.array_equal(got, ref)
 
@@ -551,16 +555,20 @@ def test_pack_soundings_rejects_bad_layouts():
 def test_kernels_work_without_a_writable_cache(tmp_path):
     """With no writable cache directory anywhere numba would raise at decoration; we fall back."""
     pkg = tmp_path / "ro_pkg"
-    pkg.mkdir()
-    shutil.copy(B.__file__, pkg / "bitpack_copy.py")
-    (pkg / "__pycache__").write_text("not a directory")          # in-tree cache impossible
+    src = Path(B.__file__).resolve().parents[1]
+    shutil.copytree(src, pkg / "pfm_dask", ignore=shutil.ignore_patterns("__pycache__"))
+    for d in [p for p in (pkg / "pfm_dask").rglob("*") if p.is_dir()] + [pkg / "pfm_dask"]:
+        (d / "__pycache__").write_text("not a directory")      # in-tree cache impossible
     blocker = tmp_path / "cache_is_a_file"
     blocker.write_text("")
     code = textwrap.dedent("""
         import warnings
-        warnings.simplefilter("error")
         import numpy as np
-        import bitpack_copy as B
+        from pfm_dask.pfm import _bitpack as B, _bitpack_kernels as K
+        warnings.simplefilter("error")       # numba is imported, the kernels compiled, from here
+        import numba  # noqa: F401  (records are then packed and read by the kernels)
+        B.load_kernels(["to_words", "from_words", "unpack_words"])
+        assert {type(k._cache).__name__ for k in K._kernel.compiled.values()} == {"NullCache"}
         lay = B.BitLayout([("a", 3, 20), ("b", 23, 41)])
         recs = lay.pack({"a": np.array([5, 2**20 - 1]), "b": np.array([7, 2**41 - 1])})
         u = lay.unpack(recs)
@@ -579,7 +587,7 @@ def test_kernels_work_without_a_writable_cache(tmp_path):
 
 def test_load_kernels():
     assert B.load_kernels() >= 0.0
-    assert set(B._KERNELS) == set(B._KERNEL_NAMES)
+    assert set(K._kernel.compiled) == set(K._KERNEL_NAMES)
 
 
 @settings(max_examples=40, deadline=None)
@@ -621,14 +629,14 @@ def test_kernels_and_helpers_compiled_without_refcounting():
     allocate nothing, so they are compiled without it where numba offers the switch."""
     import numba
 
-    from pfm_dask.pfm import _bitpack as B
+    from pfm_dask._numeric import _refcount_switch
 
-    if not B._no_nrt(numba):
+    if not _refcount_switch(numba):
         pytest.skip(f"numba {numba.__version__} has no _nrt option")
-    for name in B._KERNEL_NAMES:
-        assert B._kernel(name).targetoptions.get("_nrt") is False, name
-    for h in B._HELPERS:
-        assert getattr(B, h).targetoptions.get("_nrt") is False, h
+    for name in K._KERNEL_NAMES:
+        assert K._kernel(name).targetoptions.get("_nrt") is False, name
+    for h in K._HELPERS:
+        assert getattr(K, h).targetoptions.get("_nrt") is False, h
 
 
 @settings(max_examples=40, deadline=None)

@@ -448,7 +448,7 @@ def test_pre_v7_read_only(tmp_path):
     W, H = g.width, g.height
     h.coverage_map_address = 16384 + W * H * rec
     # one bin (index 1) with 2 soundings in one physical record at address 0
-    from pfm_dask.pfm._bitpack import pack_reference
+    from .bitpack_reference import pack_reference
     fields = [(0, 24, 2), (24 + 32 + 6 * 22 + 23 + 38 + 38 - 38 - 38 - 23, 23, V.DATA)]
     binrec = pack_reference(fields, rec)
     data = bytearray(h.to_bytes()) + bytes(W * H * rec) + bytes(W * H)
