@@ -44,6 +44,8 @@ from .._arrays import unique_sorted
 from .._numeric import CompiledKernels
 from ..errors import PfmFormatError
 from . import validity as V
+from ._recompute_kernel import NdxView, recompute_records
+from ._sparse import gather_runs, nonzero_records, positions_to_items, record_runs
 
 __all__ = [
     "PRIOR_KEEP",
@@ -351,6 +353,9 @@ BAND_SOUNDINGS = 500_000
 THREADS = min(4, os.cpu_count() or 1)
 #: Bin records read at once while planning bands.
 _PLAN_BINS = 1 << 20
+#: False: every band takes the general path (numpy passes and the store's record writes)
+#: instead of the compiled band pass; the tests compare the two.
+FUSED = True
 
 _AVERAGE_NAMES = ("Average Filtered Depth", "Average Edited")
 
@@ -593,12 +598,104 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
         pfm_file.write_bin_records(ub, **fields)
         return ub, stats
 
-    bands = _data_bands(pfm_file, wanted, rows_per_band, int(band_soundings), rec_fields)
-    # the extrema are folded in band order on this thread: raster order, as pfmLoader
-    for result in ordered_imap(compute, bands, THREADS if threads is None else threads):
-        if result is not None:
-            ext.update(*result, null32)
+    threads = THREADS if threads is None else threads
+    view = None
+    # the compiled band pass (_recompute_kernel), unless bands go by rows or a test wraps the
+    # store's record writes (the crash tests count them)
+    if rows_per_band is None and "write_bin_records" not in vars(pfm_file) and FUSED:
+        pfm_file._sync()
+        view = NdxView(pfm_file)
+        if not view.ok:
+            view.close()
+            view = None
+    if view is None:
+        bands = _data_bands(pfm_file, wanted, rows_per_band, int(band_soundings), rec_fields)
+        work = compute
+    else:
+        bands = _raw_bands(pfm_file, wanted, int(band_soundings))
+        fd = pfm_file._fd("bin")
+
+        def work(band):
+            bidx, raw = band
+            new = raw.copy()
+            got = recompute_records(view, new, header=h, null32=null32, class_type=int(h.class_type),
+                                    keep_mask=int(keep_mask), clear_mask=int(clear_mask),
+                                    compute_average=compute_average, user_flags=_USER_FLAGS,
+                                    prior_keep=PRIOR_KEEP)
+            if got is None:     # something out of the ordinary: the general path says what
+                return compute(pfm_file._decode_bins(bidx, raw, fields=rec_fields))
+            cnt, val, f32 = got
+            _write_runs(fd, bidx, new, pfm_file.bin_header_size, pfm_file.bin_path)
+            pfm_file._touch(bidx)
+            pfm_file.update_coverage(bidx, val)
+            return bidx, {"num_soundings": cnt, "validity": val, "std": f32[:, 0],
+                          "min_filtered": f32[:, 1], "max_filtered": f32[:, 2],
+                          "min": f32[:, 3], "max": f32[:, 4]}
+    try:
+        # the extrema are folded in band order on this thread: raster order, as pfmLoader
+        for result in ordered_imap(work, bands, threads):
+            if result is not None:
+                ext.update(*result, null32)
+    finally:
+        if view is not None:
+            view.close()
     return ext.result()
+
+
+def _raw_bands(pfm_file, wanted: np.ndarray | None, budget: int):
+    """Yield ``(bins, raw records)`` of consecutive bins with soundings (only ``wanted`` ones,
+    when given) in raster order, at most ``budget`` soundings a band (a heavier bin alone): the
+    records' bytes as in the ``.bin`` (a copy), for :func:`._recompute_kernel.recompute_records`.
+    Only the runs of the sparse ``.bin`` that hold data are read, only records that are not all
+    zero kept, as :meth:`PfmFile.bin_records_with_data` does."""
+    W, H = pfm_file.width, pfm_file.height
+    fd = pfm_file._fd("bin")
+    bs, hs = pfm_file.bin_record_size, pfm_file.bin_header_size
+    runs = [record_runs(fd, hs, bs, a, b) for a, b in _wanted_runs(wanted, W * H)]
+    runs = np.concatenate(runs) if runs else np.zeros((0, 2), np.int64)
+    buf = None
+    for lo, hi, at in gather_runs(runs, _PLAN_BINS):
+        n = int(hi[-1] - lo[-1] + at[-1])
+        if buf is None or buf.size < n * bs:
+            buf = np.empty(n * bs, dtype=np.uint8)
+        mv = memoryview(buf)
+        for a, b, p in zip(lo.tolist(), hi.tolist(), at.tolist()):
+            got = os.preadv(fd, [mv[p * bs: (p + b - a) * bs]], hs + a * bs)
+            if got != (b - a) * bs:
+                raise PfmFormatError("bin file ends early", path=pfm_file.bin_path,
+                                     offset=hs + a * bs + got)
+        recs = buf[: n * bs].reshape(n, bs)
+        nz = nonzero_records(recs)
+        bidx = positions_to_items(nz, lo, at)
+        if wanted is not None and nz.size:
+            w = np.minimum(np.searchsorted(wanted, bidx), wanted.size - 1)
+            keep = wanted[w] == bidx
+            nz, bidx = nz[keep], bidx[keep]
+        if not nz.size:
+            continue
+        cnt = pfm_file._bin_layout.unpack(recs[nz], ["num_soundings"])["num_soundings"]
+        sel = np.flatnonzero(cnt > 0)
+        nz, bidx, cnt = nz[sel], bidx[sel], cnt[sel].astype(np.int64)
+        for i, j in _cuts(cnt, budget):
+            yield bidx[i:j], recs[nz[i:j]]
+
+
+def _write_runs(fd: int, bidx: np.ndarray, recs: np.ndarray, base: int, path) -> None:
+    """Write records ``recs`` of bins ``bidx`` (increasing) back, one write per run of
+    consecutive bins (the holes between them are not written)."""
+    bs = recs.shape[1]
+    brk = np.flatnonzero(np.diff(bidx) != 1) + 1
+    starts = np.r_[0, brk].tolist()
+    ends = np.r_[brk, bidx.size].tolist()
+    for a, b in zip(starts, ends):
+        view = memoryview(recs[a:b]).cast("B")
+        off = base + int(bidx[a]) * bs
+        done = 0
+        while done < len(view):
+            k = os.pwrite(fd, view[done:], off + done)
+            if k <= 0:
+                raise PfmFormatError("cannot write the bin records", path=path, offset=off + done)
+            done += k
 
 
 def ordered_imap(fn, items, threads: int):
