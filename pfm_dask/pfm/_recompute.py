@@ -44,7 +44,7 @@ from .._arrays import unique_sorted
 from .._numeric import CompiledKernels
 from ..errors import PfmFormatError
 from . import validity as V
-from ._recompute_kernel import NdxView, recompute_records
+from ._recompute_kernel import NdxView, _step, recompute_records
 from ._sparse import gather_runs, nonzero_records, positions_to_items, record_runs
 
 __all__ = [
@@ -98,58 +98,19 @@ def _k_group_pass(z, v, start, counts, null64, user_flag, or_mask, out_f, out_i)
     soundings; the OR of ``v & or_mask`` over used soundings; and flags: 1 =
     a REFERENCE sounding, 2 / 4 = both +0.0 and -0.0 among the filtered / used
     depths (numpy's minimum/maximum then pick a zero by lane order, which the
-    caller reproduces with numpy for those groups).
+    caller reproduces with numpy for those groups). One sounding's step is
+    :func:`._recompute_kernel._step`, shared with the compiled band passes.
     """
     for g in range(start.size):
-        s_f = 0.0
-        s_f2 = 0.0
-        s_u = 0.0
-        min_f = np.inf
-        max_f = -np.inf
-        min_u = np.inf
-        max_u = -np.inf
-        n_f = 0
-        n_u = 0
-        bits = 0
-        flags = 0
-        zeros_f = 0
-        zeros_u = 0
+        s_f = s_f2 = s_u = 0.0
+        min_f = min_u = np.inf
+        max_f = max_u = -np.inf
+        n_f = n_u = bits = flags = 0
         i0 = start[g]
         for i in range(i0, i0 + counts[g]):
-            x = z[i]
-            w = v[i]
-            if w & _REFERENCE:
-                flags |= 1
-            used = (w & _DELETED_OR_REFERENCE) == 0 and x < null64
-            filt = used and (w & _INVAL) == 0
-            if filt and user_flag:
-                filt = (w & user_flag) != 0
-            zf = x if filt else 0.0
-            zu = x if used else 0.0
-            s_f += zf
-            s_f2 += zf * zf
-            s_u += zu
-            if used:
-                n_u += 1
-                bits |= w & or_mask
-                if x < min_u:
-                    min_u = x
-                if x > max_u:
-                    max_u = x
-                if x == 0.0:
-                    zeros_u |= 2 if np.signbit(x) else 1
-                if filt:
-                    n_f += 1
-                    if x < min_f:
-                        min_f = x
-                    if x > max_f:
-                        max_f = x
-                    if x == 0.0:
-                        zeros_f |= 2 if np.signbit(x) else 1
-        if zeros_f == 3:
-            flags |= 2
-        if zeros_u == 3:
-            flags |= 4
+            s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags = _step(
+                z[i], v[i], null64, user_flag, or_mask, _REFERENCE, _DELETED_OR_REFERENCE, _INVAL,
+                s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags)
         out_f[g, 0] = s_f
         out_f[g, 1] = s_f2
         out_f[g, 2] = s_u
@@ -160,7 +121,7 @@ def _k_group_pass(z, v, start, counts, null64, user_flag, or_mask, out_f, out_i)
         out_i[g, 0] = n_f
         out_i[g, 1] = n_u
         out_i[g, 2] = bits
-        out_i[g, 3] = flags
+        out_i[g, 3] = (flags & 1) | (2 if (flags & 6) == 6 else 0) | (4 if (flags & 24) == 24 else 0)
 
 
 def _signatures(T) -> dict:
@@ -175,7 +136,7 @@ def _signatures(T) -> dict:
 #: operation in the order written (no reassociation, no fused multiply-add): the sums are the
 #: library's running sums exactly. ``nogil``: the recompute's and the check's threads run in
 #: parallel.
-_kernel = CompiledKernels(globals(), _signatures)
+_kernel = CompiledKernels(globals(), _signatures, helpers=("_step",))
 
 
 def _group_pass(z: np.ndarray, v: np.ndarray, start: np.ndarray, counts: np.ndarray, null64: float,
@@ -263,7 +224,7 @@ def compute_bin_stats(bin_index, depth, validity, *, null_depth, class_type=0,
 
 
 def grouped_bin_stats(bins, counts, depth, validity, *, null_depth, class_type=0,
-                      prior_validity=None, keep_mask=0, prior_std=None) -> dict:
+                      prior_validity=None, keep_mask=0, prior_std=None, sums=None) -> dict:
     """:func:`compute_bin_stats` for soundings already grouped by bin.
 
     ``bins`` (increasing) and ``counts`` (all > 0) describe consecutive runs of
@@ -271,6 +232,9 @@ def grouped_bin_stats(bins, counts, depth, validity, *, null_depth, class_type=0
     ``bins[0]``, and so on, each run in chain order. This is how chains come
     back from the store, so the recompute and the check skip the sort and
     the search for bin boundaries. Same arguments and result otherwise.
+    ``sums``: the bins' :func:`_group_pass` values when already taken (the
+    check's fast path reads them from the records, with ``keep_mask`` 0);
+    ``depth`` and ``validity`` are then not used.
     """
     uniq = np.asarray(bins)
     counts = np.asarray(counts, dtype=np.int64)
@@ -279,8 +243,8 @@ def grouped_bin_stats(bins, counts, depth, validity, *, null_depth, class_type=0
     class_type = int(class_type)
     if not 0 <= class_type <= 10:
         raise PfmFormatError(f"CLASS TYPE must be 0..10, got {class_type}")
-    if uniq.shape != counts.shape or int(counts.sum()) != len(z) or len(z) != len(v) or \
-            (counts.size and counts.min() <= 0):
+    if sums is None and (uniq.shape != counts.shape or int(counts.sum()) != len(z)
+                         or len(z) != len(v) or (counts.size and counts.min() <= 0)):
         raise ValueError("bins/counts do not describe the soundings")
     keep_mask = int(keep_mask)
     null32 = np.float32(null_depth)
@@ -300,7 +264,7 @@ def grouped_bin_stats(bins, counts, depth, validity, *, null_depth, class_type=0
         out["validity"] = np.zeros(0, np.uint32)
         return out
 
-    r = _group_pass(z, v, start, counts, null64, class_type, keep_mask)
+    r = sums if sums is not None else _group_pass(z, v, start, counts, null64, class_type, keep_mask)
     n_valid, n_used = r["n_valid"], r["n_used"]
     sum_f, sum2_f, sum_u = r["sum_f"], r["sum2_f"], r["sum_u"]
     min_f, max_f, min_u, max_u = r["min_f"], r["max_f"], r["min_u"], r["max_u"]

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import validity as V
 
-__all__ = ["NdxView", "BAND_FIELDS", "recompute_records"]
+__all__ = ["NdxView", "BAND_FIELDS", "recompute_records", "check_sums"]
 
 #: Bin record fields the kernel reads or writes, in the order of its offset/width arrays.
 BAND_FIELDS = ("num_soundings", "std", "avg_filtered", "min_filtered", "max_filtered", "avg",
@@ -61,7 +61,7 @@ def _make_load() -> None:
     # the helpers inlined into the kernel: a call that passes an array costs two atomic
     # reference-count updates, which cost more than the helper's own work
     g = globals()
-    for name in ("_be64", "_bits", "_put", "_nint"):
+    for name in ("_be64", "_bits", "_put", "_nint", "_step"):
         g[name] = numba.njit(inline="always", nogil=True, error_model="numpy")(g[name])
 
 
@@ -110,6 +110,43 @@ def _nint(x):
     return np.int64(s)
 
 
+
+def _step(x, w, null64, user_flag, or_mask, ref_bit, del_ref, inval,
+          s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags):
+    """One sounding (depth ``x``, validity ``w``) into its bin's running values, by the
+    library's rules (module ``_recompute``): returns them updated. ``flags``: 1 = a REFERENCE
+    sounding; 2 / 4 = +0.0 / -0.0 among the filtered depths, 8 / 16 among the used ones."""
+    if w & ref_bit:
+        flags |= 1
+    used = (w & del_ref) == 0 and x < null64
+    filt = used and (w & inval) == 0
+    if filt and user_flag:
+        filt = (w & user_flag) != 0
+    zf = x if filt else 0.0
+    zu = x if used else 0.0
+    s_f += zf
+    s_f2 += zf * zf
+    s_u += zu
+    if used:
+        n_u += 1
+        bits |= w & or_mask
+        if x < min_u:
+            min_u = x
+        if x > max_u:
+            max_u = x
+        if x == 0.0:
+            flags |= 16 if np.signbit(x) else 8
+        if filt:
+            n_f += 1
+            if x < min_f:
+                min_f = x
+            if x > max_f:
+                max_f = x
+            if x == 0.0:
+                flags |= 4 if np.signbit(x) else 2
+    return s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags
+
+
 def _k_recompute_records(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb, v_off, v_nb,
                          wstart, wshift, pmask, dscale, doff, null64, null32, user_flag, or_mask,
                          prior_keep, keep_mask, clear_mask, compute_average, off32, scale32,
@@ -135,19 +172,10 @@ def _k_recompute_records(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb,
         head = np.int64(_bits(recs, rn, r0 + foff[_F_HEAD], fnb[_F_HEAD]))
         prior = np.int64(_bits(recs, rn, r0 + foff[_F_VAL], fnb[_F_VAL]))
         std_code = _bits(recs, rn, r0 + foff[_F_STD], fnb[_F_STD])
-        s_f = 0.0
-        s_f2 = 0.0
-        s_u = 0.0
-        min_f = np.inf
-        max_f = -np.inf
-        min_u = np.inf
-        max_u = -np.inf
-        n_f = 0
-        n_u = 0
-        bits = 0
-        any_ref = False
-        zeros_f = 0
-        zeros_u = 0
+        s_f = s_f2 = s_u = 0.0
+        min_f = min_u = np.inf
+        max_f = max_u = -np.inf
+        n_f = n_u = bits = flags = 0
         nrec = (cnt + L - 1) // L
         cur = head
         for s in range(nrec):
@@ -162,35 +190,10 @@ def _k_recompute_records(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb,
                 code = _bits(ndx, nbytes, p + d_off, d_nb)
                 w = np.int64(_bits(ndx, nbytes, p + v_off, v_nb))
                 x = np.float64(code) / dscale - doff
-                if w & ref_bit:
-                    any_ref = True
-                used = (w & del_ref) == 0 and x < null64
-                filt = used and (w & inval) == 0
-                if filt and user_flag:
-                    filt = (w & user_flag) != 0
-                zf = x if filt else 0.0
-                zu = x if used else 0.0
-                s_f += zf
-                s_f2 += zf * zf
-                s_u += zu
-                if used:
-                    n_u += 1
-                    bits |= w & or_mask
-                    if x < min_u:
-                        min_u = x
-                    if x > max_u:
-                        max_u = x
-                    if x == 0.0:
-                        zeros_u |= 2 if np.signbit(x) else 1
-                    if filt:
-                        n_f += 1
-                        if x < min_f:
-                            min_f = x
-                        if x > max_f:
-                            max_f = x
-                        if x == 0.0:
-                            zeros_f |= 2 if np.signbit(x) else 1
-        if zeros_f == 3 or zeros_u == 3:
+                s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags = _step(
+                    x, w, null64, user_flag, or_mask, ref_bit, del_ref, inval,
+                    s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags)
+        if (flags & 6) == 6 or (flags & 24) == 24:
             return _GAVE_UP          # numpy's own reductions decide those (the general path)
         # the float results, as grouped_bin_stats
         has_valid = n_f > 0
@@ -222,7 +225,7 @@ def _k_recompute_records(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb,
             min32 = null32
             max32 = null32
         word = (prior & prior_keep) | (prior & keep_mask) | bits
-        if any_ref:
+        if flags & 1:
             word |= ref_bit
         if has_valid:
             word |= data_bit
@@ -268,6 +271,60 @@ def _k_recompute_records(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb,
     return _OK
 
 
+
+def _k_check_sums(ndx, rsize, L, slot_bits, rec_idx, cnt, d_off, d_nb, v_off, v_nb, f_off, f_nb,
+                  l_off, l_nb, dscale, doff, null64, user_flag, or_mask, ref_bit, del_ref, inval,
+                  n_files, n_lines, dfl, del_bit, out_f, out_i):
+    """numba kernel: ``_k_group_pass``'s per-bin values (same layout) of the chains whose
+    records ``rec_idx`` (record numbers, in (bin, step) order) the check walked, read straight
+    from the ``.ndx``; and the check's sounding tests: a file number below ``n_files`` and a
+    line number below ``n_lines`` (-1: not tested), DELETED on every sounding of a deleted
+    file (``dfl[min(file, dfl.size - 1)]``; empty: not tested). Returns -1, or 1 at the first
+    sounding that fails a test or a bin with zeros of both signs (the exact path reports)."""
+    nbytes = ndx.size
+    k = 0
+    nd = dfl.size
+    for g in range(cnt.size):
+        c = cnt[g]
+        s_f = s_f2 = s_u = 0.0
+        min_f = min_u = np.inf
+        max_f = max_u = -np.inf
+        n_f = n_u = bits = flags = 0
+        for s in range((c + L - 1) // L):
+            base = rec_idx[k] * rsize * 8
+            k += 1
+            for j in range(min(L, c - s * L)):
+                p = base + j * slot_bits
+                w = np.int64(_bits(ndx, nbytes, p + v_off, v_nb))
+                if n_files >= 0 or nd:
+                    fnum = np.int64(_bits(ndx, nbytes, p + f_off, f_nb)) if f_nb else 0
+                    if n_files >= 0 and fnum >= n_files:
+                        return _GAVE_UP
+                    if nd and dfl[min(fnum, nd - 1)] and (w & del_bit) == 0:
+                        return _GAVE_UP
+                if n_lines >= 0:
+                    lnum = np.int64(_bits(ndx, nbytes, p + l_off, l_nb)) if l_nb else 0
+                    if lnum >= n_lines:
+                        return _GAVE_UP
+                x = np.float64(_bits(ndx, nbytes, p + d_off, d_nb)) / dscale - doff
+                s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags = _step(
+                    x, w, null64, user_flag, or_mask, ref_bit, del_ref, inval,
+                    s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags)
+        if (flags & 6) == 6 or (flags & 24) == 24:
+            return _GAVE_UP
+        out_f[g, 0] = s_f
+        out_f[g, 1] = s_f2
+        out_f[g, 2] = s_u
+        out_f[g, 3] = min_f
+        out_f[g, 4] = max_f
+        out_f[g, 5] = min_u
+        out_f[g, 6] = max_u
+        out_i[g, 0] = n_f
+        out_i[g, 1] = n_u
+        out_i[g, 2] = bits
+        out_i[g, 3] = flags & 1
+    return _OK
+
 def _signatures(T) -> dict:
     ro = dict(readonly=True)
     i8, f8, f4, u8 = T.int64, T.float64, T.float32, T.uint64
@@ -276,14 +333,20 @@ def _signatures(T) -> dict:
         T.Array(T.uint8, 1, "C", **ro), i8, i8, i8, i8, i8, i8, i8, i8, i8, u8,
         f8, f8, f8, f4, i8, i8, i8, i8, i8, T.boolean, f4, f4, f4, i8, i8, i8, i8, i8, i8,
         i8, i8, i8, T.Array(T.int64, 1, "C"), T.Array(T.int64, 1, "C"),
-        T.Array(T.float32, 2, "C"))}
+        T.Array(T.float32, 2, "C")),
+        "check_sums": T.int64(
+            T.Array(T.uint8, 1, "C", **ro), i8, i8, i8, T.Array(T.int64, 1, "C", **ro),
+            T.Array(T.int64, 1, "C", **ro), i8, i8, i8, i8, i8, i8, i8, i8, f8, f8, f8, i8, i8,
+            i8, i8, i8, i8, i8, T.Array(T.uint8, 1, "C", **ro), i8,
+            T.Array(T.float64, 2, "C"), T.Array(T.int64, 2, "C"))}
 
 
 class _Kernel:
-    """The kernel, compiled (or loaded from numba's on-disk cache) on first use, once per process.
+    """This module's kernels ``_k_<name>``, each compiled (or loaded from numba's on-disk cache)
+    on first use, once per process.
 
     Unlike :class:`pfm_dask._numeric.CompiledKernels`, without numba's reference counting
-    (``_nrt=False``, as the bit-packing kernels): the kernel allocates nothing, and the
+    (``_nrt=False``, as the bit-packing kernels): the kernels allocate nothing, and the
     counts numba keeps on the arrays its inlined helpers take cost more than the helpers'
     own work (the band pass ran 2.2x slower with them)."""
 
@@ -291,24 +354,28 @@ class _Kernel:
         import threading
 
         self._lock = threading.Lock()
-        self._k = None
+        self._k = {}
 
     def __call__(self, name: str):
-        if self._k is None:
+        k = self._k.get(name)
+        if k is None:
             with self._lock:
-                if self._k is None:
+                k = self._k.get(name)
+                if k is None:
                     import numba
 
                     _make_load()
                     sig = _signatures(numba.types)[name]
+                    fn = globals()["_k_" + name]
                     opts = dict(nogil=True, error_model="numpy", _nrt=False)
                     try:
-                        self._k = numba.njit(sig, cache=True, **opts)(_k_recompute_records)
+                        k = numba.njit(sig, cache=True, **opts)(fn)
                     except RuntimeError as exc:  # no writable cache directory
                         if "cannot cache" not in str(exc):
                             raise
-                        self._k = numba.njit(sig, **opts)(_k_recompute_records)
-        return self._k
+                        k = numba.njit(sig, **opts)(fn)
+                    self._k[name] = k
+        return k
 
 
 _kernel = _Kernel()
@@ -395,3 +462,39 @@ def recompute_records(view: NdxView, recs: np.ndarray, *, header, null32, class_
     if r != _OK:
         return None
     return out_cnt, out_val, out32
+
+
+def check_sums(buf: np.ndarray, rsize: int, L: int, slot_bits: int, rec_idx: np.ndarray,
+               cnt: np.ndarray, fields: dict, *, depth_scale, depth_offset, null_depth,
+               class_type: int, user_flags: tuple, n_files, n_lines, deleted) -> dict | None:
+    """The check's fast path: ``_recompute._group_pass``'s values (a dict of its keys) for the
+    chains of ``cnt`` whose records the walk found (``rec_idx``), the soundings read straight
+    from the ``.ndx`` bytes ``buf``; ``fields`` maps ``depth``, ``validity``, ``file`` and
+    ``line`` to ``(bit offset, bits)`` in a slot. ``None`` when a sounding names a file or
+    line beyond ``n_files``/``n_lines`` or a ``deleted`` file's sounding is not DELETED, or
+    anything else the exact path must decide."""
+    _make_load()
+    G = cnt.size
+    out_f = np.empty((G, 7), dtype=np.float64)
+    out_i = np.empty((G, 4), dtype=np.int64)
+    user_flag = user_flags[class_type - 1] if class_type else 0
+    dfl = (np.asarray(list(deleted) + [False], dtype=np.uint8) if deleted and any(deleted)
+           else np.zeros(0, dtype=np.uint8))
+    (d_off, d_nb), (v_off, v_nb) = fields["depth"], fields["validity"]
+    (f_off, f_nb), (l_off, l_nb) = fields["file"], fields["line"]
+    if max(d_nb, v_nb, f_nb, l_nb) > 57 or min(d_nb, v_nb) <= 0:
+        return None
+    r = _kernel("check_sums")(
+        buf, int(rsize), int(L), int(slot_bits), np.ascontiguousarray(rec_idx, dtype=np.int64),
+        np.ascontiguousarray(cnt, dtype=np.int64), int(d_off), int(d_nb), int(v_off), int(v_nb),
+        int(f_off), int(f_nb), int(l_off), int(l_nb), float(np.float32(depth_scale)),
+        float(np.float32(depth_offset)), float(np.float32(null_depth)), int(user_flag),
+        int(V.VAL_MASK), int(V.REFERENCE), int(V.DELETED | V.REFERENCE), int(V.INVAL),
+        -1 if n_files is None else int(n_files), -1 if n_lines is None else int(n_lines),
+        dfl, int(V.DELETED), out_f, out_i)
+    if r != _OK:
+        return None
+    return {"sum_f": out_f[:, 0], "sum2_f": out_f[:, 1], "sum_u": out_f[:, 2],
+            "min_f": out_f[:, 3], "max_f": out_f[:, 4], "min_u": out_f[:, 5],
+            "max_u": out_f[:, 6], "n_valid": out_i[:, 0], "n_used": out_i[:, 1],
+            "bits": out_i[:, 2], "any_ref": out_i[:, 3] != 0}
