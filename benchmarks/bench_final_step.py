@@ -18,6 +18,18 @@ planted in an empty record inside the holes must be found.
 
 ``--quick`` (4 M bins, 200,000 soundings, swaths of 100 bins, one repeat) runs in a minute; its results go to
 ``bench_final_step_quick.json``. The machine may be shared: the load average is recorded.
+
+``--survey`` measures the final step of a real load instead: the Pfm_loader survey of
+``benchmarks/datasets.py`` (the first ``--files`` of its 74 files, 50 m bins), for each of
+``--setups`` (``none``: no filter; ``area``: the area filter), two ``--serial`` loads in this
+process, alternating: one as the CLI runs it (the final step on one thread: the baseline),
+one whose final step (area filter, recompute, check) runs on ``--threads`` threads, as on a
+disk node. Each phase's time and thread count, and the final step as a percentage of the
+serial load's wall time, measured in the same run; both loads must leave the same bytes.
+
+    python -m benchmarks.bench_final_step --survey [--files 74] [--setups none,area] [--data DIR]
+
+Results go to ``bench_final_step_survey.json``.
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -209,6 +222,95 @@ def run(n_bins: int, soundings: int, lines: int, swath: int, threads: int, repea
     return out
 
 
+#: The issue's targets: the final step as a share of the serial load, on 2 threads.
+TARGET_PCT = {"none": 5.0, "area": 10.0}
+_PHASES = ("area_filter", "recompute", "check")
+
+
+def _serial_load(paths, cfg, out: Path, final_threads: int | None) -> dict:
+    """A ``--serial`` load of ``paths`` into ``out``; with ``final_threads`` its final step runs
+    on that many threads (the writer's ``threads``, set when the load phase is over)."""
+    from pfm_dask import pipeline
+    from pfm_dask.writer import PfmWriter
+
+    remove_pfm(out)
+    orig = PfmWriter.finish
+
+    def finish(self):
+        if final_threads is not None:
+            self.threads = final_threads
+        return orig(self)
+
+    PfmWriter.finish = finish
+    try:
+        t = time.perf_counter()
+        res = pipeline.run_load(paths, out, cfg, mode="serial")
+        wall = time.perf_counter() - t
+    finally:
+        PfmWriter.finish = orig
+    if res.exit_code != 0:
+        raise SystemExit(f"load failed:\n{res.summary()}")
+    tm = res.timings
+    return {"wall_s": wall, "threads": final_threads or 1,
+            "phases_s": {k: float(tm.get(k, 0.0)) for k in ("prescan", "load", "final") + _PHASES}}
+
+
+def _digest_all(path: Path) -> str:
+    """SHA-256 of every part of a PFM but the header's creation date."""
+    h = hashlib.sha256()
+    stem = Path(str(path) + ".data") / path.name
+    for ext in (".bin", ".ndx", ".cvg", ".lin", ".ctl"):
+        with open(str(stem) + ext, "rb") as fh:
+            if ext == ".bin":
+                h.update(re.sub(rb"\[DATE\] = [^\n]*", b"[DATE]", fh.read(131072)))
+            for blk in iter(lambda: fh.read(64 << 20), b""):
+                h.update(blk)
+    return h.hexdigest()
+
+
+def run_survey(folder: Path, files: int, setups, threads: int, bin_size: float, work: Path,
+               repeat: int = 1) -> dict:
+    """The final step of real ``--serial`` loads, one thread against ``threads`` (module doc)."""
+    from benchmarks.datasets import load_files
+    from pfm_dask.config import LoadConfig
+
+    work.mkdir(parents=True, exist_ok=True)
+    paths = load_files(folder, files)
+    # untimed: one file, so that both loads meet loaded kernels
+    _serial_load(paths[:1], LoadConfig(bin_size_m=bin_size, area_filter=True), work / "warm.pfm", None)
+    remove_pfm(work / "warm.pfm")
+    out = {"survey": str(folder), "files": files, "gsf_bytes": sum(p.stat().st_size for p in paths),
+           "bin_size_m": bin_size, "threads": threads, "repeat": repeat, "setups": {}}
+    for setup in setups:
+        cfg = LoadConfig(bin_size_m=bin_size, area_filter=(setup == "area"))
+        runs = {"serial": [], "threads": []}
+        digests = set()
+        for _ in range(repeat):
+            for key, n in (("serial", None), ("threads", threads)):
+                pfm_path = work / f"survey_{setup}.pfm"
+                runs[key].append(_serial_load(paths, cfg, pfm_path, n))
+                digests.add(_digest_all(pfm_path))
+        assert len(digests) == 1, f"{setup}: the final step's thread count changed the bytes"
+        remove_pfm(work / f"survey_{setup}.pfm")
+        base = min(runs["serial"], key=lambda r: r["wall_s"])
+        best = min(runs["threads"], key=lambda r: sum(r["phases_s"][k] for k in _PHASES))
+        final_1 = sum(base["phases_s"][k] for k in _PHASES)
+        final_n = sum(best["phases_s"][k] for k in _PHASES)
+        out["setups"][setup] = {
+            "serial_load_s": base["wall_s"],
+            "final_step_1_thread_s": final_1,
+            f"final_step_{threads}_threads_s": final_n,
+            "phases_1_thread_s": {k: base["phases_s"][k] for k in _PHASES},
+            f"phases_{threads}_threads_s": {k: best["phases_s"][k] for k in _PHASES},
+            "final_pct_of_serial_1_thread": 100.0 * final_1 / base["wall_s"],
+            f"final_pct_of_serial_{threads}_threads": 100.0 * final_n / base["wall_s"],
+            "target_pct": TARGET_PCT.get(setup),
+            "runs": runs,
+        }
+    out["load_average_1m"] = os.getloadavg()[0]
+    return out
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bins", type=int, default=356_000_000)
@@ -222,7 +324,34 @@ def main(argv=None) -> dict:
                     help="git revision of the code to compare with (default: the commit before "
                          "the final step skipped holes)")
     ap.add_argument("--work", type=Path, default=BENCH_DIR / "_work", help="directory for the files")
+    ap.add_argument("--survey", action="store_true",
+                    help="the final step of real --serial loads of the Pfm_loader survey")
+    ap.add_argument("--files", type=int, default=74, help="with --survey: the first N files")
+    ap.add_argument("--setups", default="none,area", help="with --survey: none,area")
+    ap.add_argument("--bin-size", type=float, default=50.0, help="with --survey: bin size (m)")
+    ap.add_argument("--data", type=Path, default=None,
+                    help="with --survey: the survey's folder (default: benchmarks.datasets')")
     a = ap.parse_args(argv)
+    if a.survey:
+        from benchmarks.datasets import DEFAULT_GB, pings_for, survey
+
+        folder = a.data or survey(pings_for(DEFAULT_GB))
+        setups = [x for x in a.setups.split(",") if x]
+        res = run_survey(folder, a.files, setups, a.threads, a.bin_size, a.work,
+                         max(1, a.repeat or 1))
+        res["command"] = ("python -m benchmarks.bench_final_step --survey"
+                          + (f" --files {a.files}" if a.files != 74 else "")
+                          + (f" --setups {a.setups}" if a.setups != "none,area" else "")
+                          + (f" --repeat {a.repeat}" if a.repeat else ""))
+        write_results("bench_final_step_survey", res)
+        for setup, r in res["setups"].items():
+            print(f"{setup}: serial load {r['serial_load_s']:.1f} s; final step "
+                  f"{r['final_step_1_thread_s']:.2f} s on 1 thread "
+                  f"({r['final_pct_of_serial_1_thread']:.1f} %), "
+                  f"{r[f'final_step_{a.threads}_threads_s']:.2f} s on {a.threads} "
+                  f"({r[f'final_pct_of_serial_{a.threads}_threads']:.1f} %; target "
+                  f"{r['target_pct']} %)", flush=True)
+        return res
     n_bins, n_snd = (4_000_000, 200_000) if a.quick else (a.bins, a.soundings)
     swath = min(a.swath, 100) if a.quick else a.swath
     repeat = max(1, a.repeat if a.repeat is not None else (1 if a.quick else 2))

@@ -13,7 +13,8 @@ import numpy as np
 from .._numeric import nint, scaled_code_f32
 from .. import validity as V
 from ._header import PfmHeader
-from ._recompute import grouped_bin_stats
+from ._recompute import _USER_FLAGS, grouped_bin_stats
+from ._recompute_kernel import check_sums
 from ._check_parts import _Layout
 from ._check_walk import _Walker
 from ._problems import _Problems, _bin_where
@@ -165,7 +166,18 @@ def _fast_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
         if rec_idx is None:
             return None
         walked = {"bidx": bidx, "u": u, "cnt": cnt, "ok": np.ones(cnt.size, dtype=bool),
-                  "snd": walker.soundings_of_chains(cnt, rec_idx), "cover": cover}
+                  "cover": cover}
+        # the soundings' tests and the bins' sums straight from the records (one compiled
+        # pass); anything to report there, and the exact path decides
+        h = ctx.h
+        walked["sums"] = check_sums(
+            walker.recs.reshape(-1), lay.phys, lay.L, lay.sounding_bits, rec_idx, cnt,
+            {k: lay.item_fields[k] for k in ("depth", "validity", "file", "line")},
+            depth_scale=h.depth_scale, depth_offset=h.depth_offset, null_depth=ctx.null32,
+            class_type=ctx.class_type or 0, user_flags=_USER_FLAGS, n_files=ctx.n_files,
+            n_lines=ctx.n_lines, deleted=ctx.deleted)
+        if walked["sums"] is None:
+            return None
         return rec_idx, _check_band_data(walked, ctx, pr)
     except Exception:  # noqa: BLE001 - the exact walk decides what is reported
         return None
@@ -182,10 +194,11 @@ def _check_band_data(walked: dict, ctx: _BandContext, pr: _Problems) -> tuple:
     scale32, off32, std32, null32 = ctx.scale32, ctx.off32, ctx.std32, ctx.null32
     class_type = ctx.class_type
     validity = u["validity"].astype(np.int64)
-    snd = walked["snd"] if "snd" in walked else ctx.walker.soundings(walked["reached"])
+    sums = walked.get("sums")       # the fast path's: its soundings passed these tests
+    snd = None if sums is not None else ctx.walker.soundings(walked["reached"])
     has = cnt > 0
     # file and line numbers
-    if snd["b"].size:
+    if snd is not None and snd["b"].size:
         for key, n, part in (("file", ctx.n_files, ".ctl"), ("line", ctx.n_lines, ".lin")):
             if n is None:
                 continue
@@ -208,17 +221,22 @@ def _check_band_data(walked: dict, ctx: _BandContext, pr: _Problems) -> tuple:
     stored_code = {k: u[k].astype(np.int64) for k in ("std", "avg_filtered", "min_filtered",
                                                        "max_filtered", "avg", "min", "max")}
     if good.size:
-        # a cleanly walked bin has all its soundings, contiguous and in chain order
-        is_good = np.zeros(bidx.size, dtype=bool)
-        is_good[good] = True
-        sel = is_good[snd["b"]]
-        code, val = snd["depth"], snd["validity"].view(np.int64)   # validity < 2**32
-        if not sel.all():
-            code, val = code[sel], val[sel]
-        z = code.astype(np.float64) / np.float64(scale32) - np.float64(off32)
         prior_std = (u["std"][good].astype(np.float32) / std32).astype(np.float32)
+        if sums is not None:
+            z = val = np.zeros(0)
+            part = {k: v[good] for k, v in sums.items()}
+        else:
+            # a cleanly walked bin has all its soundings, contiguous and in chain order
+            is_good = np.zeros(bidx.size, dtype=bool)
+            is_good[good] = True
+            sel = is_good[snd["b"]]
+            code, val = snd["depth"], snd["validity"].view(np.int64)   # validity < 2**32
+            if not sel.all():
+                code, val = code[sel], val[sel]
+            z = code.astype(np.float64) / np.float64(scale32) - np.float64(off32)
+            part = None
         st = grouped_bin_stats(good, cnt[good], z, val, null_depth=null32, class_type=class_type,
-                               prior_validity=validity[good], prior_std=prior_std)
+                               prior_validity=validity[good], prior_std=prior_std, sums=part)
         # st is ordered by b ascending == good ascending
         kind = "bin statistics"
         msgs = []

@@ -44,6 +44,8 @@ from .._arrays import unique_sorted
 from .._numeric import CompiledKernels
 from ..errors import PfmFormatError
 from .. import validity as V
+from ._recompute_kernel import NdxView, _step, recompute_records
+from ._sparse import gather_runs, nonzero_records, positions_to_items, record_runs
 
 __all__ = [
     "PRIOR_KEEP",
@@ -96,58 +98,19 @@ def _k_group_pass(z, v, start, counts, null64, user_flag, or_mask, out_f, out_i)
     soundings; the OR of ``v & or_mask`` over used soundings; and flags: 1 =
     a REFERENCE sounding, 2 / 4 = both +0.0 and -0.0 among the filtered / used
     depths (numpy's minimum/maximum then pick a zero by lane order, which the
-    caller reproduces with numpy for those groups).
+    caller reproduces with numpy for those groups). One sounding's step is
+    :func:`._recompute_kernel._step`, shared with the compiled band passes.
     """
     for g in range(start.size):
-        s_f = 0.0
-        s_f2 = 0.0
-        s_u = 0.0
-        min_f = np.inf
-        max_f = -np.inf
-        min_u = np.inf
-        max_u = -np.inf
-        n_f = 0
-        n_u = 0
-        bits = 0
-        flags = 0
-        zeros_f = 0
-        zeros_u = 0
+        s_f = s_f2 = s_u = 0.0
+        min_f = min_u = np.inf
+        max_f = max_u = -np.inf
+        n_f = n_u = bits = flags = 0
         i0 = start[g]
         for i in range(i0, i0 + counts[g]):
-            x = z[i]
-            w = v[i]
-            if w & _REFERENCE:
-                flags |= 1
-            used = (w & _DELETED_OR_REFERENCE) == 0 and x < null64
-            filt = used and (w & _INVAL) == 0
-            if filt and user_flag:
-                filt = (w & user_flag) != 0
-            zf = x if filt else 0.0
-            zu = x if used else 0.0
-            s_f += zf
-            s_f2 += zf * zf
-            s_u += zu
-            if used:
-                n_u += 1
-                bits |= w & or_mask
-                if x < min_u:
-                    min_u = x
-                if x > max_u:
-                    max_u = x
-                if x == 0.0:
-                    zeros_u |= 2 if np.signbit(x) else 1
-                if filt:
-                    n_f += 1
-                    if x < min_f:
-                        min_f = x
-                    if x > max_f:
-                        max_f = x
-                    if x == 0.0:
-                        zeros_f |= 2 if np.signbit(x) else 1
-        if zeros_f == 3:
-            flags |= 2
-        if zeros_u == 3:
-            flags |= 4
+            s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags = _step(
+                z[i], v[i], null64, user_flag, or_mask, _REFERENCE, _DELETED_OR_REFERENCE, _INVAL,
+                s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags)
         out_f[g, 0] = s_f
         out_f[g, 1] = s_f2
         out_f[g, 2] = s_u
@@ -158,7 +121,7 @@ def _k_group_pass(z, v, start, counts, null64, user_flag, or_mask, out_f, out_i)
         out_i[g, 0] = n_f
         out_i[g, 1] = n_u
         out_i[g, 2] = bits
-        out_i[g, 3] = flags
+        out_i[g, 3] = (flags & 1) | (2 if (flags & 6) == 6 else 0) | (4 if (flags & 24) == 24 else 0)
 
 
 def _signatures(T) -> dict:
@@ -173,7 +136,7 @@ def _signatures(T) -> dict:
 #: operation in the order written (no reassociation, no fused multiply-add): the sums are the
 #: library's running sums exactly. ``nogil``: the recompute's and the check's threads run in
 #: parallel.
-_kernel = CompiledKernels(globals(), _signatures)
+_kernel = CompiledKernels(globals(), _signatures, helpers=("_step",))
 
 
 def _group_pass(z: np.ndarray, v: np.ndarray, start: np.ndarray, counts: np.ndarray, null64: float,
@@ -261,7 +224,7 @@ def compute_bin_stats(bin_index, depth, validity, *, null_depth, class_type=0,
 
 
 def grouped_bin_stats(bins, counts, depth, validity, *, null_depth, class_type=0,
-                      prior_validity=None, keep_mask=0, prior_std=None) -> dict:
+                      prior_validity=None, keep_mask=0, prior_std=None, sums=None) -> dict:
     """:func:`compute_bin_stats` for soundings already grouped by bin.
 
     ``bins`` (increasing) and ``counts`` (all > 0) describe consecutive runs of
@@ -269,6 +232,9 @@ def grouped_bin_stats(bins, counts, depth, validity, *, null_depth, class_type=0
     ``bins[0]``, and so on, each run in chain order. This is how chains come
     back from the store, so the recompute and the check skip the sort and
     the search for bin boundaries. Same arguments and result otherwise.
+    ``sums``: the bins' :func:`_group_pass` values when already taken (the
+    check's fast path reads them from the records, with ``keep_mask`` 0);
+    ``depth`` and ``validity`` are then not used.
     """
     uniq = np.asarray(bins)
     counts = np.asarray(counts, dtype=np.int64)
@@ -277,8 +243,8 @@ def grouped_bin_stats(bins, counts, depth, validity, *, null_depth, class_type=0
     class_type = int(class_type)
     if not 0 <= class_type <= 10:
         raise PfmFormatError(f"CLASS TYPE must be 0..10, got {class_type}")
-    if uniq.shape != counts.shape or int(counts.sum()) != len(z) or len(z) != len(v) or \
-            (counts.size and counts.min() <= 0):
+    if sums is None and (uniq.shape != counts.shape or int(counts.sum()) != len(z)
+                         or len(z) != len(v) or (counts.size and counts.min() <= 0)):
         raise ValueError("bins/counts do not describe the soundings")
     keep_mask = int(keep_mask)
     null32 = np.float32(null_depth)
@@ -298,7 +264,7 @@ def grouped_bin_stats(bins, counts, depth, validity, *, null_depth, class_type=0
         out["validity"] = np.zeros(0, np.uint32)
         return out
 
-    r = _group_pass(z, v, start, counts, null64, class_type, keep_mask)
+    r = sums if sums is not None else _group_pass(z, v, start, counts, null64, class_type, keep_mask)
     n_valid, n_used = r["n_valid"], r["n_used"]
     sum_f, sum2_f, sum_u = r["sum_f"], r["sum2_f"], r["sum_u"]
     min_f, max_f, min_u, max_u = r["min_f"], r["max_f"], r["min_u"], r["max_u"]
@@ -351,6 +317,9 @@ BAND_SOUNDINGS = 500_000
 THREADS = min(4, os.cpu_count() or 1)
 #: Bin records read at once while planning bands.
 _PLAN_BINS = 1 << 20
+#: False: every band takes the general path (numpy passes and the store's record writes)
+#: instead of the compiled band pass; the tests compare the two.
+FUSED = True
 
 _AVERAGE_NAMES = ("Average Filtered Depth", "Average Edited")
 
@@ -593,12 +562,104 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
         pfm_file.write_bin_records(ub, **fields)
         return ub, stats
 
-    bands = _data_bands(pfm_file, wanted, rows_per_band, int(band_soundings), rec_fields)
-    # the extrema are folded in band order on this thread: raster order, as pfmLoader
-    for result in ordered_imap(compute, bands, THREADS if threads is None else threads):
-        if result is not None:
-            ext.update(*result, null32)
+    threads = THREADS if threads is None else threads
+    view = None
+    # the compiled band pass (_recompute_kernel), unless bands go by rows or a test wraps the
+    # store's record writes (the crash tests count them)
+    if rows_per_band is None and "write_bin_records" not in vars(pfm_file) and FUSED:
+        pfm_file._sync()
+        view = NdxView(pfm_file)
+        if not view.ok:
+            view.close()
+            view = None
+    if view is None:
+        bands = _data_bands(pfm_file, wanted, rows_per_band, int(band_soundings), rec_fields)
+        work = compute
+    else:
+        bands = _raw_bands(pfm_file, wanted, int(band_soundings))
+        fd = pfm_file._fd("bin")
+
+        def work(band):
+            bidx, raw = band
+            new = raw.copy()
+            got = recompute_records(view, new, header=h, null32=null32, class_type=int(h.class_type),
+                                    keep_mask=int(keep_mask), clear_mask=int(clear_mask),
+                                    compute_average=compute_average, user_flags=_USER_FLAGS,
+                                    prior_keep=PRIOR_KEEP)
+            if got is None:     # something out of the ordinary: the general path says what
+                return compute(pfm_file._decode_bins(bidx, raw, fields=rec_fields))
+            cnt, val, f32 = got
+            _write_runs(fd, bidx, new, pfm_file.bin_header_size, pfm_file.bin_path)
+            pfm_file._touch(bidx)
+            pfm_file.update_coverage(bidx, val)
+            return bidx, {"num_soundings": cnt, "validity": val, "std": f32[:, 0],
+                          "min_filtered": f32[:, 1], "max_filtered": f32[:, 2],
+                          "min": f32[:, 3], "max": f32[:, 4]}
+    try:
+        # the extrema are folded in band order on this thread: raster order, as pfmLoader
+        for result in ordered_imap(work, bands, threads):
+            if result is not None:
+                ext.update(*result, null32)
+    finally:
+        if view is not None:
+            view.close()
     return ext.result()
+
+
+def _raw_bands(pfm_file, wanted: np.ndarray | None, budget: int):
+    """Yield ``(bins, raw records)`` of consecutive bins with soundings (only ``wanted`` ones,
+    when given) in raster order, at most ``budget`` soundings a band (a heavier bin alone): the
+    records' bytes as in the ``.bin`` (a copy), for :func:`._recompute_kernel.recompute_records`.
+    Only the runs of the sparse ``.bin`` that hold data are read, only records that are not all
+    zero kept, as :meth:`PfmFile.bin_records_with_data` does."""
+    W, H = pfm_file.width, pfm_file.height
+    fd = pfm_file._fd("bin")
+    bs, hs = pfm_file.bin_record_size, pfm_file.bin_header_size
+    runs = [record_runs(fd, hs, bs, a, b) for a, b in _wanted_runs(wanted, W * H)]
+    runs = np.concatenate(runs) if runs else np.zeros((0, 2), np.int64)
+    buf = None
+    for lo, hi, at in gather_runs(runs, _PLAN_BINS):
+        n = int(hi[-1] - lo[-1] + at[-1])
+        if buf is None or buf.size < n * bs:
+            buf = np.empty(n * bs, dtype=np.uint8)
+        mv = memoryview(buf)
+        for a, b, p in zip(lo.tolist(), hi.tolist(), at.tolist()):
+            got = os.preadv(fd, [mv[p * bs: (p + b - a) * bs]], hs + a * bs)
+            if got != (b - a) * bs:
+                raise PfmFormatError("bin file ends early", path=pfm_file.bin_path,
+                                     offset=hs + a * bs + got)
+        recs = buf[: n * bs].reshape(n, bs)
+        nz = nonzero_records(recs)
+        bidx = positions_to_items(nz, lo, at)
+        if wanted is not None and nz.size:
+            w = np.minimum(np.searchsorted(wanted, bidx), wanted.size - 1)
+            keep = wanted[w] == bidx
+            nz, bidx = nz[keep], bidx[keep]
+        if not nz.size:
+            continue
+        cnt = pfm_file._bin_layout.unpack(recs[nz], ["num_soundings"])["num_soundings"]
+        sel = np.flatnonzero(cnt > 0)
+        nz, bidx, cnt = nz[sel], bidx[sel], cnt[sel].astype(np.int64)
+        for i, j in _cuts(cnt, budget):
+            yield bidx[i:j], recs[nz[i:j]]
+
+
+def _write_runs(fd: int, bidx: np.ndarray, recs: np.ndarray, base: int, path) -> None:
+    """Write records ``recs`` of bins ``bidx`` (increasing) back, one write per run of
+    consecutive bins (the holes between them are not written)."""
+    bs = recs.shape[1]
+    brk = np.flatnonzero(np.diff(bidx) != 1) + 1
+    starts = np.r_[0, brk].tolist()
+    ends = np.r_[brk, bidx.size].tolist()
+    for a, b in zip(starts, ends):
+        view = memoryview(recs[a:b]).cast("B")
+        off = base + int(bidx[a]) * bs
+        done = 0
+        while done < len(view):
+            k = os.pwrite(fd, view[done:], off + done)
+            if k <= 0:
+                raise PfmFormatError("cannot write the bin records", path=path, offset=off + done)
+            done += k
 
 
 def ordered_imap(fn, items, threads: int):

@@ -1,0 +1,500 @@
+"""The recompute of a band of bin records in one compiled pass over their bytes.
+
+:func:`recompute_records` takes a band's raw bin records (the bytes as read from the
+``.bin``) and the ``.ndx`` mapped read-only, and for each bin follows its chain, decodes
+the depth and validity of each sounding, sums, codes and packs the new statistics back
+into the record bytes: what :func:`._recompute.grouped_bin_stats` followed by
+``PfmFile.write_bin_records`` do in a dozen numpy passes and temporary arrays, here with
+the same operations in the same order (plain IEEE double and float arithmetic, no
+fastmath), so the bytes are the same. Anything out of the ordinary (a chain that leaves
+the file, a code out of its field's range, zeros of both signs in a bin, a field wider
+than the kernel reads) makes it give up on the band, and the caller takes the general
+path, which reports it. The time follows the soundings and the records they sit in.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+
+from .. import validity as V
+
+__all__ = ["NdxView", "BAND_FIELDS", "recompute_records", "check_sums"]
+
+#: Bin record fields the kernel reads or writes, in the order of its offset/width arrays.
+BAND_FIELDS = ("num_soundings", "std", "avg_filtered", "min_filtered", "max_filtered", "avg",
+               "min", "max", "num_valid", "validity", "head")
+_F_COUNT, _F_STD, _F_AVGF, _F_MINF, _F_MAXF, _F_AVG, _F_MIN, _F_MAX, _F_NV, _F_VAL, _F_HEAD = \
+    range(len(BAND_FIELDS))
+
+_OK = -1
+_GAVE_UP = 1
+
+
+#: ``_ld64(arr, i)``: the 8 bytes at ``arr[i:]`` as one unaligned, byte-swapped load; a numba
+#: intrinsic made by :func:`_make_load` before the kernel first compiles (numba is imported then).
+_ld64 = None
+
+
+def _make_load() -> None:
+    """Make :data:`_ld64` and compile the helpers (once, before the kernel compiles)."""
+    global _ld64
+    if _ld64 is not None:
+        return
+    import numba
+    from llvmlite import ir
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def ld64(typingctx, arr, idx):
+        def codegen(context, builder, sig, args):
+            a = context.make_array(sig.args[0])(context, builder, args[0])
+            ptr = builder.bitcast(builder.gep(a.data, [args[1]]), ir.IntType(64).as_pointer())
+            v = builder.load(ptr)
+            v.align = 1
+            return builder.bswap(v)
+        return numba.types.uint64(arr, idx), codegen
+
+    _ld64 = ld64
+    # the helpers inlined into the kernel: a call that passes an array costs two atomic
+    # reference-count updates, which cost more than the helper's own work
+    g = globals()
+    for name in ("_be64", "_bits", "_put", "_nint", "_step"):
+        g[name] = numba.njit(inline="always", nogil=True, error_model="numpy")(g[name])
+
+
+def _be64(buf, o, n):
+    """The 8 bytes at ``buf[o:]`` as a big-endian integer (zero bytes past ``n``)."""
+    if o + 8 <= n:
+        return _ld64(buf, o)
+    x = np.uint64(0)
+    for k in range(8):
+        x <<= np.uint64(8)
+        if o + k < n:
+            x |= np.uint64(buf[o + k])
+    return x
+
+
+def _bits(buf, n, p, nb):
+    """The ``nb``-bit field (1..64) at bit ``p`` (most significant bit first) of ``buf``."""
+    o = p >> 3
+    sh = p & 7
+    x = _be64(buf, o, n) << np.uint64(sh)
+    if sh + nb > 64:
+        x |= np.uint64(buf[o + 8]) >> np.uint64(8 - sh)
+    return x >> np.uint64(64 - nb)
+
+
+def _put(buf, p, nb, val):
+    """Write the low ``nb`` bits of ``val`` at bit ``p`` of ``buf`` (other bits kept)."""
+    end = p + nb
+    i = p
+    while i < end:
+        b0 = i & 7
+        take = min(8 - b0, end - i)
+        low = 8 - b0 - take
+        chunk = (val >> np.uint64(end - i - take)) & np.uint64((1 << take) - 1)
+        mask = ((1 << take) - 1) << low
+        j = i >> 3
+        buf[j] = np.uint8((np.int64(buf[j]) & ~mask) | (np.int64(chunk) << low))
+        i += take
+
+
+def _nint(x):
+    """The C library's NINT of a double, as :func:`pfm_dask._numeric.nint` (0 for NaN/huge)."""
+    s = x - 0.5 if x < 0.0 else x + 0.5
+    if not (np.isfinite(s) and np.abs(s) < 9.2e18):
+        return np.int64(0)
+    return np.int64(s)
+
+
+
+def _step(x, w, null64, user_flag, or_mask, ref_bit, del_ref, inval,
+          s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags):
+    """One sounding (depth ``x``, validity ``w``) into its bin's running values, by the
+    library's rules (module ``_recompute``): returns them updated. ``flags``: 1 = a REFERENCE
+    sounding; 2 / 4 = +0.0 / -0.0 among the filtered depths, 8 / 16 among the used ones."""
+    if w & ref_bit:
+        flags |= 1
+    used = (w & del_ref) == 0 and x < null64
+    filt = used and (w & inval) == 0
+    if filt and user_flag:
+        filt = (w & user_flag) != 0
+    zf = x if filt else 0.0
+    zu = x if used else 0.0
+    s_f += zf
+    s_f2 += zf * zf
+    s_u += zu
+    if used:
+        n_u += 1
+        bits |= w & or_mask
+        if x < min_u:
+            min_u = x
+        if x > max_u:
+            max_u = x
+        if x == 0.0:
+            flags |= 16 if np.signbit(x) else 8
+        if filt:
+            n_f += 1
+            if x < min_f:
+                min_f = x
+            if x > max_f:
+                max_f = x
+            if x == 0.0:
+                flags |= 4 if np.signbit(x) else 2
+    return s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags
+
+
+def _k_recompute_records(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb, v_off, v_nb,
+                         wstart, wshift, pmask, dscale, doff, null64, null32, user_flag, or_mask,
+                         prior_keep, keep_mask, clear_mask, compute_average, off32, scale32,
+                         std_scale32, depth_lim, std_lim, count_lim, val_lim, ref_bit, data_bit,
+                         del_ref, inval, val_mask, out_cnt, out_val, out32):
+    """numba kernel: recompute every record of ``recs`` (n, record bytes) in place.
+
+    Per bin, as ``_k_group_pass`` and ``grouped_bin_stats`` then ``write_bin_records``: the
+    soundings in chain order (depth ``code / dscale - doff`` in double), the running double
+    sums, the extrema, the counts and the OR of their flags; the float results; the codes
+    (depths ``NINT((float + float offset) * float scale)``, the std ``NINT(float * float
+    scale)`` clamped to its field) packed into the record. ``out_cnt``/``out_val``/``out32``
+    (std, min filtered, max filtered, min, max as floats) feed the header extrema. Returns
+    -1, or 1 when it gave up on the band (the record bytes are then not to be used).
+    """
+    n_rec = out_cnt.size
+    rb = recs.size // max(1, n_rec)
+    rn = recs.size
+    nbytes = ndx.size
+    for g in range(n_rec):
+        r0 = g * rb * 8          # the record's first bit
+        cnt = np.int64(_bits(recs, rn, r0 + foff[_F_COUNT], fnb[_F_COUNT]))
+        head = np.int64(_bits(recs, rn, r0 + foff[_F_HEAD], fnb[_F_HEAD]))
+        prior = np.int64(_bits(recs, rn, r0 + foff[_F_VAL], fnb[_F_VAL]))
+        std_code = _bits(recs, rn, r0 + foff[_F_STD], fnb[_F_STD])
+        s_f = s_f2 = s_u = 0.0
+        min_f = min_u = np.inf
+        max_f = max_u = -np.inf
+        n_f = n_u = bits = flags = 0
+        nrec = (cnt + L - 1) // L
+        cur = head
+        for s in range(nrec):
+            if cur < 0 or (cur == 0 and s > 0) or cur % rsize != 0 or cur + rsize > nbytes:
+                return _GAVE_UP
+            base = cur * 8
+            if s + 1 < nrec:
+                cur = np.int64((_be64(ndx, cur + wstart, nbytes) >> np.uint64(wshift)) & pmask)
+            m = min(L, cnt - s * L)
+            for j in range(m):
+                p = base + j * slot_bits
+                code = _bits(ndx, nbytes, p + d_off, d_nb)
+                w = np.int64(_bits(ndx, nbytes, p + v_off, v_nb))
+                x = np.float64(code) / dscale - doff
+                s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags = _step(
+                    x, w, null64, user_flag, or_mask, ref_bit, del_ref, inval,
+                    s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags)
+        if (flags & 6) == 6 or (flags & 24) == 24:
+            return _GAVE_UP          # numpy's own reductions decide those (the general path)
+        # the float results, as grouped_bin_stats
+        has_valid = n_f > 0
+        has_used = n_u > 0
+        prior_std = np.float32(np.float32(std_code) / std_scale32)
+        if has_valid:
+            mean_f = s_f / n_f
+            nf = np.float64(n_f)
+            std = 0.0
+            if n_f > 1:
+                var = (s_f2 - nf * (mean_f * mean_f)) / (nf - 1.0)
+                if var >= 0:
+                    std = np.sqrt(var)
+            std32 = np.float32(std)
+            avgf32 = np.float32(mean_f)
+            minf32 = np.float32(min_f)
+            maxf32 = np.float32(max_f)
+        else:
+            std32 = prior_std
+            avgf32 = null32
+            minf32 = null32
+            maxf32 = null32
+        if has_used:
+            avg32 = np.float32(s_u / n_u)
+            min32 = np.float32(min_u)
+            max32 = np.float32(max_u)
+        else:
+            avg32 = null32
+            min32 = null32
+            max32 = null32
+        word = (prior & prior_keep) | (prior & keep_mask) | bits
+        if flags & 1:
+            word |= ref_bit
+        if has_valid:
+            word |= data_bit
+        else:
+            word &= ~data_bit
+        word &= val_mask
+        if clear_mask:
+            word &= ~clear_mask
+        # codes, range-checked as the store does (out of range: the general path raises)
+        c_std = _nint(np.float64(std32 * std_scale32))
+        if c_std > std_lim:
+            c_std = std_lim
+        if c_std < 0 or n_f > count_lim or word > val_lim:
+            return _GAVE_UP
+        c_minf = _nint(np.float64((minf32 + off32) * scale32))
+        c_maxf = _nint(np.float64((maxf32 + off32) * scale32))
+        c_min = _nint(np.float64((min32 + off32) * scale32))
+        c_max = _nint(np.float64((max32 + off32) * scale32))
+        c_avgf = _nint(np.float64((avgf32 + off32) * scale32))
+        c_avg = _nint(np.float64((avg32 + off32) * scale32))
+        for c in (c_minf, c_maxf, c_min, c_max):
+            if c < 0 or c > depth_lim:
+                return _GAVE_UP
+        if compute_average and (c_avgf < 0 or c_avgf > depth_lim or c_avg < 0 or c_avg > depth_lim):
+            return _GAVE_UP
+        _put(recs, r0 + foff[_F_NV], fnb[_F_NV], np.uint64(n_f))
+        _put(recs, r0 + foff[_F_STD], fnb[_F_STD], np.uint64(c_std))
+        _put(recs, r0 + foff[_F_MINF], fnb[_F_MINF], np.uint64(c_minf))
+        _put(recs, r0 + foff[_F_MAXF], fnb[_F_MAXF], np.uint64(c_maxf))
+        _put(recs, r0 + foff[_F_MIN], fnb[_F_MIN], np.uint64(c_min))
+        _put(recs, r0 + foff[_F_MAX], fnb[_F_MAX], np.uint64(c_max))
+        if compute_average:
+            _put(recs, r0 + foff[_F_AVGF], fnb[_F_AVGF], np.uint64(c_avgf))
+            _put(recs, r0 + foff[_F_AVG], fnb[_F_AVG], np.uint64(c_avg))
+        _put(recs, r0 + foff[_F_VAL], fnb[_F_VAL], np.uint64(word))
+        out_cnt[g] = cnt
+        out_val[g] = word
+        out32[g, 0] = std32
+        out32[g, 1] = minf32
+        out32[g, 2] = maxf32
+        out32[g, 3] = min32
+        out32[g, 4] = max32
+    return _OK
+
+
+
+def _k_check_sums(ndx, rsize, L, slot_bits, rec_idx, cnt, d_off, d_nb, v_off, v_nb, f_off, f_nb,
+                  l_off, l_nb, dscale, doff, null64, user_flag, or_mask, ref_bit, del_ref, inval,
+                  n_files, n_lines, dfl, del_bit, out_f, out_i):
+    """numba kernel: ``_k_group_pass``'s per-bin values (same layout) of the chains whose
+    records ``rec_idx`` (record numbers, in (bin, step) order) the check walked, read straight
+    from the ``.ndx``; and the check's sounding tests: a file number below ``n_files`` and a
+    line number below ``n_lines`` (-1: not tested), DELETED on every sounding of a deleted
+    file (``dfl[min(file, dfl.size - 1)]``; empty: not tested). Returns -1, or 1 at the first
+    sounding that fails a test or a bin with zeros of both signs (the exact path reports)."""
+    nbytes = ndx.size
+    k = 0
+    nd = dfl.size
+    for g in range(cnt.size):
+        c = cnt[g]
+        s_f = s_f2 = s_u = 0.0
+        min_f = min_u = np.inf
+        max_f = max_u = -np.inf
+        n_f = n_u = bits = flags = 0
+        for s in range((c + L - 1) // L):
+            base = rec_idx[k] * rsize * 8
+            k += 1
+            for j in range(min(L, c - s * L)):
+                p = base + j * slot_bits
+                w = np.int64(_bits(ndx, nbytes, p + v_off, v_nb))
+                if n_files >= 0 or nd:
+                    fnum = np.int64(_bits(ndx, nbytes, p + f_off, f_nb)) if f_nb else 0
+                    if n_files >= 0 and fnum >= n_files:
+                        return _GAVE_UP
+                    if nd and dfl[min(fnum, nd - 1)] and (w & del_bit) == 0:
+                        return _GAVE_UP
+                if n_lines >= 0:
+                    lnum = np.int64(_bits(ndx, nbytes, p + l_off, l_nb)) if l_nb else 0
+                    if lnum >= n_lines:
+                        return _GAVE_UP
+                x = np.float64(_bits(ndx, nbytes, p + d_off, d_nb)) / dscale - doff
+                s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags = _step(
+                    x, w, null64, user_flag, or_mask, ref_bit, del_ref, inval,
+                    s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags)
+        if (flags & 6) == 6 or (flags & 24) == 24:
+            return _GAVE_UP
+        out_f[g, 0] = s_f
+        out_f[g, 1] = s_f2
+        out_f[g, 2] = s_u
+        out_f[g, 3] = min_f
+        out_f[g, 4] = max_f
+        out_f[g, 5] = min_u
+        out_f[g, 6] = max_u
+        out_i[g, 0] = n_f
+        out_i[g, 1] = n_u
+        out_i[g, 2] = bits
+        out_i[g, 3] = flags & 1
+    return _OK
+
+def _signatures(T) -> dict:
+    ro = dict(readonly=True)
+    i8, f8, f4, u8 = T.int64, T.float64, T.float32, T.uint64
+    return {"recompute_records": T.int64(
+        T.Array(T.uint8, 1, "C"), T.Array(T.int64, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro),
+        T.Array(T.uint8, 1, "C", **ro), i8, i8, i8, i8, i8, i8, i8, i8, i8, u8,
+        f8, f8, f8, f4, i8, i8, i8, i8, i8, T.boolean, f4, f4, f4, i8, i8, i8, i8, i8, i8,
+        i8, i8, i8, T.Array(T.int64, 1, "C"), T.Array(T.int64, 1, "C"),
+        T.Array(T.float32, 2, "C")),
+        "check_sums": T.int64(
+            T.Array(T.uint8, 1, "C", **ro), i8, i8, i8, T.Array(T.int64, 1, "C", **ro),
+            T.Array(T.int64, 1, "C", **ro), i8, i8, i8, i8, i8, i8, i8, i8, f8, f8, f8, i8, i8,
+            i8, i8, i8, i8, i8, T.Array(T.uint8, 1, "C", **ro), i8,
+            T.Array(T.float64, 2, "C"), T.Array(T.int64, 2, "C"))}
+
+
+class _Kernel:
+    """This module's kernels ``_k_<name>``, each compiled (or loaded from numba's on-disk cache)
+    on first use, once per process.
+
+    Unlike :class:`pfm_dask._numeric.CompiledKernels`, without numba's reference counting
+    (``_nrt=False``, as the bit-packing kernels): the kernels allocate nothing, and the
+    counts numba keeps on the arrays its inlined helpers take cost more than the helpers'
+    own work (the band pass ran 2.2x slower with them)."""
+
+    def __init__(self):
+        import threading
+
+        self._lock = threading.Lock()
+        self._k = {}
+
+    def __call__(self, name: str):
+        k = self._k.get(name)
+        if k is None:
+            with self._lock:
+                k = self._k.get(name)
+                if k is None:
+                    import numba
+
+                    _make_load()
+                    sig = _signatures(numba.types)[name]
+                    fn = globals()["_k_" + name]
+                    opts = dict(nogil=True, error_model="numpy", _nrt=False)
+                    try:
+                        k = numba.njit(sig, cache=True, **opts)(fn)
+                    except RuntimeError as exc:  # no writable cache directory
+                        if "cannot cache" not in str(exc):
+                            raise
+                        k = numba.njit(sig, **opts)(fn)
+                    self._k[name] = k
+        return k
+
+
+_kernel = _Kernel()
+
+
+class NdxView:
+    """The ``.ndx`` of an open PFM mapped read-only once for a whole recompute, with the
+    layout numbers the kernel needs; ``None`` fields mean the kernel cannot read this file
+    (a continuation pointer over nine bytes, a field over 57 bits) and the caller keeps to
+    the general path."""
+
+    def __init__(self, pfm_file):
+        self.ok = False
+        self._mm = None
+        self.buf = np.zeros(0, dtype=np.uint8)
+        _make_load()
+        word = pfm_file._continuation_word()
+        NL = pfm_file._ndx_layout
+        BL = pfm_file._bin_layout
+        if word is None or any(k not in BL.fields for k in BAND_FIELDS):
+            return
+        d, v = NL.fields[("depth", 0)], NL.fields[("validity", 0)]
+        if not (0 < d.nbits <= 57 and 0 < v.nbits <= 57):
+            return
+        for k in BAND_FIELDS:
+            nb = BL.fields[k].nbits
+            if not 0 < nb <= 64 or (k != "head" and nb > 62):
+                return
+        size = os.fstat(pfm_file._fd("ndx")).st_size
+        if size:
+            self._mm = mmap.mmap(pfm_file._fd("ndx"), size, access=mmap.ACCESS_READ)
+            self.buf = np.frombuffer(self._mm, dtype=np.uint8)
+        h = pfm_file.header
+        self.rsize = int(pfm_file.ndx_record_size)
+        self.L = int(pfm_file.record_length)
+        self.slot_bits = int(pfm_file._single_bits)
+        self.depth = (int(d.offset), int(d.nbits))
+        self.validity = (int(v.offset), int(v.nbits))
+        self.word = (int(word[0]), int(word[1]),
+                     np.uint64((1 << NL.fields["continuation"].nbits) - 1))
+        self.foff = np.array([BL.fields[k].offset for k in BAND_FIELDS], dtype=np.int64)
+        self.fnb = np.array([BL.fields[k].nbits for k in BAND_FIELDS], dtype=np.int64)
+        self.dscale = float(np.float32(h.depth_scale))
+        self.doff = float(np.float32(h.depth_offset))
+        self.limits = ((1 << int(h.depth_bits)) - 1, (1 << int(h.std_bits)) - 1,
+                       (1 << int(h.count_bits)) - 1, (1 << int(h.validity_bits)) - 1)
+        self.ok = True
+
+    def close(self) -> None:
+        mm, self._mm = self._mm, None
+        self.buf = np.zeros(0, dtype=np.uint8)
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:  # a view is still alive: the mapping goes with it
+                pass
+
+
+def recompute_records(view: NdxView, recs: np.ndarray, *, header, null32, class_type: int,
+                      keep_mask: int, clear_mask: int, compute_average: bool,
+                      user_flags: tuple, prior_keep: int):
+    """Recompute the (n, record bytes) bin records ``recs`` in place (see the module doc).
+
+    Returns ``(counts, validity, floats)`` for the header extrema (floats: std, min
+    filtered, max filtered, min, max as float32 columns), or ``None`` when the kernel gave
+    up on the band (``recs`` is then partly changed: pass it a copy).
+    """
+    n = recs.shape[0]
+    out_cnt = np.empty(n, dtype=np.int64)
+    out_val = np.empty(n, dtype=np.int64)
+    out32 = np.empty((n, 5), dtype=np.float32)
+    h = header
+    user_flag = user_flags[class_type - 1] if class_type else 0
+    depth_lim, std_lim, count_lim, val_lim = view.limits
+    r = _kernel("recompute_records")(
+        recs.reshape(-1), view.foff, view.fnb, view.buf, view.rsize, view.L, view.slot_bits,
+        view.depth[0], view.depth[1], view.validity[0], view.validity[1], *view.word,
+        view.dscale, view.doff, float(np.float32(null32)), np.float32(null32), int(user_flag),
+        int(V.VAL_MASK ^ keep_mask), int(prior_keep), int(keep_mask), int(clear_mask),
+        bool(compute_average), np.float32(h.depth_offset), np.float32(h.depth_scale),
+        np.float32(h.std_scale), depth_lim, std_lim, count_lim, val_lim, int(V.REFERENCE),
+        int(V.DATA), int(V.DELETED | V.REFERENCE), int(V.INVAL), int(V.VAL_MASK),
+        out_cnt, out_val, out32)
+    if r != _OK:
+        return None
+    return out_cnt, out_val, out32
+
+
+def check_sums(buf: np.ndarray, rsize: int, L: int, slot_bits: int, rec_idx: np.ndarray,
+               cnt: np.ndarray, fields: dict, *, depth_scale, depth_offset, null_depth,
+               class_type: int, user_flags: tuple, n_files, n_lines, deleted) -> dict | None:
+    """The check's fast path: ``_recompute._group_pass``'s values (a dict of its keys) for the
+    chains of ``cnt`` whose records the walk found (``rec_idx``), the soundings read straight
+    from the ``.ndx`` bytes ``buf``; ``fields`` maps ``depth``, ``validity``, ``file`` and
+    ``line`` to ``(bit offset, bits)`` in a slot. ``None`` when a sounding names a file or
+    line beyond ``n_files``/``n_lines`` or a ``deleted`` file's sounding is not DELETED, or
+    anything else the exact path must decide."""
+    _make_load()
+    G = cnt.size
+    out_f = np.empty((G, 7), dtype=np.float64)
+    out_i = np.empty((G, 4), dtype=np.int64)
+    user_flag = user_flags[class_type - 1] if class_type else 0
+    dfl = (np.asarray(list(deleted) + [False], dtype=np.uint8) if deleted and any(deleted)
+           else np.zeros(0, dtype=np.uint8))
+    (d_off, d_nb), (v_off, v_nb) = fields["depth"], fields["validity"]
+    (f_off, f_nb), (l_off, l_nb) = fields["file"], fields["line"]
+    if max(d_nb, v_nb, f_nb, l_nb) > 57 or min(d_nb, v_nb) <= 0:
+        return None
+    r = _kernel("check_sums")(
+        buf, int(rsize), int(L), int(slot_bits), np.ascontiguousarray(rec_idx, dtype=np.int64),
+        np.ascontiguousarray(cnt, dtype=np.int64), int(d_off), int(d_nb), int(v_off), int(v_nb),
+        int(f_off), int(f_nb), int(l_off), int(l_nb), float(np.float32(depth_scale)),
+        float(np.float32(depth_offset)), float(np.float32(null_depth)), int(user_flag),
+        int(V.VAL_MASK), int(V.REFERENCE), int(V.DELETED | V.REFERENCE), int(V.INVAL),
+        -1 if n_files is None else int(n_files), -1 if n_lines is None else int(n_lines),
+        dfl, int(V.DELETED), out_f, out_i)
+    if r != _OK:
+        return None
+    return {"sum_f": out_f[:, 0], "sum2_f": out_f[:, 1], "sum_u": out_f[:, 2],
+            "min_f": out_f[:, 3], "max_f": out_f[:, 4], "min_u": out_f[:, 5],
+            "max_u": out_f[:, 6], "n_valid": out_i[:, 0], "n_used": out_i[:, 1],
+            "bits": out_i[:, 2], "any_ref": out_i[:, 3] != 0}
