@@ -52,12 +52,41 @@ def _print_version(value: bool) -> None:
         raise typer.Exit(EXIT_OK)
 
 
+#: the format of pfm-dask's log lines on standard error (with -v or -q)
+_LOG_FORMAT = "pfm-dask: %(levelname)s: %(message)s"
+
+
+def _configure_logging(verbose: int, quiet: bool) -> None:
+    """``-v``: the ``pfm_dask`` logger's INFO lines (the load's steps) on standard error,
+    ``-vv`` its DEBUG lines too; ``-q``: errors only. Without either, Python's default (its
+    warnings, as before). One handler, replaced when called again (in-process callers)."""
+    import logging
+
+    logger = logging.getLogger("pfm_dask")
+    for h in [h for h in logger.handlers if getattr(h, "_pfm_dask_cli", False)]:
+        logger.removeHandler(h)
+    if not verbose and not quiet:
+        logger.setLevel(logging.NOTSET)
+        return
+    level = logging.ERROR if quiet else logging.INFO if verbose == 1 else logging.DEBUG
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(_LOG_FORMAT))
+    handler._pfm_dask_cli = True
+    logger.addHandler(handler)
+    logger.setLevel(level)
+
+
 @app.callback()
 def _main(
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                  help="print the version and exit"),
+    verbose: int = typer.Option(0, "--verbose", "-v", count=True, show_default=False,
+                                help="more messages on stderr: -v the load's steps, -vv debugging"),
+    quiet: bool = typer.Option(False, "--quiet", "-q",
+                               help="only errors on stderr from pfm-dask's log"),
 ):
     """Load GSF multibeam files into a PFM v7 bin file, on Dask."""
+    _configure_logging(verbose, quiet)
 
 
 def _emit(obj, as_json: bool) -> None:
@@ -578,7 +607,8 @@ def _settings_values(ctx: typer.Context) -> dict:
 
 # Options of `load` a printed resume command leaves out: the journal has the inputs and the
 # content settings, and these only shape this one run's output or its start.
-_NOT_RESUMED = ("inputs", "output", "resume", "append", "strict", "png", "as_json", "quiet")
+_NOT_RESUMED = ("inputs", "output", "resume", "append", "strict", "png", "as_json", "quiet",
+                "verbose")
 # Run options whose values are files: a resume command gives them as absolute paths.
 _PATH_OPTIONS = ("cluster_config", "tls_ca_file", "tls_cert", "tls_key")
 
@@ -643,6 +673,8 @@ def load(
     max_backlog: str = _setting_option("max-backlog"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
     quiet: bool = _setting_option("quiet"),
+    verbose: int = typer.Option(0, "--verbose", "-v", count=True, show_default=False,
+                                help="the load's steps on stderr (as pfm-dask -v; -vv debugging)"),
     png: Optional[Path] = typer.Option(None, "--png", help="also draw a quick-look PNG of the loaded PFM"),
     resume: bool = typer.Option(
         False, "--resume", help="continue an interrupted load of OUTPUT from its last checkpoint "
@@ -660,6 +692,8 @@ def load(
     from .config import LoadConfig, RunOptions, build
     from .inputs import read_polygon
 
+    if verbose:
+        _configure_logging(verbose, False)
     try:
         _check_flag_values(ctx, inputs)
     except PfmDaskError as err:

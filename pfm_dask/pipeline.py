@@ -84,6 +84,8 @@ def _plan(scans: list[dict], job: "_Job") -> tuple[BinGrid, list[Piece]]:
         for w in job.warnings:
             job.say(w)
     pieces = plan_pieces(scans, cfg, first_file_number=len(existing))
+    log.info("plan: %d pieces from %d files on a grid of %d x %d bins", len(pieces),
+             len(job.files), grid.width, grid.height)
     if append and job.options.journal:
         J.mark_append(output, job.given or _given(job.files), J.config_to_dict(cfg),
                       job.resume_cmd)
