@@ -149,6 +149,7 @@ class GsfFile:
         except (OSError, ValueError) as err:
             self.close()
             raise GsfError(f"cannot open: {err}", path=self.path) from err
+        self._check_size()
         fr = scan_records(self._buf, self.path)
         if fr.damage and self.strict:
             self.close()
@@ -234,6 +235,7 @@ class GsfFile:
         return self._walk_forward(k, start)
 
     def _walk_forward(self, k: int, start: int) -> ScaleState | None:
+        self._check_size()
         st = self._states[k].copy()
         while k < start:
             stop = min(start, k + _CHECKPOINT_EVERY)
@@ -261,10 +263,27 @@ class GsfFile:
         start = min(start, stop)
         return start, stop
 
+    def _check_size(self) -> None:
+        """Raise a truncation :class:`GsfError` if the file shrank since it was mapped.
+
+        Touching a mapped page past a file's new end is a SIGBUS, which no handler
+        turns into an exception; so every walk and decode first asks the mapping
+        for the file's size (one ``fstat``). A shrink within that call itself is
+        not caught.
+        """
+        if self._mm is None:
+            return
+        now = self._mm.size()
+        if now < self.size:
+            raise GsfError(f"file truncated while being read: it now ends here, "
+                           f"{self.size - now:,} of its {self.size:,} bytes are gone",
+                           path=self.path, offset=now)
+
     def _walk(self, start: int, stop: int) -> tuple[PingDirectory, int]:
         """Directory of pings [start, stop) (shortened by damage in lenient mode)."""
         if self._closed:
             raise ValueError(f"GsfFile {self.path!r} is closed")
+        self._check_size()
         if self._bad_ping is not None:
             stop = min(stop, self._bad_ping)
             start = min(start, stop)
@@ -308,6 +327,7 @@ class GsfFile:
             rows = rows[(rows >= 0) & (rows < len(dirn))]
             dirn = PingDirectory(*(getattr(dirn, f.name)[rows] for f in fields(PingDirectory)))
             numbers = numbers[rows]
+        self._check_size()
         try:
             cols = decode_pings(self._u8, dirn, self._hdr_dtype)
         except (ValueError, IndexError, TypeError) as err:  # pragma: no cover - guarded above
