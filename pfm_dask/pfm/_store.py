@@ -97,6 +97,7 @@ from .. import __version__ as _PKG_VERSION
 from .._numeric import nint, scaled_code_f32, scaled_code_f64
 from ..errors import ConfigError, PfmFormatError
 from . import validity as V
+from ._names import TEXT_CODING, decode_names, encode_names
 from ._bitpack import (CHECK_SIZE, BitLayout, SoundingCoding, bin_runs, bits_all_set, check_failures,
                        clear_bits, fill_slots, pack_soundings, unpack_records)
 from ._chains import chain_plan, chain_records, item_positions
@@ -740,7 +741,7 @@ class PfmFile:
         base = os.path.basename(path)
         stem_rel = f"{path}.data{os.sep}{base}"
         os.mkdir(data_dir)
-        with open(path, "w", encoding="latin-1", newline="\n") as fh:
+        with open(path, "w", **TEXT_CODING, newline="\n") as fh:
             fh.write(f"PFM Handle File - {LIBRARY_VERSION}\n")
             fh.write("#\n" + "#" * 80 + "\n#\n")
             fh.write("# This is a PFM handle file.  If you were expecting to see the PFM list file\n")
@@ -749,7 +750,7 @@ class PfmFile:
             fh.write("# That is the PFM list (or control) file.\n")
             fh.write("#\n" + "#" * 80 + "\n#\n")
         stem = os.path.join(data_dir, base)
-        with open(stem + ".ctl", "w", encoding="latin-1", newline="\n") as fh:
+        with open(stem + ".ctl", "w", **TEXT_CODING, newline="\n") as fh:
             fh.write(f"{LIBRARY_VERSION}\n{stem_rel}.bin\n{stem_rel}.ndx\n{mosaic_path}\n{feature_path}\n")
         open(stem + ".lin", "w").close()
         layout = _bin_layout(h, True)
@@ -974,7 +975,7 @@ class PfmFile:
     def files(self) -> list[PfmInputFile]:
         """The input files of the ``.ctl`` in order; sequence numbers are checked."""
         with open(self.ctl_path, "rb") as fh:
-            raw = fh.read().decode("latin-1")
+            raw = decode_names(fh.read())
         lines = raw.split("\n")
         out = []
         offset = sum(len(x) + 1 for x in lines[:5])
@@ -1012,14 +1013,14 @@ class PfmFile:
             if "\n" in p:
                 raise ConfigError(f"file name contains a newline: {p!r}")
         with open(self.ctl_path, "ab") as fh:
-            fh.write("".join("+ %05d %02d %s\n" % (n, int(data_type), p)
-                             for n, p in zip(nums, paths)).encode("latin-1", "replace"))
+            fh.write(encode_names("".join("+ %05d %02d %s\n" % (n, int(data_type), p)
+                                          for n, p in zip(nums, paths))))
         return nums
 
     def lines(self) -> list[str]:
         """The line names of the ``.lin`` in order."""
         with open(self.lin_path, "rb") as fh:
-            raw = fh.read().decode("latin-1")
+            raw = decode_names(fh.read())
         out = raw.split("\n")
         if out and out[-1] == "":
             out.pop()
@@ -1038,7 +1039,7 @@ class PfmFile:
             if "\n" in x:
                 raise ConfigError(f"line name contains a newline: {x!r}")
         with open(self.lin_path, "ab") as fh:
-            fh.write("".join(x + "\n" for x in names).encode("latin-1", "replace"))
+            fh.write(encode_names("".join(x + "\n" for x in names)))
         return nums
 
     # ------------------------------------------------------------------ coding
