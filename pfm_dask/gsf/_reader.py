@@ -389,6 +389,23 @@ class GsfFile:
         dirn, _ = self._walk(0, self.n_pings)
         return np.asarray(dirn.n_beams, dtype=np.int64).copy()
 
+    def ping_headers(self) -> dict:
+        """``time`` (POSIX s), ``latitude`` and ``longitude`` (degrees) of every ping record,
+        read from the fixed ping headers alone (no walk, no decode): cheap enough to look at
+        every ping's position. Null positions (91, 181) come back as stored."""
+        from ._decode import _gather
+
+        self._check_size()
+        whole = self._psize >= self._hdr_len
+        doff = self._pdata[whole]
+        hdr = _gather(self._u8, doff, self._hdr_len).view(self._hdr_dtype).reshape(doff.size)
+        n = self.n_pings
+        out = {k: np.full(n, np.nan) for k in ("time", "latitude", "longitude")}
+        out["time"][whole] = hdr["time_sec"].astype(np.float64) + hdr["time_nsec"] / 1e9
+        out["latitude"][whole] = hdr["latitude"].astype(np.float64) / 1.0e7
+        out["longitude"][whole] = hdr["longitude"].astype(np.float64) / 1.0e7
+        return out
+
     def info(self) -> dict:
         """Version, record counts, ping/beam counts, arrays, time and position extents.
 
