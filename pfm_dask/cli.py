@@ -94,6 +94,17 @@ def _scalar(v) -> str:
     return str(v)
 
 
+_FORCE_READ = "read an unfinished load or a PFM failing the structural checks anyway"
+
+
+def _guard(path: Path, force: bool) -> None:
+    """Refuse an unfinished or damaged PFM (exit 2) unless ``force`` (pfm_dask.pfm_guard)."""
+    from .pfm_guard import refuse_unusable
+
+    for w in refuse_unusable(path, force=force):
+        typer.echo(f"pfm-dask: warning: {w}", err=True)
+
+
 def _fail(err: Exception) -> None:
     """One line on stderr; exit 2 for a refused or invalid request, 1 for a failure."""
     from .errors import ConfigError
@@ -152,11 +163,13 @@ def synth(
 def info(
     pfm_file: Path = typer.Argument(..., help="the .pfm handle file"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    force: bool = typer.Option(False, "--force", help=_FORCE_READ),
 ):
     """Geometry, bit widths and counts of a PFM file."""
     from . import pfm
 
     try:
+        _guard(pfm_file, force)
         result = pfm.info(pfm_file)
     except PfmDaskError as err:
         _fail(err)
@@ -168,6 +181,7 @@ def dump(
     pfm_file: Path = typer.Argument(..., help="the .pfm handle file"),
     soundings: Optional[Path] = typer.Option(None, "--soundings", help="Parquet file for the soundings"),
     bins: Optional[Path] = typer.Option(None, "--bins", help="Parquet file for the bins with data"),
+    force: bool = typer.Option(False, "--force", help=_FORCE_READ),
 ):
     """Write the whole content of a PFM as Parquet (soundings and/or bins)."""
     from . import pfm
@@ -176,6 +190,7 @@ def dump(
         typer.echo("pfm-dask: error: give --soundings and/or --bins", err=True)
         raise typer.Exit(EXIT_USAGE)
     try:
+        _guard(pfm_file, force)
         result = pfm.dump(pfm_file, soundings=soundings, bins=bins)
     except PfmDaskError as err:
         _fail(err)
@@ -604,7 +619,8 @@ def load(
     tls_cert: Optional[str] = typer.Option(None, "--tls-cert", help="TLS: this side's certificate (PEM)"),
     tls_key: Optional[str] = typer.Option(None, "--tls-key", help="TLS: its private key (PEM)"),
     force: bool = typer.Option(
-        False, "--force", help="make a grid past the size limit (250,000,000 bins) anyway"),
+        False, "--force", help="make a grid past the size limit (250,000,000 bins) anyway; "
+                          "with --png, draw it even from a PFM failing the quick checks"),
 ):
     """Load GSF files into a PFM: Dask workers decode and bin, one pinned writer writes."""
     from .config import LoadConfig, SwathFilterConfig, parse_size
@@ -667,6 +683,7 @@ def load(
         if png is not None and res.exit_code in (EXIT_OK, EXIT_PROBLEMS):
             from .export import write_png
 
+            _guard(output, force)
             drawn = write_png(output, png)
             typer.echo(f"quick-look: {drawn['path']}", err=True)
     except PfmDaskError as err:
@@ -687,6 +704,7 @@ def export(
         None, "--layer", help="GeoTIFF band, repeatable: surface, count, std (default: all three)"),
     memory: str = typer.Option("256MiB", "--memory", help="memory budget of the export"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    force: bool = typer.Option(False, "--force", help=_FORCE_READ),
 ):
     """Surfaces to hand on: BAG, GeoTIFF, XYZ and a PNG quick-look (docs/products.md)."""
     from . import export as ex
@@ -699,6 +717,7 @@ def export(
     try:
         if png is not None:
             _need_module("matplotlib", "--png", "matplotlib", "plots")
+        _guard(pfm_file, force)
         budget = parse_size(memory)
         if bag is not None:
             results.append(ex.write_bag(pfm_file, bag, surface=surface, memory=budget))

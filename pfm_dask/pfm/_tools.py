@@ -40,6 +40,7 @@ from ._bitpack import BitLayout, unpack_records
 from ._chains import chain_records, visit
 from ._header import BIN_HEADER_SIZE, NUM_ATTR, PfmHeader, bits_for, version_number
 from ._recompute import THREADS, grouped_bin_stats
+from ._repeats import RepeatedRecords
 from ._sparse import (gather_runs, nonzero_records, positions_to_items, record_runs,
                       subtract_runs)
 
@@ -871,13 +872,14 @@ def _check_journal(parts: dict, pr: _Problems) -> None:
 
 
 def check(path, *, journal: bool = True, threads: int | None = None,
-          band_soundings: int | None = None) -> list[Problem]:
+          band_soundings: int | None = None, bins: bool = True) -> list[Problem]:
     """Full validity check of the PFM whose handle is ``path``; returns the problems found.
 
     See the module docstring and docs/pfm-format.md ("What check verifies").
     With ``journal`` (default), a pfm-dask load journal that is not ``complete``
     is reported as the first problem (the load's own final check passes False).
-    Raises :class:`PfmFormatError` only when there is no PFM at ``path`` or
+    ``bins=False``: only the fast structural checks (handle, lists, header, file
+    sizes, coverage header), no pass over the bins. Raises :class:`PfmFormatError` only when there is no PFM at ``path`` or
     its header yields no record layout. ``threads`` (default
     :data:`pfm_dask.pfm._recompute.THREADS`) bands have their soundings
     checked at once while the next chains are walked; the problems, and
@@ -914,6 +916,8 @@ def check(path, *, journal: bool = True, threads: int | None = None,
     _check_header(h, sizes, lay, n_files, n_lines, pr)
     if sizes[".cvg"] is not None:
         _check_cvg_header(parts[".cvg"], pr)
+    if not bins:   # the fast structural checks only (pfm_dask.pfm_guard)
+        return pr.finish()
     threads = THREADS if threads is None else max(1, int(threads))
     budget = _BAND_SOUNDINGS if band_soundings is None else max(1, int(band_soundings))
     if threads > 1:
@@ -1468,6 +1472,7 @@ def dump(path, *, soundings=None, bins=None) -> dict:
     f = open_pfm(path, "r")
     sw = bw = None
     n_snd = n_bins = 0
+    once = RepeatedRecords(f)   # a chain with a cycle never gives a sounding twice
     try:
         if soundings is not None:
             sw = pq.ParquetWriter(os.fspath(soundings), _sounding_schema())
@@ -1488,7 +1493,7 @@ def dump(path, *, soundings=None, bins=None) -> dict:
                     bw.write_table(pa.table(cols, schema=_bin_schema()))
                     n_bins += int(has.sum())
             if sw is not None:
-                s = f.read_soundings(r0, r1, c0, c1)
+                s = once.first_reads(f.read_soundings(r0, r1, c0, c1))
                 if s["bin_index"].size:
                     lat, lon = f.decode_positions(s["col"], s["row"], s["x_off"], s["y_off"])
                     cols = {"file": s["file"].astype(np.int32), "line": s["line"].astype(np.int32),
@@ -1511,6 +1516,8 @@ def dump(path, *, soundings=None, bins=None) -> dict:
     if soundings is not None:
         out["soundings"] = n_snd
         out["soundings_path"] = os.fspath(soundings)
+        if once.dropped:
+            out["repeated_soundings_dropped"] = once.dropped
     if bins is not None:
         out["bins"] = n_bins
         out["bins_path"] = os.fspath(bins)
