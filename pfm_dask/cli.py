@@ -201,23 +201,30 @@ def dump(
 def check(
     pfm_file: Path = typer.Argument(..., help="the .pfm handle file"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    strict: bool = typer.Option(False, "--strict", help="a stale header summary (as ABE's "
+                                "editors leave it) is an error, not a warning"),
 ):
     """Full validity check of a PFM: exit 0 when sound, 1 with a list of problems otherwise."""
     from . import pfm
+    from .pfm._summary import split_stale
 
     try:
-        problems = pfm.check(pfm_file)
+        problems, warnings = split_stale(pfm.check(pfm_file), strict=strict)
     except PfmDaskError as err:
         _fail(err)
     if as_json:
         _emit({"path": str(pfm_file), "sound": not problems,
-               "problems": [str(p) for p in problems]}, True)
+               "problems": [str(p) for p in problems],
+               "warnings": [str(p) for p in warnings]}, True)
     elif problems:
         typer.echo(f"{pfm_file}: {len(problems)} problem(s)")
         for p in problems:
             typer.echo(f"  - {p}")
     else:
-        typer.echo(f"{pfm_file}: sound")
+        typer.echo(f"{pfm_file}: sound" + (f" ({len(warnings)} warning(s))" if warnings else ""))
+    if warnings and not as_json:
+        for p in warnings:
+            typer.echo(f"  - warning: {p}")
     raise typer.Exit(EXIT_FAILURE if problems else EXIT_OK)
 
 

@@ -41,6 +41,7 @@ from ._chains import chain_records, visit
 from ._header import BIN_HEADER_SIZE, NUM_ATTR, PfmHeader, bits_for, version_number
 from ._recompute import THREADS, grouped_bin_stats
 from ._repeats import RepeatedRecords
+from ._summary import summary_part
 from ._sparse import (gather_runs, nonzero_records, positions_to_items, record_runs,
                       subtract_runs)
 
@@ -1154,6 +1155,7 @@ class _ExtremaCheck:
                   ("max", "[MAX DEPTH]", h.max_depth, h.max_coord),
                   ("min_std", "[MIN STANDARD DEVIATION]", h.min_standard_deviation, None),
                   ("max_std", "[MAX STANDARD DEVIATION]", h.max_standard_deviation, None)]
+        part = summary_part(h)   # stale (warning) or impossible (error): pfm/_summary.py
         for key, name, hv, hc in checks:
             got = self.v.get(key)
             if got is None:
@@ -1161,10 +1163,10 @@ class _ExtremaCheck:
             val, b, q = got
             tol = q * 1.01 + 2e-6 * max(1.0, abs(val))  # header floats print with 6 decimals
             if abs(float(hv) - val) > tol:
-                pr.add("header extrema", "header", "",
+                pr.add("header extrema", part, "",
                        f"{name} = {float(hv):g} but the bins give {val:g} at {_bin_where(b, W)}")
             elif hc is not None and q == 0 and tuple(hc) != (b % W, b // W):
-                pr.add("header extrema", "header", "",
+                pr.add("header extrema", part, "",
                        f"{name} is at {tuple(hc)} in the header but first reached at {_bin_where(b, W)}")
 
 
