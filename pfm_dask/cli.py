@@ -124,6 +124,17 @@ def _scalar(v) -> str:
     return str(v)
 
 
+_FORCE_READ = "read an unfinished load or a PFM failing the structural checks anyway"
+
+
+def _guard(path: Path, force: bool) -> None:
+    """Refuse an unfinished or damaged PFM (exit 2) unless ``force`` (pfm_dask.pfm_guard)."""
+    from .pfm_guard import refuse_unusable
+
+    for w in refuse_unusable(path, force=force):
+        typer.echo(f"pfm-dask: warning: {w}", err=True)
+
+
 def _fail(err: Exception) -> None:
     """One line on stderr; exit 2 for a refused or invalid request, 1 for a failure."""
     from .errors import ConfigError
@@ -182,11 +193,13 @@ def synth(
 def info(
     pfm_file: Path = typer.Argument(..., help="the .pfm handle file"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    force: bool = typer.Option(False, "--force", help=_FORCE_READ),
 ):
     """Geometry, bit widths and counts of a PFM file."""
     from . import pfm
 
     try:
+        _guard(pfm_file, force)
         result = pfm.info(pfm_file)
     except PfmDaskError as err:
         _fail(err)
@@ -198,6 +211,7 @@ def dump(
     pfm_file: Path = typer.Argument(..., help="the .pfm handle file"),
     soundings: Optional[Path] = typer.Option(None, "--soundings", help="Parquet file for the soundings"),
     bins: Optional[Path] = typer.Option(None, "--bins", help="Parquet file for the bins with data"),
+    force: bool = typer.Option(False, "--force", help=_FORCE_READ),
 ):
     """Write the whole content of a PFM as Parquet (soundings and/or bins)."""
     from . import pfm
@@ -206,6 +220,7 @@ def dump(
         typer.echo("pfm-dask: error: give --soundings and/or --bins", err=True)
         raise typer.Exit(EXIT_USAGE)
     try:
+        _guard(pfm_file, force)
         result = pfm.dump(pfm_file, soundings=soundings, bins=bins)
     except PfmDaskError as err:
         _fail(err)
@@ -216,23 +231,30 @@ def dump(
 def check(
     pfm_file: Path = typer.Argument(..., help="the .pfm handle file"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    strict: bool = typer.Option(False, "--strict", help="a stale header summary (as ABE's "
+                                "editors leave it) is an error, not a warning"),
 ):
     """Full validity check of a PFM: exit 0 when sound, 1 with a list of problems otherwise."""
     from . import pfm
+    from .pfm._summary import split_stale
 
     try:
-        problems = pfm.check(pfm_file)
+        problems, warnings = split_stale(pfm.check(pfm_file), strict=strict)
     except PfmDaskError as err:
         _fail(err)
     if as_json:
         _emit({"path": str(pfm_file), "sound": not problems,
-               "problems": [str(p) for p in problems]}, True)
+               "problems": [str(p) for p in problems],
+               "warnings": [str(p) for p in warnings]}, True)
     elif problems:
         typer.echo(f"{pfm_file}: {len(problems)} problem(s)")
         for p in problems:
             typer.echo(f"  - {p}")
     else:
-        typer.echo(f"{pfm_file}: sound")
+        typer.echo(f"{pfm_file}: sound" + (f" ({len(warnings)} warning(s))" if warnings else ""))
+    if warnings and not as_json:
+        for p in warnings:
+            typer.echo(f"  - warning: {p}")
     raise typer.Exit(EXIT_FAILURE if problems else EXIT_OK)
 
 
@@ -736,6 +758,7 @@ def load(
         if png is not None and res.exit_code in (EXIT_OK, EXIT_PROBLEMS):
             from .export import write_png
 
+            _guard(output, force)
             drawn = write_png(output, png)
             typer.echo(f"quick-look: {drawn['path']}", err=True)
     except PfmDaskError as err:
@@ -756,6 +779,7 @@ def export(
         None, "--layer", help="GeoTIFF band, repeatable: surface, count, std (default: all three)"),
     memory: str = typer.Option("256MiB", "--memory", help="memory budget of the export"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    force: bool = typer.Option(False, "--force", help=_FORCE_READ),
 ):
     """Surfaces to hand on: BAG, GeoTIFF, XYZ and a PNG quick-look (docs/products.md)."""
     from . import export as ex
@@ -768,6 +792,7 @@ def export(
     try:
         if png is not None:
             _need_module("matplotlib", "--png", "matplotlib", "plots")
+        _guard(pfm_file, force)
         budget = parse_size(memory)
         if bag is not None:
             results.append(ex.write_bag(pfm_file, bag, surface=surface, memory=budget))

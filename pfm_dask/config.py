@@ -253,7 +253,8 @@ class RunOptions:
     strict: bool = _setting(False, RUN, ("--strict",),
                             "refuse to start if the pre-scan finds damaged input")
     force: bool = _setting(False, RUN, ("--force",),
-                           "make a grid past the size limit (250,000,000 bins) anyway")
+                           "make a grid past the size limit (250,000,000 bins) anyway; "
+                           "with --png, draw it even from a PFM failing the quick checks")
     quiet: bool = _setting(False, RUN, ("--quiet", "-q"), "no progress display")
     max_window: int = _setting(16, RUN)  # pieces in flight at most (and two per compute slot)
     journal: bool = _setting(True, RUN)  # False: no crash safety, only to measure its cost

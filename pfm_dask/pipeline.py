@@ -46,6 +46,7 @@ from .bins import BinGrid
 from .config import LoadConfig, RunOptions
 from . import journal as J
 from ._faults import kill_compute_worker_once
+from .auto_area import position_problems
 from .errors import ConfigError, LoadError, PfmDaskError
 from .pieces import Piece
 from .soundings import prepare_piece
@@ -79,6 +80,7 @@ def _plan(scans: list[dict], job: "_Job") -> tuple[BinGrid, list[Piece]]:
     if append:
         check_append_fits(output, scans, cfg)
     grid = existing_grid if existing_grid is not None else area_from_scans(scans, cfg)
+    job.input_problems = job.input_problems + position_problems(scans)
     if existing_grid is None:
         job.warnings = grid_sanity(grid, scans, cfg, force=job.options.force)
         for w in job.warnings:

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import gsf
 from ._arrays import runs
+from .auto_area import automatic_grid, extent_of, far_pings, stretched_by
 from .bins import BinGrid
 from .config import LoadConfig
 from .errors import ConfigError, GsfError, LoadError
@@ -78,6 +79,9 @@ def prescan_file(path: str, exact_beams: bool = False) -> dict:
             out["n_pings"] = n
             if n == 0:
                 return out
+            far = far_pings(f.ping_headers(), f.ping_offsets, path)   # damaged fixes
+            out["far_pings"] = far.damage
+            out["damage"] += far.damage
             step = max(1, n // _SAMPLE_PINGS)
             picks = sorted(set(range(0, n, step)) | {n - 1})
             # one walk over the ping headers, the sampled pings decoded together
@@ -89,7 +93,7 @@ def prescan_file(path: str, exact_beams: bool = False) -> dict:
             # impossible positions (|lat| > 90, lon outside -180..360) must not stretch
             # the area; the load skips or counts them
             ok = ((np.abs(lat) <= 90) & (lon >= -180) & (lon <= 180) & np.isfinite(lat)
-                  & np.isfinite(lon))
+                  & np.isfinite(lon) & ~np.isin(ping - 1, far.pings))
             single = np.repeat(beams_seen, beams_seen) == 1   # one-beam pings: the ping position
             lats, lons = [lat[ok & single]], [lon[ok & single]]
             multi = ok & ~single
@@ -115,12 +119,7 @@ def prescan_file(path: str, exact_beams: bool = False) -> dict:
                 out["max_beams"] = int(every.max()) if every.size else out["max_beams"]
             out["n_beams"] = int(round(mean_beams * n))
             if lats:
-                la = np.concatenate(lats)
-                lo = np.concatenate(lons)
-                fin = np.isfinite(la) & np.isfinite(lo)
-                if fin.any():
-                    out["extent"] = [float(la[fin].min()), float(lo[fin].min()),
-                                     float(la[fin].max()), float(lo[fin].max())]
+                out["extent"] = extent_of(np.concatenate(lats), np.concatenate(lons))
     except GsfError as err:
         out["error"] = err.to_dict()
     except OSError as err:
@@ -136,18 +135,7 @@ def area_from_scans(scans: list[dict], cfg: LoadConfig) -> BinGrid:
         return BinGrid.from_polygon(np.asarray(cfg.polygon, dtype=float), **kw)
     if cfg.mbr is not None:
         return BinGrid.from_mbr(*cfg.mbr, **kw)
-    ext = np.array([s["extent"] for s in scans if s.get("extent")], dtype=float)
-    if ext.size == 0:
-        raise ConfigError("no input has a readable ping position: give the area with --mbr "
-                          "or --polygon")
-    south, west = ext[:, 0].min(), ext[:, 1].min()
-    north, east = ext[:, 2].max(), ext[:, 3].max()
-    # The extent comes from a sample of pings: pad it so beams of unsampled pings
-    # still fall inside (whatever still falls outside is counted, not lost silently).
-    pad_lat = max((north - south) * 0.01, 1e-4)
-    pad_lon = max((east - west) * 0.01, 1e-4)
-    return BinGrid.from_mbr(max(-90.0, south - pad_lat), west - pad_lon,
-                            min(90.0, north + pad_lat), east + pad_lon, **kw)
+    return automatic_grid(scans, cfg, **kw)
 
 
 #: the most bins a load makes without ``force``: about 10 GB of bin records (2 m bins over
@@ -161,19 +149,6 @@ def _round_up_nicely(x: float) -> float:
     """The smallest of 1, 2, 2.5, 5 times a power of ten that is at least ``x``."""
     k = 10.0 ** np.floor(np.log10(x))
     return float(next(m * k for m in (1, 2, 2.5, 5, 10) if m * k >= x * (1 - 1e-9)))
-
-
-def _stretched_by(scans: list[dict], cfg: LoadConfig) -> str:
-    """For an automatic area: the files whose pre-scan extents set its four sides, in words
-    (a file far from the others, or one bad position, is what makes a grid huge)."""
-    if cfg.mbr is not None or cfg.polygon is not None:
-        return ""
-    ext = [(s["path"], s["extent"]) for s in scans if s.get("extent")]
-    if not ext:
-        return ""
-    sides = {"south": min(ext, key=lambda e: e[1][0])[0], "west": min(ext, key=lambda e: e[1][1])[0],
-             "north": max(ext, key=lambda e: e[1][2])[0], "east": max(ext, key=lambda e: e[1][3])[0]}
-    return "; the area's sides come from " + ", ".join(f"{k}: {v}" for k, v in sides.items())
 
 
 def grid_sanity(grid: BinGrid, scans: list[dict], cfg: LoadConfig, *,
@@ -194,7 +169,7 @@ def grid_sanity(grid: BinGrid, scans: list[dict], cfg: LoadConfig, *,
     if bins > MAX_GRID_BINS and not force:
         raise ConfigError(f"the grid would have {size} (over the limit of {MAX_GRID_BINS:,}) "
                           f"for about {soundings:,} soundings: {hint or 'give larger bins'}; "
-                          f"or give --force to make it anyway{_stretched_by(scans, cfg)}. "
+                          f"or give --force to make it anyway{stretched_by(scans, cfg)}. "
                           "Nothing was written")
     if soundings and density < SPARSE_SOUNDINGS_PER_BIN:
         return [f"the grid has {size} for about {soundings:,} soundings ({density:.2g} "

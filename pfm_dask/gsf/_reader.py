@@ -149,6 +149,7 @@ class GsfFile:
         except (OSError, ValueError) as err:
             self.close()
             raise GsfError(f"cannot open: {err}", path=self.path) from err
+        self._check_size()
         fr = scan_records(self._buf, self.path)
         if fr.damage and self.strict:
             self.close()
@@ -234,6 +235,7 @@ class GsfFile:
         return self._walk_forward(k, start)
 
     def _walk_forward(self, k: int, start: int) -> ScaleState | None:
+        self._check_size()
         st = self._states[k].copy()
         while k < start:
             stop = min(start, k + _CHECKPOINT_EVERY)
@@ -261,10 +263,27 @@ class GsfFile:
         start = min(start, stop)
         return start, stop
 
+    def _check_size(self) -> None:
+        """Raise a truncation :class:`GsfError` if the file shrank since it was mapped.
+
+        Touching a mapped page past a file's new end is a SIGBUS, which no handler
+        turns into an exception; so every walk and decode first asks the mapping
+        for the file's size (one ``fstat``). A shrink within that call itself is
+        not caught.
+        """
+        if self._mm is None:
+            return
+        now = self._mm.size()
+        if now < self.size:
+            raise GsfError(f"file truncated while being read: it now ends here, "
+                           f"{self.size - now:,} of its {self.size:,} bytes are gone",
+                           path=self.path, offset=now)
+
     def _walk(self, start: int, stop: int) -> tuple[PingDirectory, int]:
         """Directory of pings [start, stop) (shortened by damage in lenient mode)."""
         if self._closed:
             raise ValueError(f"GsfFile {self.path!r} is closed")
+        self._check_size()
         if self._bad_ping is not None:
             stop = min(stop, self._bad_ping)
             start = min(start, stop)
@@ -308,6 +327,7 @@ class GsfFile:
             rows = rows[(rows >= 0) & (rows < len(dirn))]
             dirn = PingDirectory(*(getattr(dirn, f.name)[rows] for f in fields(PingDirectory)))
             numbers = numbers[rows]
+        self._check_size()
         try:
             cols = decode_pings(self._u8, dirn)
         except (ValueError, IndexError, TypeError) as err:  # pragma: no cover - guarded above
@@ -368,6 +388,23 @@ class GsfFile:
         """The beam count of every readable ping, from the ping headers alone (no decode)."""
         dirn, _ = self._walk(0, self.n_pings)
         return np.asarray(dirn.n_beams, dtype=np.int64).copy()
+
+    def ping_headers(self) -> dict:
+        """``time`` (POSIX s), ``latitude`` and ``longitude`` (degrees) of every ping record,
+        read from the fixed ping headers alone (no walk, no decode): cheap enough to look at
+        every ping's position. Null positions (91, 181) come back as stored."""
+        from ._decode import _gather
+
+        self._check_size()
+        whole = self._psize >= self._hdr_len
+        doff = self._pdata[whole]
+        hdr = _gather(self._u8, doff, self._hdr_len).view(self._hdr_dtype).reshape(doff.size)
+        n = self.n_pings
+        out = {k: np.full(n, np.nan) for k in ("time", "latitude", "longitude")}
+        out["time"][whole] = hdr["time_sec"].astype(np.float64) + hdr["time_nsec"] / 1e9
+        out["latitude"][whole] = hdr["latitude"].astype(np.float64) / 1.0e7
+        out["longitude"][whole] = hdr["longitude"].astype(np.float64) / 1.0e7
+        return out
 
     def info(self) -> dict:
         """Version, record counts, ping/beam counts, arrays, time and position extents.

@@ -56,13 +56,14 @@ def _split_by_soundings(cnt: np.ndarray, budget: int):
 
 
 def check(path, *, journal: bool = True, threads: int | None = None,
-          band_soundings: int | None = None) -> list[Problem]:
+          band_soundings: int | None = None, bins: bool = True) -> list[Problem]:
     """Full validity check of the PFM whose handle is ``path``; returns the problems found.
 
     See the module docstring and docs/pfm-format.md ("What check verifies").
     With ``journal`` (default), a pfm-dask load journal that is not ``complete``
     is reported as the first problem (the load's own final check passes False).
-    Raises :class:`PfmFormatError` only when there is no PFM at ``path`` or
+    ``bins=False``: only the fast structural checks (handle, lists, header, file
+    sizes, coverage header), no pass over the bins. Raises :class:`PfmFormatError` only when there is no PFM at ``path`` or
     its header yields no record layout. ``threads`` (default
     :data:`pfm_dask.pfm._recompute.THREADS`) bands have their soundings
     checked at once while the next chains are walked; the problems, and
@@ -99,6 +100,8 @@ def check(path, *, journal: bool = True, threads: int | None = None,
     _check_header(h, sizes, lay, n_files, n_lines, pr)
     if sizes[".cvg"] is not None:
         _check_cvg_header(parts[".cvg"], pr)
+    if not bins:   # the fast structural checks only (pfm_dask.pfm_guard)
+        return pr.finish()
     threads = THREADS if threads is None else max(1, int(threads))
     budget = _BAND_SOUNDINGS if band_soundings is None else max(1, int(band_soundings))
     if threads > 1:

@@ -18,6 +18,7 @@ from ._recompute_kernel import check_sums
 from ._check_parts import _Layout
 from ._check_walk import _Walker
 from ._problems import _Problems, _bin_where
+from ._summary import summary_part
 
 #: bands are first walked by the fast path (:func:`_fast_band`); False: the exact walk only
 _FAST_WALK = True
@@ -87,6 +88,7 @@ class _ExtremaCheck:
                   ("max", "[MAX DEPTH]", h.max_depth, h.max_coord),
                   ("min_std", "[MIN STANDARD DEVIATION]", h.min_standard_deviation, None),
                   ("max_std", "[MAX STANDARD DEVIATION]", h.max_standard_deviation, None)]
+        part = summary_part(h)   # stale (warning) or impossible (error): pfm/_summary.py
         for key, name, hv, hc in checks:
             got = self.v.get(key)
             if got is None:
@@ -94,10 +96,10 @@ class _ExtremaCheck:
             val, b, q = got
             tol = q * 1.01 + 2e-6 * max(1.0, abs(val))  # header floats print with 6 decimals
             if abs(float(hv) - val) > tol:
-                pr.add("header extrema", "header", "",
+                pr.add("header extrema", part, "",
                        f"{name} = {float(hv):g} but the bins give {val:g} at {_bin_where(b, W)}")
             elif hc is not None and q == 0 and tuple(hc) != (b % W, b // W):
-                pr.add("header extrema", "header", "",
+                pr.add("header extrema", part, "",
                        f"{name} is at {tuple(hc)} in the header but first reached at {_bin_where(b, W)}")
 
 

@@ -15,6 +15,7 @@ from ..errors import PfmFormatError
 from .. import validity as V
 from ._check import _BAND_BINS, _BAND_SOUNDINGS
 from ._check_band import _ExtremaCheck
+from ._repeats import RepeatedRecords
 
 __all__ = ["info", "dump", "SOUNDING_COLUMNS", "BIN_COLUMNS"]
 
@@ -155,6 +156,7 @@ def dump(path, *, soundings=None, bins=None) -> dict:
     f = open_pfm(path, "r")
     sw = bw = None
     n_snd = n_bins = 0
+    once = RepeatedRecords(f)   # a chain with a cycle never gives a sounding twice
     try:
         if soundings is not None:
             sw = pq.ParquetWriter(os.fspath(soundings), _sounding_schema())
@@ -175,7 +177,7 @@ def dump(path, *, soundings=None, bins=None) -> dict:
                     bw.write_table(pa.table(cols, schema=_bin_schema()))
                     n_bins += int(has.sum())
             if sw is not None:
-                s = f.read_soundings(r0, r1, c0, c1)
+                s = once.first_reads(f.read_soundings(r0, r1, c0, c1))
                 if s["bin_index"].size:
                     lat, lon = f.decode_positions(s["col"], s["row"], s["x_off"], s["y_off"])
                     cols = {"file": s["file"].astype(np.int32), "line": s["line"].astype(np.int32),
@@ -198,6 +200,8 @@ def dump(path, *, soundings=None, bins=None) -> dict:
     if soundings is not None:
         out["soundings"] = n_snd
         out["soundings_path"] = os.fspath(soundings)
+        if once.dropped:
+            out["repeated_soundings_dropped"] = once.dropped
     if bins is not None:
         out["bins"] = n_bins
         out["bins_path"] = os.fspath(bins)

@@ -99,6 +99,7 @@ from .._numeric import scaled_code_f64
 from ..errors import ConfigError, PfmFormatError
 from .. import validity as V
 from ._bitpack import bits_all_set, clear_bits
+from ._names import TEXT_CODING, decode_names, encode_names
 from ._coverage import (COV_HEADER_SIZE, create_coverage_file, read_coverage,
                         update_coverage)
 from ._header import (BIN_HEADER_SIZE, LIBRARY_VERSION, NUM_ATTR, WGS84_WKT, PfmHeader,
@@ -350,7 +351,7 @@ class PfmFile(PfmReads, PfmWrites):
         base = os.path.basename(path)
         stem_rel = f"{path}.data{os.sep}{base}"
         os.mkdir(data_dir)
-        with open(path, "w", encoding="latin-1", newline="\n") as fh:
+        with open(path, "w", **TEXT_CODING, newline="\n") as fh:
             fh.write(f"PFM Handle File - {LIBRARY_VERSION}\n")
             fh.write("#\n" + "#" * 80 + "\n#\n")
             fh.write("# This is a PFM handle file.  If you were expecting to see the PFM list file\n")
@@ -359,7 +360,7 @@ class PfmFile(PfmReads, PfmWrites):
             fh.write("# That is the PFM list (or control) file.\n")
             fh.write("#\n" + "#" * 80 + "\n#\n")
         stem = os.path.join(data_dir, base)
-        with open(stem + ".ctl", "w", encoding="latin-1", newline="\n") as fh:
+        with open(stem + ".ctl", "w", **TEXT_CODING, newline="\n") as fh:
             fh.write(f"{LIBRARY_VERSION}\n{stem_rel}.bin\n{stem_rel}.ndx\n{mosaic_path}\n{feature_path}\n")
         open(stem + ".lin", "w").close()
         layout = bin_layout(h, True)
@@ -493,7 +494,7 @@ class PfmFile(PfmReads, PfmWrites):
     def files(self) -> list[PfmInputFile]:
         """The input files of the ``.ctl`` in order; sequence numbers are checked."""
         with open(self.ctl_path, "rb") as fh:
-            raw = fh.read().decode("latin-1")
+            raw = decode_names(fh.read())
         lines = raw.split("\n")
         out = []
         offset = sum(len(x) + 1 for x in lines[:5])
@@ -531,14 +532,14 @@ class PfmFile(PfmReads, PfmWrites):
             if "\n" in p:
                 raise ConfigError(f"file name contains a newline: {p!r}")
         with open(self.ctl_path, "ab") as fh:
-            fh.write("".join("+ %05d %02d %s\n" % (n, int(data_type), p)
-                             for n, p in zip(nums, paths)).encode("latin-1", "replace"))
+            fh.write(encode_names("".join("+ %05d %02d %s\n" % (n, int(data_type), p)
+                                          for n, p in zip(nums, paths))))
         return nums
 
     def lines(self) -> list[str]:
         """The line names of the ``.lin`` in order."""
         with open(self.lin_path, "rb") as fh:
-            raw = fh.read().decode("latin-1")
+            raw = decode_names(fh.read())
         out = raw.split("\n")
         if out and out[-1] == "":
             out.pop()
@@ -557,7 +558,7 @@ class PfmFile(PfmReads, PfmWrites):
             if "\n" in x:
                 raise ConfigError(f"line name contains a newline: {x!r}")
         with open(self.lin_path, "ab") as fh:
-            fh.write("".join(x + "\n" for x in names).encode("latin-1", "replace"))
+            fh.write(encode_names("".join(x + "\n" for x in names)))
         return nums
 
     # ------------------------------------------------------------------ coding
