@@ -740,6 +740,17 @@ def cluster_script(
 
 
 @app.command()
+def warmup(as_json: bool = typer.Option(False, "--json", help="print JSON")):
+    """Compile every numba kernel into numba's on-disk cache now and say where that is (for
+    batch jobs: loads then start without compiling); exit 1 when nothing can be cached."""
+    from .warmup import describe, warm_here
+
+    res = warm_here(lambda m: typer.echo(f"pfm-dask: {m}", err=True), everything=True)
+    typer.echo(json.dumps(res.to_dict(), indent=2) if as_json else describe(res))
+    raise typer.Exit(EXIT_OK if res.cache else EXIT_FAILURE)
+
+
+@app.command()
 def demo(
     outdir: Path = typer.Argument(Path("demo-out"), help="working directory for the demo"),
     files: int = typer.Option(8, "--files"),

@@ -53,6 +53,7 @@ from .outputs import (Complete, _dedupe, _existing, _given, _inspect_output, _ne
                       _plan_resume, _refuse_foreign, _refuse_unfinished, _unfinished,
                       check_append_fits)
 from .writer import PfmWriter
+from .warmup import warm_here, warm_workers
 
 __all__ = ["prescan_file", "area_from_scans", "plan_pieces", "run_load", "LoadResult",
            "make_local_cluster", "auto_mode", "SMALL_LOAD_BYTES", "SMALL_LOAD_BYTES_SWATH"]
@@ -507,6 +508,7 @@ def _run_serial(files: list[str], output: Path, cfg: LoadConfig,
                 job: _Job | None = None) -> LoadResult:
     job = job or _Job()
     t0 = time.perf_counter()
+    kernels = warm_here(job.say, cfg)
     if job.resume:
         scans: list[dict] = []
         t_scan = time.perf_counter()
@@ -534,8 +536,9 @@ def _run_serial(files: list[str], output: Path, cfg: LoadConfig,
         writer.abort()
         raise
     t_end = time.perf_counter()
-    timings = {"prescan": t_scan - t0, "load": t_load - t_scan, "final": t_end - t_load,
-               "total": t_end - t0}
+    timings = {"compile": kernels.compile_seconds, "kernels": kernels.seconds,
+               "prescan": t_scan - t0 - kernels.seconds, "load": t_load - t_scan,
+               "final": t_end - t_load, "total": t_end - t0}
     return _finalise(rw, scans, "serial" + (" (resumed)" if job.resume else ""),
                      writer.pfm.grid, timings, 1, extra_problems=job.input_problems)
 
@@ -809,8 +812,10 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
     _register_dashboard(client)
     task_res = _check_disk_worker(client)
     out_path = str(Path(output).resolve())
+    warming = warm_workers(client, job.say, cfg)
     if job.resume:
         scans: list[dict] = []
+        kernels = warming.result()
         t_scan = time.perf_counter()
         pieces = job.pieces()
         actor_fut = client.submit(WriterActor, out_path, None, cfg, None, None, False, None,
@@ -825,6 +830,7 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
         del scan_futs
         if job.strict:
             _strict_check(scans)
+        kernels = warming.result()
         t_scan = time.perf_counter()
         grid, pieces = _plan(scans, cfg, output, files, append, job)
         static = _static(job, files, cfg, pieces, append)
@@ -926,8 +932,8 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
                             f"Continue with: {job.resume_cmd}", path=out_path) from err
         raise
     t_end = time.perf_counter()
-    timings = {"prescan": t_scan - t0, "load": t_load - t_scan, "final": t_end - t_load,
-               "total": t_end - t0}
+    timings = {**kernels, "prescan": t_scan - t0, "load": t_load - t_scan,
+               "final": t_end - t_load, "total": t_end - t0}
     nworkers = len(client.scheduler_info(n_workers=-1)["workers"])
     dash = getattr(client, "dashboard_link", None)
     res = _finalise(rw, scans, mode + (" (resumed)" if job.resume else ""), grid, timings,
