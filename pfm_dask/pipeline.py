@@ -54,6 +54,7 @@ from .outputs import (Complete, _dedupe, _existing, _given, _inspect_output, _ne
                       check_append_fits)
 from .writer import PfmWriter
 from .warmup import warm_here, warm_workers
+from .progress import follow, relay
 
 __all__ = ["prescan_file", "area_from_scans", "plan_pieces", "run_load", "LoadResult",
            "make_local_cluster", "auto_mode", "SMALL_LOAD_BYTES", "SMALL_LOAD_BYTES_SWATH"]
@@ -531,7 +532,10 @@ def _run_serial(files: list[str], output: Path, cfg: LoadConfig,
             if progress:
                 progress(writer.status())
         t_load = time.perf_counter()
-        rw = writer.finish()
+        with follow(writer.status, progress):
+            rw = writer.finish()
+        if progress:
+            progress(writer.status())
     except BaseException:
         writer.abort()
         raise
@@ -914,7 +918,10 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
         t_load = time.perf_counter()
         if actor_fut.status == "error":
             raise RuntimeError("Worker holding Actor was lost")
-        rw = writer.finish().result()
+        with relay(client, _STATUS_TOPIC, progress):
+            rw = writer.finish().result()
+        if progress:
+            progress(writer.status().result())
     except BaseException as err:
         for fut in in_flight:
             fut.cancel()
