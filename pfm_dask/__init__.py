@@ -3,7 +3,8 @@
 The codecs (:mod:`pfm_dask.gsf`, :mod:`pfm_dask.pfm`), the kernels
 (:mod:`pfm_dask.geodesy`, :mod:`pfm_dask.bins`, :mod:`pfm_dask.filters`) and the
 writer class never import Dask or typer; Dask lives in :mod:`pfm_dask.pipeline`,
-:mod:`pfm_dask.cluster` and :mod:`pfm_dask.security` only.
+:mod:`pfm_dask.cluster`, :mod:`pfm_dask.security`, :mod:`pfm_dask.dashboard` and
+:mod:`pfm_dask.warmup` only.
 """
 
 import os as _os
