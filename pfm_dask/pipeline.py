@@ -836,7 +836,8 @@ def _run_dask(client, files: list[str], output: Path, cfg: LoadConfig,
             _strict_check(scans)
         kernels = warming.result()
         t_scan = time.perf_counter()
-        grid, pieces = _plan(scans, cfg, output, files, append, job)
+        with warming.driver():
+            grid, pieces = _plan(scans, cfg, output, files, append, job)
         static = _static(job, files, cfg, pieces, append)
         actor_fut = client.submit(WriterActor, out_path, grid, cfg, files, len(pieces), append,
                                   static, False, job.checkpoint_seconds, actor=True,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .kernel_cache import WarmResult, warm
+from .kernel_cache import CompileWatch, WarmResult, warm
 
 __all__ = ["COMPILING", "TOPIC", "describe", "warm_here", "warm_workers", "WorkerWarmup"]
 
@@ -67,8 +67,9 @@ class WorkerWarmup:
         self._said = False
         workers = list(client.scheduler_info(n_workers=-1)["workers"])
         client.subscribe_topic(TOPIC, self._on_event)
-        self._futures = [client.submit(_warm_task, _for_load(cfg), workers=[w], allow_other_workers=False,
-                                       pure=False, priority=100, key=f"warm-kernels-{i}")
+        self._futures = [client.submit(_warm_task, _for_load(cfg), workers=[w],
+                                       allow_other_workers=False, pure=False, priority=100,
+                                       key=f"warm-kernels-{i}")
                          for i, w in enumerate(workers)]
 
     def _on_event(self, event) -> None:
@@ -76,6 +77,11 @@ class WorkerWarmup:
             self._said = True
             msg = event[1] if isinstance(event, tuple) else event
             self._say(_compiling_line((msg or {}).get("cache")))
+
+    def driver(self) -> CompileWatch:
+        """A watch over work of the driver's own that may compile (the grid's geodesy): the
+        same line, said once with the workers'."""
+        return CompileWatch(lambda: self._on_event((0.0, {"cache": "driver"})))
 
     def result(self) -> dict:
         """``{"compile": s, "kernels": s}``: the longest compilation and the longest warm-up
@@ -104,7 +110,8 @@ def describe(res: WarmResult) -> str:
     cache is (a problem with it is said apart, by :func:`warm_here`)."""
     where = res.cache or "nowhere (numba cannot cache them)"
     if res.compiled:
-        line = (f"compiled {res.compiled} kernels in {res.compile_seconds:.1f} s "
+        line = (f"compiled {res.compiled} kernel{'s' if res.compiled > 1 else ''} in "
+                f"{res.compile_seconds:.1f} s "
                 f"({res.seconds:.1f} s in all); cache: {where}")
     else:
         line = f"every kernel was in the cache (loaded in {res.seconds:.1f} s); cache: {where}"
