@@ -136,16 +136,23 @@ def test_a_serial_load_says_compiling_and_reports_compile_apart(survey, tmp_path
     assert "write" in timings
 
 
+def dask_load(survey: Path, out: Path, workers: int):
+    """A load on an embedded cluster of in-process workers (patches apply to them): the
+    report and the lines said."""
+    from distributed import Client
+
+    said: list[str] = []
+    with pipeline.make_local_cluster(workers, processes=False) as cluster, \
+            Client(cluster) as client:
+        res = pipeline.run_load(expand_inputs([survey]), out, LoadConfig(bin_size_m=25.0),
+                                mode="scheduler", client=client, on_message=said.append)
+    return res, said
+
+
 def test_a_dask_load_warms_each_worker_and_says_compiling_once(survey, tmp_path, cold_module):
     """Two in-process workers each compile the module; the line comes once, through the
     scheduler's events, and the report has the compile time."""
-    from distributed import Client
-
-    said = []
-    with pipeline.make_local_cluster(2, processes=False) as cluster, Client(cluster) as client:
-        res = pipeline.run_load(expand_inputs([survey]), tmp_path / "d.pfm",
-                                LoadConfig(bin_size_m=25.0), mode="scheduler", client=client,
-                                on_message=said.append)
+    res, said = dask_load(survey, tmp_path / "d.pfm", workers=2)
     assert res.exit_code == 0
     assert [m for m in said if m.startswith("compiling kernels")] == [warmup.COMPILING], said
     assert res.timings["compile"] > 0 and res.timings["kernels"] >= res.timings["compile"]
@@ -155,7 +162,6 @@ def test_a_compilation_in_the_driver_is_said_too(survey, tmp_path, monkeypatch):
     """The driver's planning (the grid's geodesy) may compile where the workers' cache is not
     the driver's: the same line, once."""
     import numba
-    from distributed import Client
 
     real = pipeline._plan
 
@@ -164,11 +170,7 @@ def test_a_compilation_in_the_driver_is_said_too(survey, tmp_path, monkeypatch):
         return real(*a, **kw)
 
     monkeypatch.setattr(pipeline, "_plan", plan_that_compiles)
-    said = []
-    with pipeline.make_local_cluster(1, processes=False) as cluster, Client(cluster) as client:
-        res = pipeline.run_load(expand_inputs([survey]), tmp_path / "p.pfm",
-                                LoadConfig(bin_size_m=25.0), mode="scheduler", client=client,
-                                on_message=said.append)
+    res, said = dask_load(survey, tmp_path / "p.pfm", workers=1)
     assert res.exit_code == 0
     assert [m for m in said if m.startswith("compiling kernels")] == [warmup.COMPILING], said
 
