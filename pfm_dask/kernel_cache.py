@@ -73,12 +73,13 @@ def cache_location() -> tuple[str | None, str | None]:
         folder = None
     if wanted is not None and folder is not None and _inside(folder, wanted):
         return wanted, None                # (each source folder has a subfolder there)
-    if wanted is None:
+    if wanted is None and folder is not None:
         return folder, None
-    why = _unwritable(wanted)
+    why = f"{wanted}: {_unwritable(wanted)}" if wanted else "no writable folder"
     if folder is None:
-        return None, (f"numba cannot cache the kernels ({wanted}: {why}): every process "
-                      "compiles them again; set NUMBA_CACHE_DIR to a writable folder")
+        return None, (f"numba cannot cache the kernels ({why}): every process compiles "
+                      "them again; set NUMBA_CACHE_DIR to a writable folder")
+    why = _unwritable(wanted)
     return folder, (f"numba's cache folder {wanted} is not usable ({why}): kernels are "
                     f"cached in {folder} instead")
 

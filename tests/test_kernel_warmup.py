@@ -89,6 +89,24 @@ def test_a_cache_folder_numba_cannot_use_is_named(tmp_path):
         (folder in problem and "cached in" in problem), problem
 
 
+@pytest.mark.parametrize("set_dir", [True, False], ids=["NUMBA_CACHE_DIR", "none set"])
+def test_when_numba_can_cache_nowhere_the_problem_says_so(monkeypatch, tmp_path, set_dir):
+    from numba.core import caching
+
+    def cannot(*a, **kw):
+        raise RuntimeError("cannot cache function '_probe': no locator available")
+
+    monkeypatch.setattr(caching, "FunctionCache", cannot)
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    (tmp_path / "file").write_text("")
+    wanted = str(tmp_path / "file" / "cache")
+    if set_dir:
+        monkeypatch.setenv("NUMBA_CACHE_DIR", wanted)
+    folder, problem = kernel_cache.cache_location()
+    assert folder is None and "every process compiles them again" in problem, problem
+    assert (wanted if set_dir else "no writable folder") in problem
+
+
 def test_the_cache_pfm_dask_chose_has_no_problem():
     folder, problem = kernel_cache.cache_location()
     assert problem is None and folder == os.environ["NUMBA_CACHE_DIR"]
