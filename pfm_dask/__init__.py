@@ -3,8 +3,8 @@
 The codecs (:mod:`pfm_dask.gsf`, :mod:`pfm_dask.pfm`, which owns the bin grid), the
 kernels (:mod:`pfm_dask.geodesy`, :mod:`pfm_dask.filters`) and the writer never import
 Dask or typer; Dask lives in :mod:`pfm_dask.pipeline`, :mod:`pfm_dask.cluster`,
-:mod:`pfm_dask.dashboard` and :mod:`pfm_dask.security` only (docs/design.md, "Layers",
-checked by tests/test_layers.py).
+:mod:`pfm_dask.dashboard`, :mod:`pfm_dask.security` and :mod:`pfm_dask.warmup` only
+(docs/design.md, "Layers", checked by tests/test_layers.py).
 """
 
 import os as _os

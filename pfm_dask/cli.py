@@ -258,70 +258,6 @@ def check(
     raise typer.Exit(EXIT_FAILURE if problems else EXIT_OK)
 
 
-def _rate(st: dict) -> str:
-    """`` (12,345/s)``, or nothing before a rate is known (never a misleading ``(0/s)``)."""
-    rate = st.get("soundings_per_second") or 0
-    return f" ({rate:,.0f}/s)" if rate > 0 else ""
-
-
-class _Progress:
-    """Progress of a load: a live rich display on a terminal, plain log lines on standard error
-    otherwise and with ``--json`` (whose report alone goes to standard output)."""
-
-    def __init__(self, enabled: bool, as_json: bool):
-        self.enabled = enabled
-        self.tty = self.enabled and not as_json and sys.stderr.isatty()
-        self.last_plain = 0.0
-        self._live = None
-        self._bars = None
-
-    def _start_rich(self) -> None:
-        from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
-
-        self._bars = Progress(TextColumn("{task.description:<10}"), BarColumn(),
-                              MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                              TimeElapsedColumn(), TimeRemainingColumn(),
-                              console=Console(stderr=True), transient=False)
-        self._files = self._bars.add_task("files", total=None, info="")
-        self._pieces = self._bars.add_task("written", total=None, info="")
-        self._bars.start()
-
-    def __call__(self, st: dict) -> None:
-        if not self.enabled:
-            return
-        import time
-
-        if self.tty:
-            if self._bars is None:
-                self._start_rich()
-            self._bars.update(self._files, total=st.get("files_total"),
-                              completed=st.get("files_done", 0), info=f"phase: {st.get('phase')}")
-            self._bars.update(
-                self._pieces, total=st.get("pieces_total"), completed=st.get("watermark", 0),
-                info=(f"{st.get('soundings_written', 0):,} soundings"
-                      f"{_rate(st)}  backlog "
-                      f"{st.get('backlog_batches', 0)} / "
-                      f"{st.get('backlog_bytes', 0) / 2**20:.1f} MiB"))
-            return
-        if time.time() - self.last_plain > 5:
-            self.last_plain = time.time()
-            done, total = st.get("watermark", 0), max(1, st.get("pieces_total", 1))
-            el = st.get("elapsed", 0.0)
-            eta = f"{el / done * (total - done):.0f}s" if done else "?"
-            typer.echo(f"{st.get('phase')}: files {st.get('files_done')}/{st.get('files_total')}  "
-                       f"pieces {done}/{total}  soundings {st.get('soundings_written', 0):,}"
-                       f"{_rate(st)}  backlog "
-                       f"{st.get('backlog_batches', 0)} / "
-                       f"{st.get('backlog_bytes', 0) / 2**20:.1f} MiB  "
-                       f"elapsed {el:.0f}s  remaining {eta}", err=True)
-
-    def close(self) -> None:
-        if self._bars is not None:
-            self._bars.stop()
-
-
 # ------------------------------------------------------------------ pre-flight
 # What would fail only after the work has started is refused before it, one line each
 # (ConfigError: exit 2). These run before the load imports numba or Dask.
@@ -498,6 +434,7 @@ def _run_load(inputs, output, cfg, options, *, serial, append, as_json, cluster=
 
     from . import pipeline
     from .inputs import expand_inputs
+    from .progress import Progress
 
     scheduler = options.scheduler
     profile = _cluster_profile(cluster, cluster_config, serial=serial, scheduler=scheduler)
@@ -509,7 +446,7 @@ def _run_load(inputs, output, cfg, options, *, serial, append, as_json, cluster=
     input_problems: list[str] = []  # folders not searched, special files skipped
     files = (expand_inputs(inputs, keep_duplicates=True, problems=input_problems)  # the load
              if inputs else [])                                                  # reports repeats
-    prog = _Progress(not options.quiet, as_json)
+    prog = Progress(not options.quiet, as_json)
 
     def dash(link):
         if not as_json and link:
@@ -831,6 +768,17 @@ def cluster_script(
         typer.echo(f"# ---- {role} job ({what})")
         typer.echo(text.rstrip("\n"))
         typer.echo("")
+
+
+@app.command()
+def warmup(as_json: bool = typer.Option(False, "--json", help="print JSON")):
+    """Compile every numba kernel into numba's on-disk cache now and say where that is (for
+    batch jobs: loads then start without compiling); exit 1 when nothing can be cached."""
+    from .warmup import describe, warm_here
+
+    res = warm_here(lambda m: typer.echo(f"pfm-dask: {m}", err=True), everything=True)
+    typer.echo(json.dumps(res.to_dict(), indent=2) if as_json else describe(res))
+    raise typer.Exit(EXIT_OK if res.cache else EXIT_FAILURE)
 
 
 @app.command()

@@ -60,6 +60,8 @@ from .planning import (SMALL_LOAD_BYTES, SMALL_LOAD_BYTES_SWATH, _estimate_bytes
                        prescan_file)
 from .report import LoadResult, _finalise, write_report
 from .writer import PfmWriter
+from .warmup import warm_here, warm_workers
+from .progress import follow, relay
 
 __all__ = ["prescan_file", "area_from_scans", "plan_pieces", "run_load", "LoadResult",
            "auto_mode", "SMALL_LOAD_BYTES", "SMALL_LOAD_BYTES_SWATH"]
@@ -135,6 +137,7 @@ def _run_serial(job: _Job) -> LoadResult:
     files, output, cfg, append, progress = job.files, job.output, job.cfg, job.append, job.progress
     checkpoint_seconds = job.options.checkpoint_seconds
     t0 = time.perf_counter()
+    kernels = warm_here(job.say, cfg)
     if job.resume:
         scans: list[dict] = []
         t_scan = time.perf_counter()
@@ -157,13 +160,17 @@ def _run_serial(job: _Job) -> LoadResult:
             if progress:
                 progress(writer.status())
         t_load = time.perf_counter()
-        rw = writer.finish()
+        with follow(writer.status, progress):
+            rw = writer.finish()
+        if progress:
+            progress(writer.status())
     except BaseException:
         writer.abort()
         raise
     t_end = time.perf_counter()
-    timings = {"prescan": t_scan - t0, "load": t_load - t_scan, "final": t_end - t_load,
-               "total": t_end - t0}
+    timings = {"compile": kernels.compile_seconds, "kernels": kernels.seconds,
+               "prescan": t_scan - t0 - kernels.seconds, "load": t_load - t_scan,
+               "final": t_end - t_load, "total": t_end - t0}
     return _finalise(rw, scans, "serial" + (" (resumed)" if job.resume else ""),
                      writer.pfm.grid, timings, 1, extra_problems=job.input_problems)
 
@@ -351,8 +358,10 @@ def _run_dask(client, job: _Job, mode: str) -> LoadResult:
     _register_dashboard(client)
     task_res = _check_disk_worker(client)
     out_path = str(Path(output).resolve())
+    warming = warm_workers(client, job.say, cfg)
     if job.resume:
         scans: list[dict] = []
+        kernels = warming.result()
         t_scan = time.perf_counter()
         pieces = job.pieces()
         actor_fut = client.submit(WriterActor, out_path, None, cfg, None, None, False, None,
@@ -367,8 +376,10 @@ def _run_dask(client, job: _Job, mode: str) -> LoadResult:
         del scan_futs
         if job.options.strict:
             _strict_check(scans)
+        kernels = warming.result()
         t_scan = time.perf_counter()
-        grid, pieces = _plan(scans, job)
+        with warming.driver():
+            grid, pieces = _plan(scans, job)
         static = _static(job, pieces)
         actor_fut = client.submit(WriterActor, out_path, grid, cfg, files, len(pieces), append,
                                   static, False, checkpoint_seconds, actor=True,
@@ -450,7 +461,10 @@ def _run_dask(client, job: _Job, mode: str) -> LoadResult:
         t_load = time.perf_counter()
         if actor_fut.status == "error":
             raise RuntimeError("Worker holding Actor was lost")
-        rw = writer.finish().result()
+        with relay(client, _STATUS_TOPIC, progress):
+            rw = writer.finish().result()
+        if progress:
+            progress(writer.status().result())
     except BaseException as err:
         for fut in in_flight:
             fut.cancel()
@@ -468,8 +482,8 @@ def _run_dask(client, job: _Job, mode: str) -> LoadResult:
                             f"Continue with: {job.resume_cmd}", path=out_path) from err
         raise
     t_end = time.perf_counter()
-    timings = {"prescan": t_scan - t0, "load": t_load - t_scan, "final": t_end - t_load,
-               "total": t_end - t0}
+    timings = {**kernels, "prescan": t_scan - t0, "load": t_load - t_scan,
+               "final": t_end - t_load, "total": t_end - t0}
     nworkers = len(client.scheduler_info(n_workers=-1)["workers"])
     dash = getattr(client, "dashboard_link", None)
     res = _finalise(rw, scans, mode + (" (resumed)" if job.resume else ""), grid, timings,

@@ -26,9 +26,11 @@ def sample_id(path: Path) -> str:
     return path.name.split("__", 1)[-1].replace(".gsf.mb121", "").replace(".mb121", "")
 
 
-def _no_samples() -> None:
-    """Skip a test that needs the samples, saying where to point; under CI, fail it."""
-    reason = f"real GSF samples not found in {SAMPLES_DIR} (set PFM_DASK_GSF_SAMPLES)"
+def missing_sample(name: str | None = None) -> None:
+    """Skip a test whose real GSF sample (``name``, or any) is absent, saying where to point;
+    under CI, fail it. Every test that needs a sample goes through here."""
+    what = f"real GSF sample {name}" if name else "real GSF samples"
+    reason = f"{what} not found in {SAMPLES_DIR} (set PFM_DASK_GSF_SAMPLES)"
     if os.environ.get("CI"):
         pytest.fail(f"CI runs every sample test: {reason}")
     pytest.skip(reason)
@@ -41,7 +43,7 @@ def _no_samples() -> None:
 def gsf_sample(request) -> Path:
     """Each real GSF sample file in ../shared/data/gsf, one test per file."""
     if request.param is None:
-        _no_samples()
+        missing_sample()
     return request.param
 
 
@@ -50,7 +52,7 @@ def sample_by_name():
     """Look a sample up by a fragment of its name, e.g. ``sample_by_name('EM302')``."""
     def find(fragment: str) -> Path:
         if not SAMPLE_FILES:
-            _no_samples()
+            missing_sample()
         hits = [p for p in SAMPLE_FILES if fragment in p.name]
         if len(hits) != 1:
             pytest.skip(f"no unique GSF sample matching {fragment!r} in {SAMPLES_DIR}")

@@ -35,3 +35,26 @@ def test_missing_samples_skip_with_the_reason_or_fail_under_ci(tmp_path, ci):
         assert out.count("CI runs every sample test") >= 2, out
     else:
         assert r.returncode == 0 and "2 skipped" in out, out
+
+
+@pytest.mark.parametrize("ci", [False, True], ids=["local", "CI"])
+def test_tests_that_name_a_sample_say_the_same(tmp_path, ci):
+    """Tests that look a sample up themselves (by name, in a fixture or in a hypothesis test)
+    skip with the same reason, naming the sample, and fail under CI."""
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["PFM_DASK_GSF_SAMPLES"] = str(tmp_path / "no-samples-here")
+    if ci:
+        env["CI"] = "true"
+    tests = ["tests/gsf/test_damage.py::test_fast_walk_equals_plain_walk",
+             "tests/gsf/test_reader_vs_gsfpy.py::test_real_derived_file_has_varying_layouts",
+             "tests/test_startup.py::test_bench_startup_runs_and_records_the_floor"]
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rsf",
+                        *tests], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    out = r.stdout
+    # test_fast_walk_equals_plain_walk: 3 real samples (1 synthetic passes); + 2 others
+    assert out.count("set PFM_DASK_GSF_SAMPLES") >= 5, out
+    assert "EX1811_MB_EM302" in out and "EX1604" in out, out
+    if ci:
+        assert r.returncode == 1 and "skipped" not in out, out
+    else:
+        assert r.returncode == 0 and "5 skipped" in out, out

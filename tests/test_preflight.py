@@ -229,6 +229,6 @@ def test_json_and_non_terminal_runs_log_progress_without_a_zero_rate(survey, tmp
     import json
 
     assert json.loads(r.stdout)["check"]["sound"]           # the report alone on stdout
-    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("loading: files ")]
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("loading: ")]
     assert lines, r.stderr
     assert not [ln for ln in lines if "(0/s)" in ln], lines

@@ -157,11 +157,11 @@ def test_plain_values_keep_typer_checks_and_wording():
 
 def test_bench_startup_runs_and_records_the_floor(tmp_path):
     """benchmarks/bench_startup.py with one repeat of two cases (no timing asserted)."""
-    from tests.conftest import SAMPLES_DIR
+    from tests.conftest import SAMPLES_DIR, missing_sample
 
     sample = SAMPLES_DIR / "ukho-gsfpy__0059_20181102_212138_EX1811_MB_EM302.gsf.mb121"
     if not sample.is_file():
-        pytest.skip("the EX1811 sample is not here")
+        missing_sample(sample.name)
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(root)}
     r = subprocess.run([sys.executable, "-m", "benchmarks.bench_startup", "--repeats", "1",

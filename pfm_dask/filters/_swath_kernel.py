@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._numeric import njit_cached, njit_helper
+from .._numeric import njit_cached, njit_helper
 from ._simd import (LANES, vabs, vadd, vdiv, vgt0_select, vlt_select, vload, vmul, vnan_is,
                     vnanmax, vnarrow, vpos, vsort_pair, vsplat, vstore, vsub, vwiden)
 

@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from .. import validity as V
+from .._numeric import CompiledKernels
 
 __all__ = ["NdxView", "BAND_FIELDS", "recompute_records", "check_sums"]
 
@@ -34,16 +35,12 @@ _GAVE_UP = 1
 
 
 #: ``_ld64(arr, i)``: the 8 bytes at ``arr[i:]`` as one unaligned, byte-swapped load; a numba
-#: intrinsic made by :func:`_make_load` before the kernel first compiles (numba is imported then).
+#: intrinsic put here by :func:`_intrinsics` before the kernels first compile.
 _ld64 = None
 
 
-def _make_load() -> None:
-    """Make :data:`_ld64` and compile the helpers (once, before the kernel compiles)."""
-    global _ld64
-    if _ld64 is not None:
-        return
-    import numba
+def _intrinsics(numba) -> dict:
+    """The numba intrinsics the helpers call (``_ld64``), made when numba is first needed."""
     from llvmlite import ir
     from numba.extending import intrinsic
 
@@ -57,12 +54,7 @@ def _make_load() -> None:
             return builder.bswap(v)
         return numba.types.uint64(arr, idx), codegen
 
-    _ld64 = ld64
-    # the helpers inlined into the kernel: a call that passes an array costs two atomic
-    # reference-count updates, which cost more than the helper's own work
-    g = globals()
-    for name in ("_be64", "_bits", "_put", "_nint", "_step"):
-        g[name] = numba.njit(inline="always", nogil=True, error_model="numpy")(g[name])
+    return {"_ld64": ld64}
 
 
 def _be64(buf, o, n):
@@ -341,44 +333,13 @@ def _signatures(T) -> dict:
             T.Array(T.float64, 2, "C"), T.Array(T.int64, 2, "C"))}
 
 
-class _Kernel:
-    """This module's kernels ``_k_<name>``, each compiled (or loaded from numba's on-disk cache)
-    on first use, once per process.
-
-    Unlike :class:`pfm_dask._numeric.CompiledKernels`, without numba's reference counting
-    (``_nrt=False``, as the bit-packing kernels): the kernels allocate nothing, and the
-    counts numba keeps on the arrays its inlined helpers take cost more than the helpers'
-    own work (the band pass ran 2.2x slower with them)."""
-
-    def __init__(self):
-        import threading
-
-        self._lock = threading.Lock()
-        self._k = {}
-
-    def __call__(self, name: str):
-        k = self._k.get(name)
-        if k is None:
-            with self._lock:
-                k = self._k.get(name)
-                if k is None:
-                    import numba
-
-                    _make_load()
-                    sig = _signatures(numba.types)[name]
-                    fn = globals()["_k_" + name]
-                    opts = dict(nogil=True, error_model="numpy", _nrt=False)
-                    try:
-                        k = numba.njit(sig, cache=True, **opts)(fn)
-                    except RuntimeError as exc:  # no writable cache directory
-                        if "cannot cache" not in str(exc):
-                            raise
-                        k = numba.njit(sig, **opts)(fn)
-                    self._k[name] = k
-        return k
-
-
-_kernel = _Kernel()
+#: This module's kernels, without numba's reference counting (as the bit-packing kernels):
+#: they allocate nothing, and the counts numba keeps on the arrays its helpers take cost more
+#: than the helpers' own work (the band pass ran 2.2x slower with them); the helpers are
+#: inlined into each kernel.
+_kernel = CompiledKernels(globals(), _signatures, ("_be64", "_bits", "_put", "_nint", "_step"),
+                          prepare=_intrinsics, helper_options={"inline": "always"},
+                          refcounts=False)
 
 
 class NdxView:
@@ -391,7 +352,6 @@ class NdxView:
         self.ok = False
         self._mm = None
         self.buf = np.zeros(0, dtype=np.uint8)
-        _make_load()
         word = pfm_file._continuation_word()
         NL = pfm_file._ndx_layout
         BL = pfm_file._bin_layout
@@ -473,7 +433,6 @@ def check_sums(buf: np.ndarray, rsize: int, L: int, slot_bits: int, rec_idx: np.
     ``line`` to ``(bit offset, bits)`` in a slot. ``None`` when a sounding names a file or
     line beyond ``n_files``/``n_lines`` or a ``deleted`` file's sounding is not DELETED, or
     anything else the exact path must decide."""
-    _make_load()
     G = cnt.size
     out_f = np.empty((G, 7), dtype=np.float64)
     out_i = np.empty((G, 4), dtype=np.int64)

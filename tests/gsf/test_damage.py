@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from pfm_dask import gsf
 from pfm_dask.errors import GsfError
+from tests.conftest import missing_sample
 
 from .test_pitfalls import (array, depth_ping, header_record, ping_record, record, sf_table,
                             write)
@@ -226,7 +227,7 @@ def test_truncation_gives_a_prefix(blobs, tmp_path, which, frac):
     """Cut anywhere: strict raises GsfError unless the cut is a record boundary; lenient
     returns exactly the pings whose records end before the cut."""
     if which not in blobs:
-        pytest.skip("sample missing")
+        missing_sample(which)
     blob = blobs[which]
     cut = int(frac * len(blob))
     whole = _whole(blob, tmp_path)
@@ -246,7 +247,7 @@ def test_flipped_bytes(blobs, tmp_path, which, frac, xor, count):
     """Flip bytes: only GsfError (strict) comes out; lenient keeps every ping that ends
     before the first flipped byte, unchanged."""
     if which not in blobs:
-        pytest.skip("sample missing")
+        missing_sample(which)
     blob = bytearray(blobs[which])
     at = min(int(frac * len(blob)), len(blob) - 1)
     for j in range(count):
@@ -267,7 +268,7 @@ def test_flipped_bytes(blobs, tmp_path, which, frac, xor, count):
 def test_spliced_bytes(blobs, tmp_path, which, frac, junk, drop):
     """Replace a stretch of bytes by other bytes (insert/delete): same guarantees as flips."""
     if which not in blobs:
-        pytest.skip("sample missing")
+        missing_sample(which)
     blob = blobs[which]
     at = int(frac * len(blob))
     spliced = blob[:at] + junk + blob[at + drop:]
@@ -342,10 +343,10 @@ def test_fast_walk_equals_plain_walk(blobs, tmp_path, which):
         from tests.conftest import SAMPLE_FILES
         hits = [p for p in SAMPLE_FILES if "EM302" in p.name]
         if not hits:
-            pytest.skip("sample missing")
+            missing_sample("EM302")
         blob = hits[0].read_bytes()
     elif which not in blobs:
-        pytest.skip("sample missing")
+        missing_sample(which)
     else:
         blob = blobs[which]
     _assert_same_directory(_directories(blob, tmp_path))
@@ -358,7 +359,7 @@ def test_fast_walk_equals_plain_walk_on_damaged_files(blobs, tmp_path, which, fr
     """Byte flips anywhere (inside subrecord headers, tables, sizes): both walks agree on
     every ping's layout and scale factors, and on the damage."""
     if which not in blobs:
-        pytest.skip("sample missing")
+        missing_sample(which)
     blob = bytearray(blobs[which])
     blob[min(int(frac * len(blob)), len(blob) - 1)] ^= xor
     pair = _directories(bytes(blob), tmp_path)
@@ -376,10 +377,10 @@ def test_fast_walk_equals_plain_walk_flips_inside_pings(blobs, tmp_path, which, 
         from tests.conftest import SAMPLE_FILES
         hits = [p for p in SAMPLE_FILES if "EM302" in p.name]
         if not hits:
-            pytest.skip("sample missing")
+            missing_sample("EM302")
         blob = bytearray(hits[0].read_bytes())
     elif which not in blobs:
-        pytest.skip("sample missing")
+        missing_sample(which)
     else:
         blob = bytearray(blobs[which])
     starts, pos = [], 0                 # (start, end) of each ping record's data

@@ -224,11 +224,11 @@ def real_derived(tmp_path_factory):
     """The EX1811 sample's 50 ping records repeated 3 times (150 pings), times and positions
     shifted, with the subrecords of ``_DROP`` removed."""
     from benchmarks import real_gsf
-    from tests.conftest import SAMPLE_FILES
+    from tests.conftest import SAMPLE_FILES, missing_sample
 
     hits = [p for p in SAMPLE_FILES if p.name == real_gsf.SAMPLE_NAME]
     if not hits:
-        pytest.skip(f"real sample {real_gsf.SAMPLE_NAME} not found (set PFM_DASK_GSF_SAMPLES)")
+        missing_sample(real_gsf.SAMPLE_NAME)
     path = tmp_path_factory.mktemp("real") / "ex1811_x3.gsf"
     real_gsf.build(path, sample=hits[0], repeats=3, drop=_DROP)
     return path

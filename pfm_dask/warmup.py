@@ -1,0 +1,118 @@
+"""A load's kernels made ready before its work: in this process for ``--serial``, once on every
+Dask worker during the pre-scan, so that no task (and not the writer) stalls on a compilation.
+
+When numba really compiles (a first run, or an unusable cache), one line says so before the
+wait; an unusable cache is said once, in one line, for the whole load (all workers together).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .kernel_cache import CompileWatch, WarmResult, warm
+
+__all__ = ["COMPILING", "TOPIC", "describe", "warm_here", "warm_workers", "WorkerWarmup"]
+
+#: the line said when numba starts compiling
+COMPILING = "compiling kernels (first run only; `pfm-dask warmup` does it ahead of a batch job)"
+#: the same when nothing can be cached
+COMPILING_UNCACHED = "compiling kernels (numba cannot cache them, so every run compiles)"
+#: the scheduler event topic on which a worker says it started compiling
+TOPIC = "pfm-dask-kernels"
+
+
+def _compiling_line(cache: str | None) -> str:
+    return COMPILING if cache else COMPILING_UNCACHED
+
+
+def _for_load(cfg) -> dict:
+    """:func:`~pfm_dask.kernel_cache.warm`'s arguments for a load with ``cfg``: the swath
+    filter's window, or None; the area filter's kernels left out when it is off. No ``cfg``
+    (a resume whose settings are not read yet): everything, with the default window."""
+    if cfg is None:
+        return {"swath": (5, 9)}
+    return {"swath": (cfg.swath.window_pings, cfg.swath.window_beams) if cfg.swath.enabled
+            else None, "skip": () if cfg.area_filter else ("_area",)}
+
+
+def warm_here(say: Callable[[str], None], cfg=None, *, everything: bool = False) -> WarmResult:
+    """Warm this process's kernels for a load with ``cfg`` (``everything``: all of them, the
+    swath filter's for its default window), saying so when numba compiles and, once, when its
+    cache is unusable."""
+    args = {"swath": (5, 9)} if everything else _for_load(cfg)
+    res = warm(**args, on_compile=lambda cache: say(_compiling_line(cache)))
+    if res.cache_problem:
+        say(res.cache_problem)
+    return res
+
+
+def _warm_task(args: dict) -> dict:
+    """A worker task: warm this worker's kernels; announce a compilation on :data:`TOPIC`."""
+    from distributed import get_worker
+
+    worker = get_worker()
+
+    def on_compile(cache):
+        worker.log_event(TOPIC, {"worker": worker.address, "cache": cache})
+
+    return {"worker": worker.address, **warm(**args, on_compile=on_compile).to_dict()}
+
+
+class WorkerWarmup:
+    """Warm-up tasks on every worker of ``client``, submitted before the pre-scan's tasks (which
+    they go ahead of); :meth:`result` waits for them and gives the load's compile timings."""
+
+    def __init__(self, client, say: Callable[[str], None], cfg=None):
+        self._client, self._say = client, say
+        self._said = False
+        workers = list(client.scheduler_info(n_workers=-1)["workers"])
+        client.subscribe_topic(TOPIC, self._on_event)
+        self._futures = [client.submit(_warm_task, _for_load(cfg), workers=[w],
+                                       allow_other_workers=False, pure=False, priority=100,
+                                       key=f"warm-kernels-{i}")
+                         for i, w in enumerate(workers)]
+
+    def _on_event(self, event) -> None:
+        if not self._said:
+            self._said = True
+            msg = event[1] if isinstance(event, tuple) else event
+            self._say(_compiling_line((msg or {}).get("cache")))
+
+    def driver(self) -> CompileWatch:
+        """A watch over work of the driver's own that may compile (the grid's geodesy): the
+        same line, said once with the workers'."""
+        return CompileWatch(lambda: self._on_event((0.0, {"cache": "driver"})))
+
+    def result(self) -> dict:
+        """``{"compile": s, "kernels": s}``: the longest compilation and the longest warm-up
+        (cache loads included) over the workers. A cache problem is said once, in one line."""
+        try:
+            results = self._client.gather(self._futures)
+        finally:
+            self._client.unsubscribe_topic(TOPIC)
+        problems = sorted({r["cache_problem"] for r in results if r.get("cache_problem")})
+        if problems:
+            n = sum(1 for r in results if r.get("cache_problem"))
+            self._say(problems[0] + (f" (on {n} of {len(results)} workers"
+                                     + (f"; {len(problems) - 1} other problem(s))"
+                                        if len(problems) > 1 else ")")))
+        return {"compile": max((r["compile_seconds"] for r in results), default=0.0),
+                "kernels": max((r["seconds"] for r in results), default=0.0)}
+
+
+def warm_workers(client, say: Callable[[str], None], cfg=None) -> WorkerWarmup:
+    """Start warming every worker of ``client`` for a load with ``cfg`` (:class:`WorkerWarmup`)."""
+    return WorkerWarmup(client, say, cfg)
+
+
+def describe(res: WarmResult) -> str:
+    """What ``pfm-dask warmup`` did, for people: kernels compiled or found, and where the
+    cache is (a problem with it is said apart, by :func:`warm_here`)."""
+    where = res.cache or "nowhere (numba cannot cache them)"
+    if res.compiled:
+        line = (f"compiled {res.compiled} kernel{'s' if res.compiled > 1 else ''} in "
+                f"{res.compile_seconds:.1f} s "
+                f"({res.seconds:.1f} s in all); cache: {where}")
+    else:
+        line = f"every kernel was in the cache (loaded in {res.seconds:.1f} s); cache: {where}"
+    return line
