@@ -41,6 +41,7 @@ import numpy as np
 
 from . import journal as J
 from . import pfm
+from . import _faults
 from ._faults import crash_planned, crash_point
 from ._writer_area import apply_redo, run_area_filter
 from ._writer_journal import WriterJournal
@@ -177,7 +178,7 @@ class PfmWriter(WriterJournal):
         """The group budget for a load with these settings: a quarter of its backlog, the
         size the planner gives a piece at most, so that a group and the piece that completes
         it fit in the backlog together."""
-        return max(1, int(cfg.max_backlog_bytes) // 4)
+        return _faults.group_bytes() or max(1, int(cfg.max_backlog_bytes) // 4)
 
     def _add_files(self, files: list[str]) -> None:
         self._dirty = True
