@@ -14,6 +14,15 @@ with the median ratio is reported, all runs listed under ``repeats``. The writer
 timings (``PfmFile.timings``) say where the time goes (plots ``_rates.png``, ``_phases.png``).
 
     python -m benchmarks.bench_pfm_write [--soundings 50000000] [--batch 4000000] [--repeat 3] [--quick]
+    python -m benchmarks.bench_pfm_write --load-pieces [--files 74] [--bin-size 50] [--threads 1]
+
+``--load-pieces`` measures the writer as a real load drives it: the pieces a ``--serial`` load of
+the first ``--files`` lines of the benchmark survey (``benchmarks.datasets``) hands to the writer
+are recorded once under ``--work`` (Arrow IPC files), then replayed into a fresh ``PfmWriter``
+with its journal on, each piece copied into memory before its (timed) hand-over; the writer's
+busy throughput (``.ndx`` + ``.bin`` bytes over its ``write`` time, as ``benchmarks.run``
+reports it) is compared with plain writes of the same bytes in the same run, with the writer's
+and the store's phase timings (results ``bench_pfm_write_pieces_<N>f.json``).
 
 Sounding values are generated once per batch shape (random, in range) and reused for every
 band, shifted to its bins, all before timing, so generation is not timed. Neither is the
@@ -209,6 +218,162 @@ def run(soundings: int, batch: int, per_bin: int, spread: int, work: Path, seed:
     }
 
 
+# --------------------------------------------------------------------------- --load-pieces
+# The writer as a real load drives it: the pieces a `--serial` load of a survey hands to the
+# writer, recorded once (prepared by the load's own task code), then replayed into a fresh
+# PfmWriter from memory, with the disk's raw write of the same bytes measured in the same run.
+
+
+def record_pieces(folder: Path, files: int, bin_size: float, work: Path, quiet: bool = False):
+    """The prepared pieces of a ``--serial`` load of the first ``files`` lines of ``folder`` at
+    ``bin_size`` m, cached as Arrow IPC files under ``work`` (made on first use). Returns
+    (directory, grid, config, input paths, pieces)."""
+    import json
+    import pickle
+
+    import pyarrow as pa
+
+    from benchmarks import datasets
+    from pfm_dask import pipeline
+    from pfm_dask.config import LoadConfig
+    from pfm_dask.soundings import prepare_piece
+
+    paths = [str(p) for p in datasets.load_files(folder, files)]
+    cfg = LoadConfig(bin_size_m=bin_size)
+    out = work / f"pieces_{Path(folder).name}_{files}f_{bin_size:g}m"
+    plan = out / "plan.pkl"
+    if plan.exists():
+        with open(plan, "rb") as fh:
+            grid, pieces = pickle.load(fh)
+        return out, grid, cfg, paths, pieces
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    t = time.perf_counter()
+    scans = [pipeline.prescan_file(p) for p in paths]
+    grid = pipeline.area_from_scans(scans, cfg)
+    pieces = pipeline.plan_pieces(scans, cfg)
+    for p in pieces:
+        pp = prepare_piece(p, grid, cfg)
+        for name, table in (("batch", pa.Table.from_batches([pp.batch], schema=pp.batch.schema)),
+                            ("pings", pp.pings)):
+            with pa.OSFile(str(out / f"{p.seq:05d}.{name}.arrow"), "wb") as sink:
+                with pa.ipc.new_file(sink, table.schema) as w:
+                    w.write_table(table)
+        (out / f"{p.seq:05d}.json").write_text(json.dumps(
+            {"counts": pp.counts, "damage": pp.damage, "timings": pp.timings}, default=str))
+        if not quiet:
+            print(f"  recorded piece {p.seq + 1}/{len(pieces)} ({pp.batch.num_rows:,} soundings)",
+                  flush=True)
+    with open(plan, "wb") as fh:
+        pickle.dump((grid, pieces), fh)
+    if not quiet:
+        print(f"recorded {len(pieces)} pieces in {time.perf_counter() - t:.0f} s: {out}", flush=True)
+    return out, grid, cfg, paths, pieces
+
+
+def _load_piece(folder: Path, piece):
+    """A recorded piece back in memory (copied out of the file: the writer gets fresh memory)."""
+    import json
+
+    import pyarrow as pa
+
+    from pfm_dask.soundings import PreparedPiece
+
+    def read(name):
+        with pa.memory_map(str(folder / f"{piece.seq:05d}.{name}.arrow")) as src:
+            t = pa.ipc.open_file(src).read_all()
+        return pa.concat_tables([t]).combine_chunks()
+
+    batch = read("batch")
+    batches = batch.to_batches()
+    rb = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=batch.schema)
+    # a deep copy, so that the replay does not read the mapped file
+    rb = pa.RecordBatch.from_arrays([pa.array(c.to_numpy(zero_copy_only=False).copy())
+                                     for c in rb.columns], schema=rb.schema)
+    meta = json.loads((folder / f"{piece.seq:05d}.json").read_text())
+    return PreparedPiece(piece, rb, read("pings"), meta["counts"], meta["damage"], meta["timings"])
+
+
+def replay_pieces(folder: Path, grid, cfg, paths, pieces, work: Path, *, threads: int = 1,
+                  journal: bool = True, group_bytes: int = 0) -> dict:
+    """One replay of the recorded pieces into a new PFM through ``PfmWriter`` as ``--serial``
+    drives it (each piece put, then ``write_ready``; ``threads`` pack threads, the journal on;
+    ``group_bytes`` overrides the writer's group budget when not 0); returns the writer's busy
+    time and phases, and the PFM's sizes."""
+    from pfm_dask.writer import PfmWriter
+
+    path = work / "replay.pfm"
+    for p in (path, Path(str(path) + ".data")):
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    static = {"cfg": {}, "inputs": [{"path": p} for p in paths]} if journal else None
+    w = PfmWriter(path, grid, cfg, paths, len(pieces), journal=static, threads=threads)
+    if group_bytes:
+        w.group_bytes = group_bytes
+    busy = 0.0
+    try:
+        for p in pieces:
+            held = _load_piece(folder, p)
+            t0 = time.perf_counter()
+            w.put(held)
+            w.write_ready()
+            busy += time.perf_counter() - t0
+            del held
+        t0 = time.perf_counter()
+        w.pfm.flush()
+        flush_s = time.perf_counter() - t0
+        sizes = {k: os.path.getsize(os.path.join(str(path) + ".data", f"replay.pfm.{k}"))
+                 for k in ("ndx", "bin")}
+        touched = int(w.touched.sum())
+        res = {"busy_s": busy, "write_s": w.timings["write"], "flush_s": flush_s,
+               "write_cpu_s": w.timings["write_cpu"], "group_bytes": w.group_bytes,
+               "writer_timings": {k: round(v, 4) for k, v in w.timings.items()
+                                  if not k.startswith("task_")},
+               "store_timings": {k: round(v, 4) for k, v in w.pfm.timings.items()},
+               "journal": w.journal_cost(), "sizes": sizes, "touched_bins": touched,
+               "bin_record_bytes": w.pfm.bin_record_size, "soundings": w.soundings_written}
+    finally:
+        w.abort()
+        shutil.rmtree(str(path) + ".data", ignore_errors=True)
+        path.unlink(missing_ok=True)
+    return res
+
+
+def load_pieces_main(a) -> dict:
+    """``--load-pieces``: replay a survey's recorded pieces, against raw writes in the same run."""
+    from benchmarks import datasets
+
+    folder = a.survey or datasets.survey(datasets.pings_for(datasets.DEFAULT_GB))
+    rec, grid, cfg, paths, pieces = record_pieces(Path(folder), a.files, a.bin_size, a.work)
+    from pfm_dask.pfm._bitpack import load_kernels
+
+    load_kernels()
+    runs, raw = [], []
+    for _ in range(max(1, a.repeat or 2)):
+        r = replay_pieces(rec, grid, cfg, paths, pieces, a.work, threads=a.threads,
+                          journal=not a.no_journal, group_bytes=a.group_bytes)
+        runs.append(r)
+        # PFM bytes the writer wrote: the .ndx and the bin records of the bins it touched
+        nbytes = r["sizes"]["ndx"] + r["touched_bins"] * r["bin_record_bytes"]
+        raw.append(sequential_write(a.work / "seq.bin", nbytes))
+    best = min(runs, key=lambda r: r["write_s"])
+    raw_mb_s = max(x["mb_per_s"] for x in raw)
+    out_bytes = best["sizes"]["ndx"] + best["sizes"]["bin"]
+    busy_mb_s = out_bytes / best["write_s"] / 1e6
+    res = {"survey": str(folder), "files": a.files, "bin_size_m": a.bin_size,
+           "pieces": len(pieces), "threads": a.threads, "journal": not a.no_journal,
+           "group_bytes": best["group_bytes"], "output_bytes": out_bytes,
+           "writer_busy_mb_per_s": busy_mb_s, "raw_write_mb_per_s": raw_mb_s,
+           "busy_fraction_of_raw_write": busy_mb_s / raw_mb_s,
+           "best": best, "runs_write_s": [r["write_s"] for r in runs],
+           "raw_runs": raw, "load_average_1m_at_end": os.getloadavg()[0]}
+    res["command"] = ("python -m benchmarks.bench_pfm_write --load-pieces"
+                      f" --files {a.files} --bin-size {a.bin_size:g} --threads {a.threads}"
+                      + (" --no-journal" if a.no_journal else "")
+                      + (f" --group-bytes {a.group_bytes}" if a.group_bytes else ""))
+    write_results(f"bench_pfm_write_pieces_{a.files}f", res)
+    return res
+
+
 def _plots(res: dict) -> dict:
     """Rates of every repeat (PFM writer vs plain writes) and the median run's writer phases."""
     reps = res["repeats"]
@@ -245,7 +410,23 @@ def main(argv=None) -> dict:
                     help="runs; the median ratio is reported (default 3, 1 with --quick)")
     ap.add_argument("--quick", action="store_true", help="300,000 soundings, done in seconds")
     ap.add_argument("--work", type=Path, default=BENCH_DIR / "_work", help="directory for the files")
+    lp = ap.add_argument_group("--load-pieces: the writer fed a real load's pieces")
+    lp.add_argument("--load-pieces", action="store_true",
+                    help="replay the pieces of a --serial load of the benchmark survey")
+    lp.add_argument("--survey", type=Path, default=None,
+                    help="survey folder (default: benchmarks.datasets' 2 GB survey)")
+    lp.add_argument("--files", type=int, default=74, help="first N lines of the survey")
+    lp.add_argument("--bin-size", type=float, default=50.0, help="bin size, metres")
+    lp.add_argument("--threads", type=int, default=1, help="writer threads (--serial: 1)")
+    lp.add_argument("--no-journal", action="store_true", help="without crash safety")
+    lp.add_argument("--group-bytes", type=int, default=0,
+                    help="the writer's group budget (default: its own, a quarter of the backlog)")
     a = ap.parse_args(argv)
+    if a.load_pieces:
+        res = load_pieces_main(a)
+        print(f"writer busy {res['writer_busy_mb_per_s']:.0f} MB/s, raw write "
+              f"{res['raw_write_mb_per_s']:.0f} MB/s: {res['busy_fraction_of_raw_write']:.3f}")
+        return res
     n = 300_000 if a.quick else a.soundings
     batch = min(a.batch, 100_000) if a.quick else a.batch
     spread = max(0, min(10, a.per_bin - 1))

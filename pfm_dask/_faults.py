@@ -13,6 +13,12 @@ CLI, a Dask worker) can be told where to die:
     the ``disk`` resource) SIGKILL its worker before or after it hands its piece to the
     writer; the marker file makes it happen once per load.
 
+``PFM_DASK_GROUP_BYTES=N``
+    :func:`group_bytes` gives the writer's group budget for a new load (1: every piece a
+    group of its own), so that a crash test on a tiny survey still finds bin and tail
+    records rewritten since the last checkpoint (a resume takes the budget from the
+    journal, not from here).
+
 Unset (always, outside tests) each hook costs one dictionary lookup. No Dask imported here:
 the caller says whether it runs on a compute worker.
 """
@@ -22,7 +28,7 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["crash_point", "crash_planned", "kill_compute_worker_once"]
+__all__ = ["crash_point", "crash_planned", "kill_compute_worker_once", "group_bytes"]
 
 _COUNTS: dict[str, int] = {}
 
@@ -66,3 +72,9 @@ def kill_compute_worker_once(when: str, on_compute_worker) -> None:
     except FileExistsError:
         return
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def group_bytes() -> int | None:
+    """The writer's group budget ``PFM_DASK_GROUP_BYTES`` asks for, or None (the default)."""
+    v = os.environ.get("PFM_DASK_GROUP_BYTES")
+    return int(v) if v else None

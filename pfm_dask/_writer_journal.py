@@ -62,6 +62,7 @@ class WriterJournal:
         return {
             "format": J.FORMAT, "epoch": self._epoch, "phase": self.jphase,
             "watermark": self._next, "n_pieces": self.n_pieces, "sizes": sizes,
+            "group_bytes": self.group_bytes,
             "touched_size": self._touched_log.size,
             "file_numbers": nums,
             "per_file": None if nums is None else [self.per_file[n] for n in nums],
@@ -115,6 +116,7 @@ class WriterJournal:
             self.cfg = J.config_from_dict(static["cfg"])
         self.append = bool(static.get("append"))
         self.n_pieces = int(static["n_pieces"])
+        self.group_bytes = int(state.get("group_bytes") or self.default_group_bytes(self.cfg))
         parts = self._part_paths()
         self._undo = J.UndoLog(self._jp["undo"])
         rolled = self._undo.rollback(int(state["epoch"]), parts)

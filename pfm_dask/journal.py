@@ -203,6 +203,7 @@ _MAGIC = b"UNDO"
 _ZERO = 0x80                         # part flag: the pre-image is all zero (no body stored)
 _SPARSE = 0x40                       # part flag: body = run table + the non-zero runs only
 _RECORDS = 0xC0                      # part flag: body = runs of fixed-size records (zero/data)
+_CLEARED = 0x20                      # part flag: body = records restored by clearing their tail bits
 _BLOCK = 32                          # granularity of the non-zero runs, bytes
 _MERGE = 4                           # zero gaps of at most this many blocks stay in a run
 
@@ -296,6 +297,29 @@ class UndoLog:
         self._dirty = True
         self.seconds += time.perf_counter() - t0
 
+    def save_cleared(self, part: str, offsets, size: int, keep_bits) -> None:
+        """Keep the pre-images of ``size``-byte records at ``offsets`` that were their present
+        bytes with every bit from ``keep_bits[j]`` on (MSB first) cleared: a chain's tail
+        record before soundings fill its free slots and its continuation pointer is set. One
+        entry of 16 bytes per record; the rollback reads each record and clears those bits."""
+        off = np.asarray(offsets, dtype=np.int64)
+        keep = off < self.limits.get(part, 0)
+        if not keep.any():
+            return
+        t0 = time.perf_counter()
+        table = np.empty((int(keep.sum()), 2), dtype="<i8")
+        table[:, 0] = off[keep]
+        table[:, 1] = np.asarray(keep_bits, dtype=np.int64)[keep]
+        body = struct.pack("<I", int(size)) + table.tobytes()
+        n = int(table[:, 0].max()) + int(size) - int(table[:, 0].min())
+        head = _HEAD.pack(_MAGIC, self.epoch, _PARTS[part] | _CLEARED, int(table[0, 0]), n)
+        crc = zlib.crc32(body, zlib.crc32(head))
+        pwrite_all(self.fd, head + struct.pack("<I", len(body)) + _CRC.pack(crc) + body, self._end)
+        self._end += _HEAD.size + 4 + _CRC.size + len(body)
+        self.bytes_saved += len(body)
+        self._dirty = True
+        self.seconds += time.perf_counter() - t0
+
     def commit(self) -> None:
         """Make the saved pre-images durable; call before the overwrites are issued."""
         if self._dirty:
@@ -315,12 +339,12 @@ class UndoLog:
             raw = os.pread(self.fd, hs, pos)
             magic, ep, part, off, n = _HEAD.unpack_from(raw)
             (crc,) = _CRC.unpack_from(raw, _HEAD.size)
-            flag = part & (_ZERO | _SPARSE)
-            part &= ~(_ZERO | _SPARSE)
+            flag = part & (_ZERO | _SPARSE | _CLEARED)
+            part &= ~(_ZERO | _SPARSE | _CLEARED)
             if magic != _MAGIC or part not in _PART_NAMES:
                 break  # a torn or foreign tail: its overwrite was never issued
             stored = 0
-            if flag == _RECORDS:  # its body length follows the header, then the CRC
+            if flag in (_RECORDS, _CLEARED):  # its body length follows the header, then the CRC
                 raw = os.pread(self.fd, hs + 4, pos)
                 if len(raw) < hs + 4:
                     break
@@ -363,10 +387,13 @@ class UndoLog:
         try:
             for flag, pos, stored, part, off, n in reversed(ents):
                 if part not in fds:
-                    fds[part] = os.open(paths[part], os.O_WRONLY)
+                    fds[part] = os.open(paths[part], os.O_RDWR)
                 body = os.pread(self.fd, stored, pos)
                 if flag == _RECORDS:
                     total += _restore_records(fds[part], body)
+                    continue
+                if flag == _CLEARED:
+                    total += _restore_cleared(fds[part], body)
                     continue
                 pwrite_all(fds[part], _decode(flag, body, n), off)
                 total += n
@@ -435,6 +462,25 @@ def _restore_records(fd: int, body: bytes) -> int:
         pwrite_all(fd, body[pos: pos + count * size], start)
         pos += count * size
         total += count * size
+    return total
+
+
+def _restore_cleared(fd: int, body: bytes) -> int:
+    """Clear, in each record of a ``_CLEARED`` entry, every bit from its kept count on;
+    returns the bytes written."""
+    (size,) = struct.unpack_from("<I", body)
+    table = np.frombuffer(body, dtype="<i8", offset=4).reshape(-1, 2)
+    total = 0
+    for off, keep in table.tolist():
+        rec = bytearray(os.pread(fd, size, off))
+        if len(rec) != size:
+            raise LoadError("the undo log names a record past the end of its file")
+        b0 = keep >> 3
+        if b0 < size:
+            rec[b0] &= (0xFF << (8 - (keep & 7))) & 0xFF
+            rec[b0 + 1:] = bytes(size - b0 - 1)
+        pwrite_all(fd, rec, off)
+        total += size
     return total
 
 

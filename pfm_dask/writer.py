@@ -41,6 +41,7 @@ import numpy as np
 
 from . import journal as J
 from . import pfm
+from . import _faults
 from ._faults import crash_planned, crash_point
 from ._writer_area import apply_redo, run_area_filter
 from ._writer_journal import WriterJournal
@@ -52,6 +53,9 @@ from .lines import LineTracker
 from .pieces import COUNT_KEYS, Piece, PreparedPiece
 
 __all__ = ["PfmWriter"]
+
+#: batch columns handed to ``add_sorted`` as they are
+_PLAIN_COLUMNS = ("x_off", "y_off", "validity", "horizontal_error", "vertical_error")
 
 
 
@@ -77,9 +81,14 @@ class PfmWriter(WriterJournal):
         self.cfg = cfg
         self.grid = grid
         self.n_pieces = int(n_pieces or 0)
+        #: bytes of pieces written together in one ``add_sorted`` (:meth:`_group_end`); set
+        #: from the backlog (a group waits in the buffer the driver's window bounds) and kept
+        #: in the journal, so that a resumed load writes the same groups
+        self.group_bytes = self.default_group_bytes(cfg) if cfg is not None else 0
         self._lock = threading.Condition()
         self._buffer: dict[int, PreparedPiece | _Skipped] = {}
         self._buffer_bytes = 0
+        self._merge_bufs: dict[str, np.ndarray] = {}   # a group's merged columns (reused)
         self.peak_backlog_bytes = 0
         self.peak_backlog_batches = 0
         self._next = 0
@@ -165,6 +174,13 @@ class PfmWriter(WriterJournal):
                 raise self._disk_full(err) from err
             raise
 
+    @staticmethod
+    def default_group_bytes(cfg: LoadConfig) -> int:
+        """The group budget for a load with these settings: a quarter of its backlog, the
+        size the planner gives a piece at most, so that a group and the piece that completes
+        it fit in the backlog together."""
+        return _faults.group_bytes() or max(1, int(cfg.max_backlog_bytes) // 4)
+
     def _add_files(self, files: list[str]) -> None:
         self._dirty = True
         numbers = self.pfm.add_files(files)
@@ -201,30 +217,43 @@ class PfmWriter(WriterJournal):
         return True
 
     # ----------------------------------------------------------------- writing
+    def _group_end(self) -> int | None:
+        """The ``seq`` past the group of pieces to write next, or None while it is incomplete
+        (call under the lock). A group is the consecutive pieces from the watermark on until
+        their bytes reach :attr:`group_bytes`, or up to the last piece: a rule of the data and
+        the plan only, never of timing, so that every mode and run writes the same groups."""
+        seq, acc = self._next, 0
+        while True:
+            item = self._buffer.get(seq)
+            if item is None:
+                return None
+            if not isinstance(item, _Skipped):
+                acc += item.nbytes
+            if acc >= self.group_bytes or seq >= self.n_pieces - 1:
+                return seq + 1
+            seq += 1
+
     def write_ready(self) -> int:
-        """Write every piece whose turn has come; returns how many were written."""
+        """Write every group of pieces whose turn has come; returns how many pieces were written."""
         n = 0
         while True:
             with self._lock:
-                if self._next not in self._buffer:
+                end = self._group_end()
+                if end is None:
                     return n
-                prepared = self._buffer.pop(self._next)
+                group = [self._buffer.pop(s) for s in range(self._next, end)]
             try:
                 try:
-                    if isinstance(prepared, _Skipped):
-                        rec = self.per_file[prepared.piece.file_number]
-                        if prepared.error not in rec["damage"]:
-                            rec["damage"].append(prepared.error)
-                    else:
-                        self._write(prepared)
+                    self._write_group(group)
                 finally:
                     with self._lock:
-                        if not isinstance(prepared, _Skipped):
-                            self._buffer_bytes -= prepared.nbytes
-                        self._next += 1
+                        self._buffer_bytes -= sum(g.nbytes for g in group
+                                                  if not isinstance(g, _Skipped))
+                        self._next = end
                         self._lock.notify_all()
-                n += 1
-                crash_point("piece")
+                n += len(group)
+                for _ in group:
+                    crash_point("piece")
                 if self._journal_on and time.monotonic() - self._last_ckpt >= self.checkpoint_seconds:
                     self._checkpoint()
             except OSError as err:
@@ -232,10 +261,46 @@ class PfmWriter(WriterJournal):
                     raise self._disk_full(err) from err
                 raise
 
-    def _write(self, prepared: PreparedPiece) -> None:
+    def _write_group(self, group: list) -> None:
+        """Write a group of consecutive pieces: each piece's counts and line numbers in turn,
+        then all their soundings in one ``add_sorted`` (merged by bin, stably: within a bin,
+        piece order), so that a bin the group's overlapping lines share is written once."""
         t0 = time.perf_counter()
         c0 = time.thread_time()
         self._dirty = True
+        parts = []
+        for prepared in group:
+            if isinstance(prepared, _Skipped):
+                rec = self.per_file[prepared.piece.file_number]
+                if prepared.error not in rec["damage"]:
+                    rec["damage"].append(prepared.error)
+                continue
+            cols = self._columns(prepared)
+            if cols is not None:
+                parts.append(cols)
+            self.pieces_written += 1
+            if prepared.piece.last:
+                self.files_done += 1
+        if parts:
+            cols = _merge_sorted(parts, self._merge_bufs)
+            self.pfm.add_sorted(**cols)
+            bin_index = cols["bin_index"]
+            # each bin enters the touched log once (bin_index is sorted)
+            first = np.r_[True, bin_index[1:] != bin_index[:-1]]
+            ub = bin_index[first]
+            new = ub[~self.touched[ub]]
+            self.touched[new] = True
+            if self._touched_log is not None:
+                self._touched_log.append(new)
+        self.timings["write"] += time.perf_counter() - t0
+        self.timings["write_cpu"] += time.thread_time() - c0   # this thread's own (not the pack threads')
+        now = time.time()
+        self._rate_window.append((now, self.soundings_written))
+        self._rate_window = [(t, s) for t, s in self._rate_window if now - t <= 10.0]
+
+    def _columns(self, prepared: PreparedPiece) -> dict | None:
+        """A piece's counts into its file's record, its lines numbered (new names appended to
+        the ``.lin``), and its soundings as the columns ``add_sorted`` takes (None if empty)."""
         piece = prepared.piece
         fnum = piece.file_number
         rec = self.per_file[fnum]
@@ -247,54 +312,29 @@ class PfmWriter(WriterJournal):
         rec["pieces"] += 1
         for k, v in prepared.timings.items():
             self.timings["task_" + k] += v
-
         batch = prepared.batch
-        if batch.num_rows:
-            tracker = self._trackers.setdefault(fnum, LineTracker(piece.path))
-            p, local, new_names = tracker.assign(prepared.pings)
-            lines = self._file_lines.setdefault(fnum, [])
-            if new_names:
-                lines.extend(self.pfm.add_lines(new_names))
-                rec["lines"] += len(new_names)
-            global_lines = np.asarray(lines, dtype=np.int64)[local]
-            ping = batch.column("ping").to_numpy()
-            line = _lookup(p, global_lines, ping)
-            bin_index = batch.column("bin_index").to_numpy()
-            depth = batch.column("depth").to_numpy()
-            if self.cfg.null_depth != self.pfm.null_depth:
-                # depths out of range carry the settings' null (max + 1, a double); the PFM's
-                # is that value as a float, which may round below it (e.g. max 1364.475)
-                depth = np.where(depth == self.cfg.null_depth, self.pfm.null_depth, depth)
-            self.pfm.add_sorted(
-                bin_index,
-                np.full(batch.num_rows, fnum, dtype=np.int64),
-                line,
-                ping,
-                batch.column("beam").to_numpy(),
-                depth,
-                batch.column("x_off").to_numpy(),
-                batch.column("y_off").to_numpy(),
-                batch.column("validity").to_numpy(),
-                batch.column("horizontal_error").to_numpy(),
-                batch.column("vertical_error").to_numpy(),
-            )
-            # each bin enters the touched log once (bin_index is sorted)
-            first = np.r_[True, bin_index[1:] != bin_index[:-1]]
-            ub = bin_index[first]
-            new = ub[~self.touched[ub]]
-            self.touched[new] = True
-            if self._touched_log is not None:
-                self._touched_log.append(new)
-            self.soundings_written += batch.num_rows
-            self.bytes_written += batch.nbytes
-        self.pieces_written += 1
-        if piece.last:
-            self.files_done += 1
-        self.timings["write"] += time.perf_counter() - t0
-        self.timings["write_cpu"] += time.thread_time() - c0   # this thread's own (not the pack threads')
-        now = time.time()
-        self._rate_window.append((now, self.soundings_written))
-        self._rate_window = [(t, s) for t, s in self._rate_window if now - t <= 10.0]
+        if not batch.num_rows:
+            return None
+        tracker = self._trackers.setdefault(fnum, LineTracker(piece.path))
+        p, local, new_names = tracker.assign(prepared.pings)
+        lines = self._file_lines.setdefault(fnum, [])
+        if new_names:
+            lines.extend(self.pfm.add_lines(new_names))
+            rec["lines"] += len(new_names)
+        global_lines = np.asarray(lines, dtype=np.int64)[local]
+        ping = batch.column("ping").to_numpy()
+        depth = batch.column("depth").to_numpy()
+        if self.cfg.null_depth != self.pfm.null_depth:
+            # depths out of range carry the settings' null (max + 1, a double); the PFM's
+            # is that value as a float, which may round below it (e.g. max 1364.475)
+            depth = np.where(depth == self.cfg.null_depth, self.pfm.null_depth, depth)
+        self.soundings_written += batch.num_rows
+        self.bytes_written += batch.nbytes
+        return {"bin_index": batch.column("bin_index").to_numpy(),
+                "file": np.full(batch.num_rows, fnum, dtype=np.int64),
+                "line": _lookup(p, global_lines, ping), "ping": ping,
+                "beam": batch.column("beam").to_numpy(), "depth": depth,
+                **{k: batch.column(k).to_numpy() for k in _PLAIN_COLUMNS}}
 
     # --------------------------------------------------------- background mode
     def start(self) -> None:
@@ -308,9 +348,9 @@ class PfmWriter(WriterJournal):
         try:
             while True:
                 with self._lock:
-                    while not self._stop and self._next not in self._buffer:
+                    while not self._stop and self._group_end() is None:
                         self._lock.wait(0.5)
-                    if self._stop and self._next not in self._buffer:
+                    if self._stop and self._group_end() is None:
                         return
                 self.write_ready()
         except BaseException as err:  # surfaced through status() and finish()
@@ -493,6 +533,35 @@ class PfmWriter(WriterJournal):
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass
         self._close_journal()
+
+
+def _merge_sorted(parts: list[dict], bufs: dict) -> dict:
+    """The columns of several pieces, each sorted by bin, as one run sorted by bin; within a
+    bin the pieces' order and each piece's own order are kept (a stable sort, which finds the
+    pieces' sorted runs and merges them).
+
+    Every column is gathered into a buffer of ``bufs`` kept from group to group (fresh memory
+    costs a page fault per page), through one scratch column that holds the pieces end to end.
+    """
+    if len(parts) == 1:
+        return parts[0]
+    n = sum(p["bin_index"].size for p in parts)
+
+    def buf(key, dtype):
+        b = bufs.get(key)
+        if b is None or b.dtype != dtype or b.size < n:
+            b = bufs[key] = np.empty(n, dtype=dtype)
+        return b[:n]
+
+    out = {}
+    order = None
+    for k in ["bin_index", *[k for k in parts[0] if k != "bin_index"]]:
+        dtype = np.result_type(*[p[k].dtype for p in parts])
+        whole = np.concatenate([p[k] for p in parts], out=buf(("scratch", dtype.str), dtype))
+        if order is None:
+            order = np.argsort(whole, kind="stable")
+        out[k] = np.take(whole, order, out=buf(k, dtype))
+    return out
 
 
 def _lookup(keys: np.ndarray, values: np.ndarray, want: np.ndarray) -> np.ndarray:

@@ -91,13 +91,13 @@ def test_slow_writer_keeps_the_backlog_under_its_limit(survey, tmp_path, monkeyp
 
     from pfm_dask.writer import PfmWriter
 
-    real = PfmWriter._write
+    real = PfmWriter._write_group
 
-    def slow(self, prepared):
-        time.sleep(0.15)
-        return real(self, prepared)
+    def slow(self, group):
+        time.sleep(0.15 * len(group))
+        return real(self, group)
 
-    monkeypatch.setattr(PfmWriter, "_write", slow)
+    monkeypatch.setattr(PfmWriter, "_write_group", slow)
     limit = 1 << 20
     cfg = LoadConfig(bin_size_m=25.0, split_pings=6, max_backlog_bytes=limit)
     with make_local_cluster(2, processes=False) as cluster, Client(cluster) as client:

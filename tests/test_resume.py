@@ -98,15 +98,25 @@ def rsurvey(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="session")
-def reference(rsurvey, tmp_path_factory):
-    """An uninterrupted serial load with LOAD_OPTS: (pfm path, its load report)."""
+def _reference_load(rsurvey, tmp_path_factory, env=None):
     out = tmp_path_factory.mktemp("reference") / "ref.pfm"
-    r = pfm_cli("load", rsurvey, "-o", out, "--serial", "--json", *LOAD_OPTS)
+    r = pfm_cli("load", rsurvey, "-o", out, "--serial", "--json", *LOAD_OPTS, env=env)
     assert r.returncode == 0, r.stderr
     import json
 
     return out, json.loads(r.stdout)
+
+
+@pytest.fixture(scope="session")
+def reference(rsurvey, tmp_path_factory):
+    """An uninterrupted serial load with LOAD_OPTS: (pfm path, its load report)."""
+    return _reference_load(rsurvey, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def reference_piece_groups(rsurvey, tmp_path_factory):
+    """The same, each piece written as a group of its own (``PIECE_GROUPS``)."""
+    return _reference_load(rsurvey, tmp_path_factory, env=PIECE_GROUPS)
 
 
 def crash_load(survey: Path, out: Path, point: str, *extra, scope: str | None = None,
@@ -186,6 +196,46 @@ def test_undo_log_keeps_zero_pre_images_as_lengths(tmp_path):
     undo.close()
 
 
+def test_undo_log_puts_back_tails_filled_and_linked_since_the_checkpoint(tmp_path):
+    """The store's in-place writes between two checkpoints (tails filled and linked, bin
+    records rewritten) are all undone: after a rollback and the truncation of the .ndx the
+    parts are the checkpoint's bytes exactly. Tails are logged as the bits to clear (16
+    bytes each), a tail with bits set past its soundings (another writer's) whole."""
+    from .pfm.test_store import make_soundings, small_grid
+
+    rng = np.random.default_rng(11)
+    path = str(tmp_path / "u.pfm")
+    stem = Path(path + ".data") / "u.pfm"
+    parts = {k: str(stem) + "." + k for k in ("bin", "ndx")}
+    with pfm.create(path, small_grid(9, 7), max_files=8, max_lines=64) as f:
+        bins = np.arange(0, 63, 2)
+        f.add_sorted(**make_soundings(rng, bins, rng.integers(1, 9, bins.size)))
+        f.add_sorted(**make_soundings(rng, bins[::3], rng.integers(1, 4, bins[::3].size)))
+        f.flush()
+        # another writer's tails: a bit set in the free slots of some bins' last records
+        recs = f.read_bin_records(0, f.height)
+        L = f.record_length
+        odd = [b for b in bins if recs["num_soundings"][b] % L][:3]
+        assert odd
+        for b in odd:
+            at = int(recs["tail"][b]) + (int(recs["num_soundings"][b]) % L * f._single_bits) // 8 + 1
+            os.pwrite(f._fds["ndx"], bytes([os.pread(f._fds["ndx"], 1, at)[0] | 1]), at)
+        before = {k: Path(v).read_bytes() for k, v in parts.items()}
+        undo = J.UndoLog(tmp_path / "undo.log")
+        undo.begin(1, {"bin": len(before["bin"]), "ndx": len(before["ndx"])})
+        f.undo = undo
+        more = np.union1d(np.sort(rng.choice(bins, 20, replace=False)), odd)
+        f.add_sorted(**make_soundings(rng, more, rng.integers(1, 15, more.size)))
+        f.flush()
+    kinds = {(e[0], e[3]) for e in undo.entries(1)}     # (kind flag, part)
+    assert (J._CLEARED, "ndx") in kinds and (J._RECORDS, "ndx") in kinds, kinds
+    undo.rollback(1, parts)
+    undo.close()
+    os.truncate(parts["ndx"], len(before["ndx"]))
+    for k, v in parts.items():
+        assert Path(v).read_bytes() == before[k], k
+
+
 def test_atomic_write_leaves_old_or_new_never_a_mix(tmp_path):
     p = tmp_path / "j.json"
     J.atomic_write(p, b"old")
@@ -196,11 +246,14 @@ def test_atomic_write_leaves_old_or_new_never_a_mix(tmp_path):
 
 # ------------------------------------------------------------------ kill, then resume
 # (crash point, extra options): every phase of a load, and a kill between a piece's
-# in-place writes and the next checkpoint (checkpoints after every piece: the undo log
-# must put back bin and tail records the last piece rewrote).
+# in-place writes and the next checkpoint (checkpoints after every group of pieces; with
+# PIECE_GROUPS every piece is a group of its own: the undo log must put back bin and tail
+# records the last piece rewrote; without, this tiny survey is one group).
 # (benchmarks/chaos.py kills at random moments, many more times.)
+PIECE_GROUPS = {"PFM_DASK_GROUP_BYTES": "1"}
 CRASHES = [
     ("piece:3", ["--checkpoint-seconds", "0"]),
+    ("piece:3/groups-of-one", ["--checkpoint-seconds", "0"]),
     ("area-filter-row:3", []),
     ("area-filter-apply", []),
     ("recompute-write", []),
@@ -209,11 +262,13 @@ CRASHES = [
 
 
 @pytest.mark.parametrize("point,extra", CRASHES, ids=[c[0] for c in CRASHES])
-def test_killed_load_resumes_to_the_uninterrupted_result(rsurvey, reference, tmp_path,
+def test_killed_load_resumes_to_the_uninterrupted_result(rsurvey, request, tmp_path,
                                                          point, extra):
-    ref, ref_report = reference
+    point, _, variant = point.partition("/")
+    env = PIECE_GROUPS if variant == "groups-of-one" else None
+    ref, ref_report = request.getfixturevalue("reference_piece_groups" if env else "reference")
     out = tmp_path / "out.pfm"
-    r = crash_load(rsurvey, out, point, "--serial", *extra)
+    r = crash_load(rsurvey, out, point, "--serial", *extra, env=env)
     assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr)
     state = J.read_journal(out)
     assert state is not None

@@ -59,3 +59,55 @@ def test_area_bands_cover_the_needed_rows_within_the_budget(h, w, seed, budget):
         assert total <= budget or y1 - y0 == 1
         if nxt is not None and nxt[0] == y1:       # adjacent: split for the budget only
             assert total + int(per_row[y1]) > budget
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 30), max_size=40), min_size=1, max_size=5),
+       st.booleans())
+def test_merged_pieces_equal_a_stable_sort_of_their_concatenation(bins, reuse):
+    """A group's pieces (each sorted by bin) merge into the run a stable sort of their
+    concatenation gives: by bin, then piece order, then each piece's own order; with the
+    buffers of an earlier, larger group reused."""
+    from pfm_dask.writer import _merge_sorted
+
+    parts = [{"bin_index": np.sort(np.array(b, dtype=np.int64)),
+              "seq": np.arange(len(b), dtype=np.int32) + 1000 * j,
+              "depth": np.arange(len(b), dtype=np.float64) * 0.5 + j}
+             for j, b in enumerate(bins)]
+    bufs = {}
+    if reuse:
+        _merge_sorted([{k: np.concatenate([v, v, v]) for k, v in p.items()} for p in parts] * 2,
+                      bufs)
+    got = _merge_sorted(parts, bufs)
+    whole = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    order = np.argsort(whole["bin_index"], kind="stable")
+    for k in whole:
+        assert got[k].dtype == whole[k].dtype
+        assert np.array_equal(got[k], whole[k][order]), k
+
+
+def test_groups_follow_the_pieces_bytes_not_their_arrival():
+    """The writer's groups are the consecutive pieces from the watermark until their bytes
+    reach the budget, or up to the last piece; a group waits for all its pieces, and pieces
+    that arrive out of order make the same groups."""
+    from pfm_dask.writer import PfmWriter, _Skipped
+
+    class P:
+        def __init__(self, seq, nbytes):
+            self.piece = type("Piece", (), {"seq": seq})()
+            self.nbytes = nbytes
+
+    sizes = [30, 50, 10, 70, 5, 5, 5, 40]
+    for arrival in (range(8), [3, 1, 0, 7, 2, 5, 6, 4]):
+        w = PfmWriter.__new__(PfmWriter)
+        w.group_bytes, w.n_pieces, w._next, w._buffer = 60, len(sizes), 0, {}
+        groups = []
+        for seq in arrival:
+            w._buffer[seq] = _Skipped(P(seq, 0).piece, {}) if seq == 6 else P(seq, sizes[seq])
+            while (end := w._group_end()) is not None:
+                groups.append((w._next, end))
+                for s in range(w._next, end):
+                    del w._buffer[s]
+                w._next = end
+        # 30+50 >= 60; 10+70; 5+5+(skipped 6)+40 up to the last piece
+        assert groups == [(0, 2), (2, 4), (4, 8)], arrival

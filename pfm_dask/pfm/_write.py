@@ -313,7 +313,7 @@ class PfmWrites:
                             path=self.ndx_path, what="tail record")
             trecs = tspans.records()                 # (len(tb), rsize) copy, changed in place
             if self.undo is not None:
-                self.undo.save_records("ndx", t0[tb], rsize, trecs)
+                self._save_tails(t0[tb], trecs, used[tb])
             flat = trecs.reshape(-1)
             row_at = np.arange(tb.size, dtype=np.int64) * rsize
             cont_old = NL.unpack_at(flat, row_at, ["continuation"])["continuation"]
@@ -333,6 +333,28 @@ class PfmWrites:
             tspans.store(trecs)
         tm["add_tails"] += time.perf_counter() - t
         return tspans
+
+    def _save_tails(self, offsets: np.ndarray, recs: np.ndarray, used: np.ndarray) -> None:
+        """Give the undo log the pre-images of the tail records about to be filled or linked.
+
+        A tail whose bits past its ``used`` slots are all zero (every record this store packs:
+        its free slots and continuation pointer are zero) is restored by clearing those bits
+        again, so only its address and the bits to keep are logged (16 bytes, not the record);
+        any other (bits set past its soundings, left by another writer) is logged whole.
+        """
+        keep = used.astype(np.int64) * self._single_bits
+        byte0 = keep >> 3
+        size = recs.shape[1]
+        rows = np.arange(recs.shape[0])
+        # the partial byte at the first free bit, then every byte after it: no byte after
+        # byte0 is non-zero when the last non-zero byte of the record is at byte0 or before
+        part = recs[rows, np.minimum(byte0, size - 1)] & ((1 << (8 - (keep & 7))) - 1)
+        # (a record all zero has none: it counts as not clean and is logged whole, safely)
+        last = size - 1 - np.argmax(recs[:, ::-1] != 0, axis=1)
+        clean = (part == 0) & (last <= byte0)
+        self.undo.save_cleared("ndx", offsets[clean], recs.shape[1], keep[clean])
+        if not clean.all():
+            self.undo.save_records("ndx", offsets[~clean], recs.shape[1], recs[~clean])
 
     def _commit(self, step: dict) -> None:
         """Write what :meth:`_prepare` changed: the undo log made durable first, then the old tail
