@@ -58,7 +58,7 @@ def _check_swath(sw: SwathFilterConfig) -> None:
     task (where a bad window failed each file); messages name the command-line options."""
     import inspect
 
-    from . import _swath
+    from .filters import _swath
 
     params = {k: v.default for k, v in inspect.signature(_swath.swath_filter).parameters.items()
               if v.default is not inspect.Parameter.empty}
