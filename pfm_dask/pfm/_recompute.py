@@ -29,9 +29,10 @@ standard deviation it had (the library does not reset it).
 
 Speed: the per-sounding work (sums, extrema, counts, flag bits) is one pass
 of a small numba kernel over soundings grouped by bin (:func:`_group_pass`);
-:func:`recompute` reads only depth and validity, skips the holes of the sparse
-``.bin`` and its empty records, and works on bands of bins with soundings on a
-few threads, writing the records in band order.
+:func:`recompute` skips the holes of the sparse ``.bin`` and its empty
+records, and works on bands of bins with soundings on a few threads, each
+band recomputed and packed in one compiled pass over its records' bytes
+(:mod:`._recompute_kernel`) and written back on its thread.
 """
 
 from __future__ import annotations
