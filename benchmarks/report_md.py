@@ -531,6 +531,9 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
         L.append(img("model", "scaling model") + "\n")
 
     L.append(_startup(results_dir))
+    from .bench_ceiling import markdown as ceiling_markdown
+
+    L.append(ceiling_markdown(results_dir))
     L.append(_others(results_dir))
     md_path.write_text("\n".join(x for x in L if x is not None))
 
@@ -701,6 +704,12 @@ def _others(results_dir: Path) -> str:
         ("bench_load_filters.json", lambda r: f"bench_load --filters: {r['speedup_2_workers']:.2f}x "
                                               f"with 2 workers on {r['gsf_bytes'] / 1e9:.2f} GB, "
                                               "swath and area filters" + _ceiling(r)),
+        ("bench_load_few_large.json", lambda r: f"bench_load --shape few-large: "
+                                                f"{r['speedup_2_workers']:.2f}x with 2 workers "
+                                                f"({r['speedup_1_worker']:.2f}x with 1) on "
+                                                f"{r['files']} files of "
+                                                f"{r['gsf_bytes'] / r['files'] / 1e6:.0f} MB, "
+                                                "no filter" + _ceiling(r)),
         ("bench_swath.json", _swath_line),
     ):
         p = results_dir / fname
