@@ -686,33 +686,26 @@ def _piece_task(piece: Piece, grid: BinGrid, cfg: LoadConfig, writer) -> dict:
 
 
 def make_local_cluster(workers: int, *, dashboard_address: str | None = None,
-                       memory_limit: str | int = "auto", processes: bool = True):
-    """An embedded cluster of ``workers`` processes; the first also holds ``disk=1``.
+                       memory_limit: str | int = "auto", processes: bool = True,
+                       writer_apart: bool = True):
+    """An embedded cluster of ``workers`` compute processes and the writer's disk process
+    (the layout: :func:`pfm_dask.cluster.local_worker_specs`).
 
     Every server (scheduler, nannies, workers, their HTTP servers) listens on 127.0.0.1
     only; ``dashboard_address`` (default ``127.0.0.1:0``) may open the dashboard. Their
     scratch space is a temporary folder removed when the cluster closes (pfm_dask.security).
     ``processes=False`` runs the workers in this process (tests that patch code).
     """
-    from distributed import Nanny, Scheduler, Worker
+    from distributed import Scheduler
 
+    from .cluster import local_worker_specs
     from .security import LOCAL_DASHBOARD, LOOPBACK, scratch_folder, scratch_spec_cluster
 
     if workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {workers}")
     scratch = scratch_folder()
-    specs = {}
-    for i in range(workers):
-        res = {"compute": 1}
-        if i == 0:
-            res["disk"] = 1
-        opts = {"nthreads": 1, "resources": res, "memory_limit": memory_limit,
-                "host": LOOPBACK, "dashboard_address": f"{LOOPBACK}:0",
-                "local_directory": scratch}
-        if processes:
-            opts["silence_logs"] = logging.WARNING
-            opts["preload"] = ["pfm_dask._worker_signals"]  # Ctrl-C is the driver's
-        specs[f"pfm-worker-{i}"] = {"cls": Nanny if processes else Worker, "options": opts}
+    specs = local_worker_specs(workers, scratch=scratch, host=LOOPBACK, processes=processes,
+                               memory_limit=memory_limit, writer_apart=writer_apart)
     # The scheduler runs in this process: the preload adds the "PFM writer" page and plugin.
     scheduler = {"cls": Scheduler, "options": {
         "host": LOOPBACK, "dashboard_address": dashboard_address or LOCAL_DASHBOARD,
@@ -1079,7 +1072,7 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
             t_start = time.perf_counter()
             with make_local_cluster(workers, dashboard_address=dashboard_address) as cluster, \
                     Client(cluster) as client:
-                client.wait_for_workers(workers, timeout=120)
+                client.wait_for_workers(len(cluster.worker_spec), timeout=120)
                 t_cluster = time.perf_counter() - t_start
                 if on_dashboard:
                     on_dashboard(client.dashboard_link)
