@@ -77,7 +77,10 @@ def run_once(paths, mode: str, workers: int, cfg: LoadConfig, tag: str,
     remove_pfm(out)
     t = time.perf_counter()
     c0 = os.times()
-    res = pipeline.run_load(paths, out, cfg, mode=mode, workers=workers)
+    if mode == "shared":  # the embedded cluster laid out as before issue 19 (A/B runs)
+        res = _run_shared_layout(paths, out, cfg, workers)
+    else:
+        res = pipeline.run_load(paths, out, cfg, mode=mode, workers=workers)
     wall = time.perf_counter() - t
     cpu = cpu_seconds(c0, os.times())
     if res.exit_code != 0:
@@ -107,6 +110,21 @@ def run_once(paths, mode: str, workers: int, cfg: LoadConfig, tag: str,
         "cpu_s": cpu,
         "cores_busy": cpu["total"] / wall,
     }
+
+
+def _run_shared_layout(paths, out: Path, cfg: LoadConfig, workers: int):
+    """A load on an embedded cluster whose first worker holds the writer and also computes
+    (``make_local_cluster(writer_apart=False)``), timed as ``run_load`` times its own."""
+    from distributed import Client
+
+    t = time.perf_counter()
+    with pipeline.make_local_cluster(workers, writer_apart=False) as cluster, \
+            Client(cluster) as client:
+        client.wait_for_workers(workers, timeout=120)
+        t_cluster = time.perf_counter() - t
+        res = pipeline.run_load(paths, out, cfg, mode="scheduler", client=client)
+    res.timings["cluster_start"] = t_cluster
+    return res
 
 
 def _half_child(paths, out, cfg, barrier, conn) -> None:
@@ -208,6 +226,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--quick", action="store_true", help="a tiny survey, one repeat")
     ap.add_argument("--no-halves", action="store_true",
                     help="leave out the two_serial_halves ceiling (two --serial processes)")
+    ap.add_argument("--shared-layout", action="store_true",
+                    help="also 2 workers with the writer on a computing worker (the layout "
+                         "before issue 19), in the same rotation")
     args = ap.parse_args(argv)
     if args.quick:
         args.gb, args.files, args.repeat, args.shape = 0.004, 4, 1, "many"
@@ -229,6 +250,8 @@ def run_shape(args, shape: str) -> dict:
                      swath=SwathFilterConfig(enabled=args.filters))
     modes = [("serial", "serial", 1), ("dask_1_worker", "local", 1),
              ("dask_2_workers", "local", 2)]
+    if args.shared_layout:
+        modes.append(("dask_2_workers_shared", "shared", 2))
     if not args.no_halves:
         modes.append(("two_serial_halves", "halves", 2))
     runs: dict[str, list[dict]] = {m: [] for m, _, _ in modes}
@@ -257,6 +280,9 @@ def run_shape(args, shape: str) -> dict:
     results["speedup_1_worker"] = t_serial / results["modes"]["dask_1_worker"]["wall_s"]
     results["speedup_2_workers"] = t_serial / results["modes"]["dask_2_workers"]["wall_s"]
     results["target_speedup_2_workers"] = 1.8
+    if "dask_2_workers_shared" in results["modes"]:
+        results["speedup_2_workers_shared_layout"] = (
+            t_serial / results["modes"]["dask_2_workers_shared"]["wall_s"])
     if "two_serial_halves" in results["modes"]:
         t_halves = results["modes"]["two_serial_halves"]["wall_s"]
         results["speedup_two_serial_halves"] = t_serial / t_halves

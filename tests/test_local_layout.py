@@ -35,3 +35,20 @@ def test_a_running_embedded_cluster_has_the_writer_apart():
         info = client.scheduler_info(n_workers=-1)["workers"].values()
         got = sorted((w["name"], tuple(sorted(w["resources"].items()))) for w in info)
     assert got == [(LOCAL_DISK_WORKER, (("disk", 1),)), ("pfm-worker-0", (("compute", 1),))]
+
+
+def test_bench_load_runs_the_old_layout_beside_the_new(tmp_path):
+    """``bench_load --shared-layout`` times 2 workers with the writer on a computing worker in
+    the same rotation, for an A/B of the two layouts; it loads what --serial loads."""
+    from benchmarks import bench_load
+    from pfm_dask import synth
+    from pfm_dask.config import LoadConfig
+    from pfm_dask.inputs import expand_inputs
+
+    synth.generate(tmp_path / "gsf", files=3, pings=20, beams=32, seed=2)
+    paths = expand_inputs([tmp_path / "gsf"])
+    cfg = LoadConfig(bin_size_m=25.0)
+    ser = bench_load.run_once(paths, "serial", 1, cfg, "serial", work=tmp_path)
+    shared = bench_load.run_once(paths, "shared", 2, cfg, "shared", work=tmp_path)
+    assert shared["soundings_loaded"] == ser["soundings_loaded"] > 0
+    assert shared["phases_s"]["cluster_start"] > 0
