@@ -4,8 +4,16 @@ One run measures all three side by side on the same files (cached under
 ``benchmarks/_data``), so the speedup is a ratio of times taken on the same
 machine minutes apart. Each mode runs ``--repeat`` times; the median is kept.
 
-    python -m benchmarks.bench_load              # >= 1 GB survey, the issue's figures
+    python -m benchmarks.bench_load              # both shapes below, the issue's figures
+    python -m benchmarks.bench_load --shape many # 48 files of 23 MB (1.1 GB)
+    python -m benchmarks.bench_load --shape few-large   # 8 files of 37 MB (0.3 GB)
     python -m benchmarks.bench_load --quick      # seconds; CI runs this to keep it working
+
+Two survey shapes: *many* files of moderate size (48 x 23 MB, ``--gb``/``--files``) and *few
+large* files (8 x 37 MB, 15.5 M soundings: ``pfm-dask synth --files 8 --pings 4506``), where
+each piece is a large share of the load, so the pipeline's fill and drain and the writer's
+pace weigh more (issue 19: the default 2-worker load lost to ``--serial`` on it). Each shape
+writes its own results (``bench_load[_filters].json``, ``bench_load_few_large[_filters].json``).
 
 Phases reported: decode, place/filter/bin and sort (seconds summed over the
 tasks; the keys end in ``_cpu`` for history, but they are the tasks' wall
@@ -45,9 +53,13 @@ WORK = Path(__file__).resolve().parent / "_work"
 PING_BYTES = 8320  # bytes of one 432-beam synthetic ping record (measured)
 
 
-def survey(gb: float, files: int, seed: int = 3) -> Path:
-    """A cached synthetic EM302-like survey of about ``gb`` gigabytes."""
-    pings = max(20, int(gb * 1e9 / PING_BYTES / files))
+#: shape -> (files, pings per file, seed); None: from --gb and --files
+SHAPES = {"many": None, "few-large": (8, 4506, 0)}
+
+
+def survey(gb: float, files: int, seed: int = 3, pings: int | None = None) -> Path:
+    """A cached synthetic EM302-like survey of about ``gb`` gigabytes (or ``pings`` per file)."""
+    pings = pings or max(20, int(gb * 1e9 / PING_BYTES / files))
     out = DATA_DIR / f"load_{files}x{pings}_s{seed}"
     marker = out / "survey.json"
     if not marker.exists():
@@ -65,7 +77,10 @@ def run_once(paths, mode: str, workers: int, cfg: LoadConfig, tag: str,
     remove_pfm(out)
     t = time.perf_counter()
     c0 = os.times()
-    res = pipeline.run_load(paths, out, cfg, mode=mode, workers=workers)
+    if mode == "shared":  # the embedded cluster laid out as before issue 19 (A/B runs)
+        res = _run_shared_layout(paths, out, cfg, workers)
+    else:
+        res = pipeline.run_load(paths, out, cfg, mode=mode, workers=workers)
     wall = time.perf_counter() - t
     cpu = cpu_seconds(c0, os.times())
     if res.exit_code != 0:
@@ -95,6 +110,23 @@ def run_once(paths, mode: str, workers: int, cfg: LoadConfig, tag: str,
         "cpu_s": cpu,
         "cores_busy": cpu["total"] / wall,
     }
+
+
+def _run_shared_layout(paths, out: Path, cfg: LoadConfig, workers: int):
+    """A load on an embedded cluster whose first worker holds the writer and also computes
+    (``make_local_cluster(writer_apart=False)``), timed as ``run_load`` times its own."""
+    from distributed import Client
+
+    from pfm_dask import cluster as cluster_mod
+
+    t = time.perf_counter()
+    with cluster_mod.make_local_cluster(workers, writer_apart=False) as cluster, \
+            Client(cluster) as client:
+        client.wait_for_workers(workers, timeout=120)
+        t_cluster = time.perf_counter() - t
+        res = pipeline.run_load(paths, out, cfg, mode="scheduler", client=client)
+    res.timings["cluster_start"] = t_cluster
+    return res
 
 
 def _half_child(paths, out, cfg, barrier, conn) -> None:
@@ -184,6 +216,8 @@ def cpu_seconds(before: os.times_result, after: os.times_result) -> dict:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", choices=["both", *SHAPES], default="both",
+                    help="many files (--gb, --files), few large files, or both in turn")
     ap.add_argument("--gb", type=float, default=1.1, help="survey size in GB (default 1.1)")
     ap.add_argument("--files", type=int, default=48)
     ap.add_argument("--repeat", type=int, default=3)
@@ -194,17 +228,32 @@ def main(argv=None) -> dict:
     ap.add_argument("--quick", action="store_true", help="a tiny survey, one repeat")
     ap.add_argument("--no-halves", action="store_true",
                     help="leave out the two_serial_halves ceiling (two --serial processes)")
+    ap.add_argument("--shared-layout", action="store_true",
+                    help="also 2 workers with the writer on a computing worker (the layout "
+                         "before issue 19), in the same rotation")
     args = ap.parse_args(argv)
     if args.quick:
-        args.gb, args.files, args.repeat = 0.004, 4, 1
+        args.gb, args.files, args.repeat, args.shape = 0.004, 4, 1, "many"
+    shapes = list(SHAPES) if args.shape == "both" else [args.shape]
+    return {shape: run_shape(args, shape) for shape in shapes}
+
+
+def run_shape(args, shape: str) -> dict:
+    """bench_load's interleaved runs of every mode on one survey shape; writes its results."""
     WORK.mkdir(parents=True, exist_ok=True)
-    data = survey(args.gb, args.files)
+    if SHAPES[shape] is None:
+        data = survey(args.gb, args.files)
+    else:
+        files, pings, seed = SHAPES[shape]
+        data = survey(0.0, files, seed=seed, pings=pings)
     paths = expand_inputs([data])
     gsf_bytes = sum(os.path.getsize(p) for p in paths)
     cfg = LoadConfig(bin_size_m=args.bin_size, area_filter=args.filters,
                      swath=SwathFilterConfig(enabled=args.filters))
     modes = [("serial", "serial", 1), ("dask_1_worker", "local", 1),
              ("dask_2_workers", "local", 2)]
+    if args.shared_layout:
+        modes.append(("dask_2_workers_shared", "shared", 2))
     if not args.no_halves:
         modes.append(("two_serial_halves", "halves", 2))
     runs: dict[str, list[dict]] = {m: [] for m, _, _ in modes}
@@ -221,7 +270,8 @@ def main(argv=None) -> dict:
             print(f"run {r + 1}/{args.repeat} {name}: {one['wall_s']:.2f}s "
                   f"({one['soundings_per_s']:,.0f} soundings/s; {one['cpu_s']['total']:.1f} "
                   f"CPU-s, {one['cores_busy']:.2f} cores busy)")
-    results = {"gsf_bytes": gsf_bytes, "files": len(paths), "bin_size_m": args.bin_size,
+    results = {"shape": shape, "gsf_bytes": gsf_bytes, "files": len(paths),
+               "bin_size_m": args.bin_size,
                "filters": args.filters, "repeats": args.repeat, "modes": {}}
     for name in runs:
         med = sorted(runs[name], key=lambda x: x["wall_s"])[len(runs[name]) // 2]
@@ -232,6 +282,9 @@ def main(argv=None) -> dict:
     results["speedup_1_worker"] = t_serial / results["modes"]["dask_1_worker"]["wall_s"]
     results["speedup_2_workers"] = t_serial / results["modes"]["dask_2_workers"]["wall_s"]
     results["target_speedup_2_workers"] = 1.8
+    if "dask_2_workers_shared" in results["modes"]:
+        results["speedup_2_workers_shared_layout"] = (
+            t_serial / results["modes"]["dask_2_workers_shared"]["wall_s"])
     if "two_serial_halves" in results["modes"]:
         t_halves = results["modes"]["two_serial_halves"]["wall_s"]
         results["speedup_two_serial_halves"] = t_serial / t_halves
@@ -249,7 +302,8 @@ def main(argv=None) -> dict:
             ax.bar(names, vals, bottom=bottom, label=k)
             bottom = [b + v for b, v in zip(bottom, vals)]
         ax.set_ylabel("seconds (median run)")
-        ax.set_title(f"pfm-dask load, {gsf_bytes / 1e9:.2f} GB GSF, {len(paths)} files")
+        ax.set_title(f"pfm-dask load, {gsf_bytes / 1e9:.2f} GB GSF, {len(paths)} files "
+                     f"({shape})")
         ax.legend()
 
     def plot_speedup(ax):
@@ -271,10 +325,11 @@ def main(argv=None) -> dict:
         ax.set_title("CPU spent on the same load")
         ax.legend()
 
-    suffix = "_quick" if args.quick else ("_filters" if args.filters else "")
+    suffix = ("" if shape == "many" else "_" + shape.replace("-", "_")) + (
+        "_quick" if args.quick else ("_filters" if args.filters else ""))
     write_results(f"bench_load{suffix}", results,
                   plots={"phases": plot_phases, "speedup": plot_speedup, "cpu": plot_cpu})
-    print(f"speedup with 2 workers: {results['speedup_2_workers']:.2f}x "
+    print(f"{shape}: speedup with 2 workers: {results['speedup_2_workers']:.2f}x "
           f"(target 1.8x); 1 worker: {results['speedup_1_worker']:.2f}x")
     if "speedup_two_serial_halves" in results:
         print(f"two --serial processes on half the files each: "

@@ -7,6 +7,9 @@ Per load and setup, from the measured runs:
 * ``c``: seconds per GSF byte of a piece's work on one core (decode + place/filter/bin + sort),
   ``x``: seconds per byte a task spends handing its piece to the writer, ``w``: the writer's
   busy seconds per byte;
+* ``u``: CPU seconds per byte of the load phase of the 1-worker Dask run, all processes
+  (Dask's own CPU too: event loops, hand-overs, page faults of fresh processes; the CPU
+  bound uses it when it exceeds ``c + x + w``);
 * ``P``: the pre-scan (one task per file), ``S``: the serial phase (area filter + recompute +
   check), ``K``: starting the cluster;
 * the disk: raw read ``B_r`` and write ``B_w`` bandwidth; ``I`` GSF bytes in, ``O`` PFM bytes out.
@@ -20,7 +23,7 @@ on a cluster with a separate disk node)::
     T(N) = K + o + P/N + T_load(N) + S
     T_load(N) = max( ceil(p/N) (c+x) I/p,          # the workers, in whole pieces
                      w I,                            # the one writer
-                     (c+x+w) I / min(N+1, M),        # all the CPU work on the cores there are
+                     max(c+x+w, u) I / min(N+1, M),  # all the CPU work on the cores there are
                      I/B_r, O/B_w )                  # the disk
                 + (c+x) I/p                          # the first piece, before the writer starts
 
@@ -33,7 +36,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["params_of", "predict", "fit_and_predict", "WORKERS", "plot"]
+__all__ = ["params_of", "predict", "fit_and_predict", "check_summary", "WORKERS", "plot"]
 
 WORKERS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -52,6 +55,7 @@ def params_of(cell: dict, gsf_bytes: int, files: int, disk: dict, source: str = 
     ph, ph1 = src["phases_s"], d1["phases_s"]
     dask = [m for k, m in cell["modes"].items() if k != "serial"]
     I = float(gsf_bytes)
+    K = _median([m["phases_s"]["cluster_start"] for m in dask]) if dask else 0.0
     return {
         "source": source,
         "I": I, "O": float(s["output_bytes"]["ndx"] + s["output_bytes"]["bin"]),
@@ -61,13 +65,26 @@ def params_of(cell: dict, gsf_bytes: int, files: int, disk: dict, source: str = 
         "w": ph["write"] / I,
         "P": ph["prescan"],
         "S": ph["area_filter"] + ph["recompute"] + ph["check"],
-        "K": _median([m["phases_s"]["cluster_start"] for m in dask]) if dask else 0.0,
+        "K": K,
+        "u": _load_cpu(d1, K) / I if source == "dask_1" and d1 is not s else None,
         "o": (max(0.0, ph1["prescan"] - s["phases_s"]["prescan"])
               if dask and source == "serial" else 0.0),
         "B_r": (disk.get("read_direct_mb_per_s") or disk.get("read_mb_per_s") or math.inf) * 1e6,
         "B_w": (disk.get("write_mb_per_s") or math.inf) * 1e6,
         "T_serial": s["wall_median_s"],
     }
+
+
+def _load_cpu(run: dict, K: float) -> float:
+    """CPU seconds of every process of a Dask run spent outside the serial parts (cluster
+    start, pre-scan, final step), each of those counted as one busy core: the load phase's
+    CPU, with Dask's own (event loops, hand-overs, fresh processes' page faults), which
+    ``c``, ``x`` and ``w`` leave out. 0 when the run has no CPU figure."""
+    cpu = run.get("cpu_s")
+    if not isinstance(cpu, (int, float)):
+        return 0.0
+    ph = run["phases_s"]
+    return max(0.0, cpu - K - ph["prescan"] - ph["area_filter"] - ph["recompute"] - ph["check"])
 
 
 def _median(v):
@@ -84,7 +101,7 @@ def predict(p: dict, n: int, *, machine_cores: int | None = None, cached_inputs:
     bounds = {
         "workers": math.ceil(k / n) * per_piece,
         "writer": p["w"] * I,
-        "cpu": (p["c"] + p["x"] + p["w"]) * I / cores,
+        "cpu": max(p["c"] + p["x"] + p["w"], p.get("u") or 0.0) * I / cores,
         "disk_write": O / p["B_w"],
     }
     if not cached_inputs:
@@ -153,6 +170,18 @@ def fit_and_predict(loads: dict, disk: dict, *, machine_cores: int, workers=WORK
             "ideal": {s: {str(nw): predict(_scaled(c["params"], factor), nw)["speedup"]
                           for nw in workers} for s, c in ideal[top].items()}}
     return out
+
+
+def check_summary(model_res: dict, tolerance: float = 0.10) -> dict:
+    """How many measured 1- and 2-worker runs the model predicts within ``tolerance`` (of the
+    predicted time), and those it misses: ``{"runs", "within", "outside": [(files, setup,
+    workers, error)], "worst"}``."""
+    rows = [(files, setup, int(key[-1]), ch["error"])
+            for files, cells in model_res.get("cells", {}).items()
+            for setup, c in cells.items() for key, ch in c["check"].items()]
+    outside = sorted((r for r in rows if abs(r[3]) > tolerance), key=lambda r: -abs(r[3]))
+    return {"runs": len(rows), "within": len(rows) - len(outside), "tolerance": tolerance,
+            "outside": outside, "worst": max(rows, key=lambda r: abs(r[3])) if rows else None}
 
 
 def plot(ax, model_res: dict, seed_best: dict, seed_600: dict, titles: dict) -> None:

@@ -492,6 +492,7 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
                 rows.append(row)
         L.append(_table(["files", "setup", "model, 1 w", "model, 2 w", "ideal, 1 w", "ideal, 2 w"],
                         rows) + "\n")
+        L.append(_model_check_line(mod))
         topm = max(mod["cells"], key=int)
         L.append(f"Predicted speedup, {topm}-file load (each worker a core of its own, the writer "
                  "on its own core, inputs read from the disk); model, then ideal:\n")
@@ -531,8 +532,24 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
         L.append(img("model", "scaling model") + "\n")
 
     L.append(_startup(results_dir))
+    from .bench_ceiling import markdown as ceiling_markdown
+
+    L.append(ceiling_markdown(results_dir))
     L.append(_others(results_dir))
     md_path.write_text("\n".join(x for x in L if x is not None))
+
+
+def _model_check_line(mod: dict) -> str:
+    """The model against the measured runs in one sentence: how many within 10 %."""
+    from .model import check_summary
+
+    cs = check_summary(mod)
+    if not cs["runs"]:
+        return ""
+    miss = "; ".join(f"{f} files, {s}, {w} w: {e * 100:+.1f} %" for f, s, w, e in cs["outside"])
+    return (f"The model predicts {cs['within']} of the {cs['runs']} measured 1- and 2-worker "
+            f"runs within {cs['tolerance'] * 100:.0f} % of their time"
+            + (f"; outside: {miss}." if miss else ".") + "\n")
 
 
 def _summary(res: dict, titles: dict) -> str:
@@ -701,6 +718,12 @@ def _others(results_dir: Path) -> str:
         ("bench_load_filters.json", lambda r: f"bench_load --filters: {r['speedup_2_workers']:.2f}x "
                                               f"with 2 workers on {r['gsf_bytes'] / 1e9:.2f} GB, "
                                               "swath and area filters" + _ceiling(r)),
+        ("bench_load_few_large.json", lambda r: f"bench_load --shape few-large: "
+                                                f"{r['speedup_2_workers']:.2f}x with 2 workers "
+                                                f"({r['speedup_1_worker']:.2f}x with 1) on "
+                                                f"{r['files']} files of "
+                                                f"{r['gsf_bytes'] / r['files'] / 1e6:.0f} MB, "
+                                                "no filter" + _ceiling(r)),
         ("bench_swath.json", _swath_line),
     ):
         p = results_dir / fname

@@ -44,7 +44,7 @@ from .security import LOOPBACK, TlsFiles, dashboard_address_problem, scratch_fol
 __all__ = ["make_local_cluster", "worker_environment",
            "ClusterProfile", "ComputeJobs", "DiskJob", "SchedulerSettings", "KINDS",
            "load_profile", "render_job_scripts", "compute_job_kwargs", "disk_job_kwargs",
-           "start_cluster", "PfmCluster"]
+           "start_cluster", "PfmCluster", "local_worker_specs", "LOCAL_DISK_WORKER"]
 
 log = logging.getLogger("pfm_dask")
 
@@ -402,6 +402,40 @@ class _Parser:
 
 
 # -------------------------------------------------------------- job options
+LOCAL_DISK_WORKER = "pfm-disk"  #: the embedded cluster's disk worker (the writer's process)
+
+
+def local_worker_specs(workers: int, *, scratch: str, host: str, processes: bool = True,
+                       memory_limit: str | int = "auto", writer_apart: bool = True) -> dict:
+    """The embedded cluster's worker layout, as :class:`distributed.SpecCluster` specs.
+
+    ``workers`` compute workers (one thread, ``compute=1`` each) and, with
+    ``writer_apart``, one more process that holds ``disk=1`` and nothing else: the writer
+    actor and the final step run there, as on a disk node. Sharing a process with a
+    computing task cost the writer its pace (the few-large-files load of issue 19: the
+    writer's wall time three times its CPU, the backlog full, 2 workers slower than
+    ``--serial``), since both take turns on one GIL and one allocator. ``writer_apart=False``
+    gives the first compute worker the ``disk`` resource too (a single process per worker,
+    the pieces made there handed over in memory).
+    """
+    from distributed import Nanny, Worker
+
+    def spec(resources: dict, nthreads: int = 1) -> dict:
+        opts = {"nthreads": nthreads, "resources": resources, "memory_limit": memory_limit,
+                "host": host, "dashboard_address": f"{host}:0", "local_directory": scratch}
+        if processes:
+            opts["silence_logs"] = logging.WARNING
+            opts["preload"] = ["pfm_dask._worker_signals"]  # Ctrl-C is the driver's
+        return {"cls": Nanny if processes else Worker, "options": opts}
+
+    specs = {}
+    if writer_apart:
+        specs[LOCAL_DISK_WORKER] = spec({"disk": 1})
+    for i in range(workers):
+        specs[f"pfm-worker-{i}"] = spec({"compute": 1, **({} if writer_apart or i else {"disk": 1})})
+    return specs
+
+
 def _jobqueue():
     """``dask_jobqueue``, keeping Ctrl-C a KeyboardInterrupt.
 
@@ -775,33 +809,25 @@ def start_cluster(profile: ClusterProfile, *,
 
 # ------------------------------------------------------------------ the embedded cluster
 def make_local_cluster(workers: int, *, dashboard_address: str | None = None,
-                       memory_limit: str | int = "auto", processes: bool = True):
-    """An embedded cluster of ``workers`` processes; the first also holds ``disk=1``.
+                       memory_limit: str | int = "auto", processes: bool = True,
+                       writer_apart: bool = True):
+    """An embedded cluster of ``workers`` compute processes and the writer's disk process
+    (the layout: :func:`local_worker_specs`).
 
     Every server (scheduler, nannies, workers, their HTTP servers) listens on 127.0.0.1
     only; ``dashboard_address`` (default ``127.0.0.1:0``) may open the dashboard. Their
     scratch space is a temporary folder removed when the cluster closes (pfm_dask.security).
     ``processes=False`` runs the workers in this process (tests that patch code).
     """
-    from distributed import Nanny, Scheduler, Worker
+    from distributed import Scheduler
 
     from .security import LOCAL_DASHBOARD, scratch_spec_cluster
 
     if workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {workers}")
     scratch = scratch_folder()
-    specs = {}
-    for i in range(workers):
-        res = {"compute": 1}
-        if i == 0:
-            res["disk"] = 1
-        opts = {"nthreads": 1, "resources": res, "memory_limit": memory_limit,
-                "host": LOOPBACK, "dashboard_address": f"{LOOPBACK}:0",
-                "local_directory": scratch}
-        if processes:
-            opts["silence_logs"] = logging.WARNING
-            opts["preload"] = ["pfm_dask._worker_signals"]  # Ctrl-C is the driver's
-        specs[f"pfm-worker-{i}"] = {"cls": Nanny if processes else Worker, "options": opts}
+    specs = local_worker_specs(workers, scratch=scratch, host=LOOPBACK, processes=processes,
+                               memory_limit=memory_limit, writer_apart=writer_apart)
     # The scheduler runs in this process: the preload adds the "PFM writer" page and plugin.
     scheduler = {"cls": Scheduler, "options": {
         "host": LOOPBACK, "dashboard_address": dashboard_address or LOCAL_DASHBOARD,

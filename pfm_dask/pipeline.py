@@ -638,7 +638,7 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
             t_start = time.perf_counter()
             with make_local_cluster(workers, dashboard_address=options.dashboard_address) as cluster, \
                     Client(cluster) as client:
-                client.wait_for_workers(workers, timeout=120)
+                client.wait_for_workers(len(cluster.worker_spec), timeout=120)
                 t_cluster = time.perf_counter() - t_start
                 if on_dashboard:
                     on_dashboard(client.dashboard_link)
