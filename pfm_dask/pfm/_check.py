@@ -63,8 +63,9 @@ def check(path, *, journal: bool = True, threads: int | None = None,
     With ``journal`` (default), a pfm-dask load journal that is not ``complete``
     is reported as the first problem (the load's own final check passes False).
     ``bins=False``: only the fast structural checks (handle, lists, header, file
-    sizes, coverage header), no pass over the bins. Raises :class:`PfmFormatError` only when there is no PFM at ``path`` or
-    its header yields no record layout. ``threads`` (default
+    sizes, coverage header), no pass over the bins. Raises
+    :class:`PfmFormatError` only when there is no PFM at ``path`` or its header
+    yields no record layout. ``threads`` (default
     :data:`pfm_dask.pfm._recompute.THREADS`) bands have their soundings
     checked at once while the next chains are walked; the problems, and
     their order, do not depend on it.
