@@ -20,7 +20,7 @@ import pytest
 from pfm_dask import auto_area, gsf, pfm, pipeline, synth
 from pfm_dask.config import LoadConfig
 
-from .conftest import SAMPLE_FILES, _no_samples
+from .conftest import SAMPLE_FILES, missing_sample
 from .test_bad_inputs import ping_records
 from .test_resume import pfm_cli
 
@@ -107,7 +107,7 @@ def test_a_survey_across_the_dateline_loads_with_the_automatic_area(tmp_path):
 # ----------------------------------------------------------------- several oceans
 def test_inputs_over_several_oceans_load_with_a_bin_size_that_fits(tmp_path):
     if not SAMPLE_FILES:
-        _no_samples()
+        missing_sample()
     out = tmp_path / "oceans.pfm"
     r = pfm_cli("load", *SAMPLE_FILES, "-o", out, "--serial", "-q")
     # the default 2 m grid over ~130 degrees of longitude cannot be made: one line naming
