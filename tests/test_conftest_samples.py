@@ -58,3 +58,26 @@ def test_tests_that_name_a_sample_say_the_same(tmp_path, ci):
         assert r.returncode == 1 and "skipped" not in out, out
     else:
         assert r.returncode == 0 and "5 skipped" in out, out
+
+
+@pytest.mark.parametrize("ci", [False, True], ids=["local", "CI"])
+def test_a_sample_missing_from_the_folder_skips_or_fails_alike(tmp_path, ci):
+    """The samples folder exists but lacks the one a test names: the same reason, naming it;
+    under CI a failure (a folder holding another sample stands in for an incomplete copy)."""
+    (tmp_path / "samples").mkdir()
+    (tmp_path / "samples" / "other__x.mb121").write_bytes(b"")
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["PFM_DASK_GSF_SAMPLES"] = str(tmp_path / "samples")
+    if ci:
+        env["CI"] = "true"
+    (tmp_path / "test_probe.py").write_text(
+        "def test_probe(sample_by_name):\n    sample_by_name('EM302')\n")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rsf",
+                        "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"),
+                        "--confcutdir", str(REPO), "-p", "tests.conftest",
+                        str(tmp_path / "test_probe.py")],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    out = r.stdout
+    assert "real GSF sample matching 'EM302' not found" in out, out + r.stderr
+    assert "set PFM_DASK_GSF_SAMPLES" in out, out
+    assert (r.returncode == 1) if ci else (r.returncode == 0 and "1 skipped" in out), out

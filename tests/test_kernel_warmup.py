@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -204,12 +205,16 @@ def test_an_unusable_cache_is_said_once_per_load(survey, tmp_path, monkeypatch):
 
 
 def test_warmup_command_fills_the_cache_and_says_where(cold_module):
+    """The cold module compiles every time (plain njit); so may some of the package's own
+    kernels, in a checkout whose cache does not hold them yet (numba keys it by source path)."""
     r = CliRunner().invoke(app, ["warmup"])
     assert r.exit_code == 0, r.output
-    assert "compiled 1 kernel in" in r.stdout and os.environ["NUMBA_CACHE_DIR"] in r.stdout
+    assert re.match(r"compiled (1 kernel|\d+ kernels) in ", r.stdout), r.stdout
+    assert os.environ["NUMBA_CACHE_DIR"] in r.stdout
     assert "compiling kernels (first run only" in r.stderr
     r = CliRunner().invoke(app, ["warmup", "--json"])
     out = json.loads(r.stdout)
+    assert out["compiled"] >= 1 and out["compile_seconds"] > 0
     assert out["cache"] == os.environ["NUMBA_CACHE_DIR"] and out["cache_problem"] is None
     assert cold_module in out["modules"] and "pfm_dask.gsf._kernels" in out["modules"]
 
