@@ -26,7 +26,9 @@ from typing import List, Optional, Tuple
 import typer
 
 from . import _typer_plain
-from .config import settings as _settings
+from ._cli_options import (SETTINGS as _SETTINGS, content_options as _content_options,
+                           given as _given, setting_option as _setting_option,
+                           settings_values as _settings_values)
 from .errors import PfmDaskError
 
 EXIT_OK = 0
@@ -507,61 +509,6 @@ def _interrupted(output: Path, resume_options: list[str]) -> str:
     return (f"interrupted: {output} holds {done:,} of {total:,} pieces (phase "
             f"{state.get('phase', 'unknown')}, kept up to its last checkpoint); continue with: "
             f"{cmd}")
-
-
-#: the settings options set (LoadConfig's and RunOptions' fields), by their Dask config key
-_SETTINGS = {s.key: s for s in _settings()}
-
-
-def _setting_option(key: str, **extra):
-    """The typer option of a setting: its flags, default and help as pfm_dask.config writes them
-    once (only typer's own extras, such as a metavar, are given here)."""
-    s = _SETTINGS[key]
-    return typer.Option(s.cli_default, *s.option, help=s.help, **extra)
-
-
-def _setting_of(param):
-    """The setting a ``load`` parameter sets, or None (``--output``, ``--serial``...)."""
-    opts = getattr(param, "opts", None)
-    return _SETTINGS.get(opts[0].lstrip("-")) if opts else None
-
-
-def _given(ctx: typer.Context, name: str) -> bool:
-    """True when ``name`` was given on the command line (by name: typer may vendor its own
-    click, whose ParameterSource is another enum)."""
-    return getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
-
-
-def _content_options(ctx: typer.Context) -> list[str]:
-    """The parameters of ``load`` that decide the content of the PFM (a resume must not change
-    them): the fields pfm_dask.config marks ``content``."""
-    from .config import CONTENT
-
-    return [p.name for p in ctx.command.params
-            if (s := _setting_of(p)) is not None and s.decides == CONTENT]
-
-
-def _settings_values(ctx: typer.Context) -> dict:
-    """``{LoadConfig or RunOptions: {field path: value}}`` of ``load``: an option given on the
-    command line, else its value in Dask's configuration (``pfm-dask.KEY``), else its default."""
-    from .config import DASK_KEY, configured
-    from .errors import ConfigError
-
-    dask_values = configured()
-    out: dict = {}
-    for param in ctx.command.params:
-        s = _setting_of(param)
-        if s is None:
-            continue
-        value = ctx.params.get(param.name)
-        if not _given(ctx, param.name) and s.key in dask_values:
-            try:
-                value = param.process_value(ctx, dask_values[s.key])
-            except Exception as err:  # noqa: BLE001 - click's BadParameter, or a type's own
-                raise ConfigError(f"{DASK_KEY}.{s.key} in Dask's configuration: "
-                                  f"{getattr(err, 'message', err)}") from None
-        out.setdefault(s.owner, {})[s.path] = value
-    return out
 
 
 # Options of `load` a printed resume command leaves out: the journal has the inputs and the
