@@ -325,7 +325,7 @@ def replay_pieces(folder: Path, grid, cfg, paths, pieces, work: Path, *, threads
                  for k in ("ndx", "bin")}
         touched = int(w.touched.sum())
         res = {"busy_s": busy, "write_s": w.timings["write"], "flush_s": flush_s,
-               "write_cpu_s": w.timings["write_cpu"], "group_bytes": w.group_bytes,
+               "write_cpu_s": w.timings["write_cpu"], "group_bytes": getattr(w, "group_bytes", None),
                "writer_timings": {k: round(v, 4) for k, v in w.timings.items()
                                   if not k.startswith("task_")},
                "store_timings": {k: round(v, 4) for k, v in w.pfm.timings.items()},
@@ -344,6 +344,8 @@ def load_pieces_main(a) -> dict:
 
     folder = a.survey or datasets.survey(datasets.pings_for(datasets.DEFAULT_GB))
     rec, grid, cfg, paths, pieces = record_pieces(Path(folder), a.files, a.bin_size, a.work)
+    if a.pieces:
+        pieces = pieces[:a.pieces]
     from pfm_dask.pfm._bitpack import load_kernels
 
     load_kernels()
@@ -360,6 +362,7 @@ def load_pieces_main(a) -> dict:
     out_bytes = best["sizes"]["ndx"] + best["sizes"]["bin"]
     busy_mb_s = out_bytes / best["write_s"] / 1e6
     res = {"survey": str(folder), "files": a.files, "bin_size_m": a.bin_size,
+           "writer_cpu_s": best["write_cpu_s"],
            "pieces": len(pieces), "threads": a.threads, "journal": not a.no_journal,
            "group_bytes": best["group_bytes"], "output_bytes": out_bytes,
            "writer_busy_mb_per_s": busy_mb_s, "raw_write_mb_per_s": raw_mb_s,
@@ -369,8 +372,9 @@ def load_pieces_main(a) -> dict:
     res["command"] = ("python -m benchmarks.bench_pfm_write --load-pieces"
                       f" --files {a.files} --bin-size {a.bin_size:g} --threads {a.threads}"
                       + (" --no-journal" if a.no_journal else "")
+                      + (f" --pieces {a.pieces}" if a.pieces else "")
                       + (f" --group-bytes {a.group_bytes}" if a.group_bytes else ""))
-    write_results(f"bench_pfm_write_pieces_{a.files}f", res)
+    write_results(f"bench_pfm_write_pieces_{a.files}f" + (f"_{a.pieces}p" if a.pieces else ""), res)
     return res
 
 
@@ -419,6 +423,7 @@ def main(argv=None) -> dict:
     lp.add_argument("--bin-size", type=float, default=50.0, help="bin size, metres")
     lp.add_argument("--threads", type=int, default=1, help="writer threads (--serial: 1)")
     lp.add_argument("--no-journal", action="store_true", help="without crash safety")
+    lp.add_argument("--pieces", type=int, default=0, help="replay only the first N pieces")
     lp.add_argument("--group-bytes", type=int, default=0,
                     help="the writer's group budget (default: its own, a quarter of the backlog)")
     a = ap.parse_args(argv)

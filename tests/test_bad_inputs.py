@@ -132,8 +132,8 @@ def test_mixed_corpus_completes_reports_each_problem_and_loads_every_good_soundi
     inputs = list(files) + [corpus[n][0] for n in names] + [files[0]]  # a duplicate path
     vanish = corpus["vanishes.gsf"][0]
 
-    def progress(st):  # after the first piece is written, the file disappears
-        if st["watermark"] >= 1 and vanish.exists():
+    def progress(st):  # once the first piece is in the writer, the file disappears
+        if st["watermark"] + st["backlog_batches"] >= 1 and vanish.exists():
             vanish.unlink()
 
     res = pipeline.run_load([str(f) for f in inputs], tmp_path / "mix.pfm", CFG, mode="serial",

@@ -41,7 +41,10 @@ def _watermark(out: Path) -> int:
 def test_ctrl_c_stops_with_one_line_and_the_printed_command_finishes(survey, tmp_path, mode):
     out = tmp_path / "int.pfm"
     cmd = [sys.executable, "-m", "pfm_dask.cli", "load", str(survey), "-o", str(out), "-q",
-           "--bin-size", "25", "--checkpoint-seconds", "0", *mode]
+           "--bin-size", "25", "--checkpoint-seconds", "0",
+           # a small backlog: the writer's groups of pieces are small, and its watermark
+           # moves early in the load (docs/design.md)
+           "--max-backlog", "8MiB", *mode]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:
