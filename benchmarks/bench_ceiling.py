@@ -251,7 +251,7 @@ def main(argv=None) -> dict:
 
     from .bench_load import run_once
 
-    t = time.perf_counter()
+    t, load_at_start = time.perf_counter(), os.getloadavg()[0]
     run_once(files[:1], "serial", 1, _cfg("none", a.bin_size), "ceiling-warm", work=a.work)
     remove_pfm(a.work / "ceiling-warm.pfm")
     cells = measure(files, setups, threads, serial_setups, a.bin_size, a.work)
@@ -264,7 +264,7 @@ def main(argv=None) -> dict:
     results = {"survey": a.survey, "files": len(files), "gsf_bytes": gsf_bytes,
                "bin_size_m": a.bin_size, "threads": threads, "disk": bw, "setups": cells,
                "model_ceiling": _model_ceiling(a.results_dir, len(files)),
-               "load_avg_1m_at_end": os.getloadavg()[0],
+               "load_avg_1m_at_start": load_at_start, "load_avg_1m_at_end": os.getloadavg()[0],
                "minutes": (time.perf_counter() - t) / 60}
     name = "bench_ceiling" + ("_quick" if a.quick else "" if a.survey == "pfmloader74"
                               else f"_{a.survey}")
@@ -278,10 +278,17 @@ def _section(name: str, doc: dict) -> str:
     r = doc["results"]
     top = str(max(r["threads"]))
     disk = r["disk"]["write_mb_per_s"]
+    start = r.get("load_avg_1m_at_start")
     L = [f"### {r['files']} files, {r['gsf_bytes'] / 1e9:.2f} GB (`{name}.json`, "
-         f"{doc['machine'].get('date_utc', '?')}, load average "
-         f"{doc['machine'].get('load_average_1m') or 0:.1f} at the start, "
-         f"{r.get('load_avg_1m_at_end', 0):.1f} at the end)", "",
+         f"{doc['machine'].get('date_utc', '?')}, {r.get('minutes', 0):.0f} min; load average "
+         + (f"{start:.1f} at the start, " if start is not None else "")
+         + f"{r.get('load_avg_1m_at_end', 0):.1f} at the end on "
+         f"{doc['machine'].get('logical_cores', '?')} cores)", "",
+         *(["**The machine was shared** (load average above its core count): every stage ran "
+            "slower than on an idle machine, each by its own factor, so these figures are not "
+            "the idle machine's.", ""]
+           if r.get("load_avg_1m_at_end", 0) > (doc["machine"].get("logical_cores") or 1)
+           else []),
          f"Raw sequential write of the disk in the same run: **{disk:,.0f} MB/s**. Replay and "
          f"final step on {top} thread(s) (the Dask writer's); `--serial` measured where marked, "
          "else the sum of its stages measured here (pre-scan + preparing every piece + replay "
