@@ -48,7 +48,7 @@ from ._arrays import runs
 from .config import LoadConfig
 from . import journal as J
 from .errors import ConfigError, GsfError, LoadError, PfmDaskError
-from .soundings import BATCH_SCHEMA, Piece, prepare_piece
+from .soundings import BATCH_SCHEMA, Piece, _column, _valid_mask, prepare_piece
 from .outputs import (Complete, _dedupe, _existing, _given, _inspect_output, _new_files,
                       _plan_resume, _refuse_foreign, _refuse_unfinished, _unfinished,
                       check_append_fits)
@@ -132,10 +132,9 @@ def prescan_file(path: str, exact_beams: bool = False) -> dict:
             lats, lons = [lat[ok & single]], [lon[ok & single]]
             multi = ok & ~single
             if multi.any():
-                across = t.column("across_track").fill_null(0.0).to_numpy()
-                along_col = t.column("along_track")
-                along = along_col.fill_null(0.0).to_numpy()
-                present = along_col.is_valid().to_numpy(zero_copy_only=False)
+                across = _column(t, "across_track", np.float64, 0.0)  # no pyarrow.compute
+                along = _column(t, "along_track", np.float64, 0.0)
+                present = _valid_mask(t, "along_track")
                 heading = t.column("heading").to_numpy()
                 blat, blon = gsf.beam_positions(lat[multi], lon[multi], heading[multi],
                                                 across[multi], along[multi],
