@@ -252,7 +252,9 @@ def plan_pieces(scans: list[dict], cfg: LoadConfig, *, first_file_number: int = 
     that wait. The plan depends on the inputs and the configuration only, never
     on the cluster, so every mode and worker count writes the same bytes.
     """
-    budget = max(1, cfg.max_backlog_bytes // 4 // BYTES_PER_SOUNDING)  # soundings per piece
+    # soundings per piece: writing one takes about 6x its batch's bytes more in the writer's
+    # process (docs/performance.md, memory), so a piece is a sixteenth of the backlog
+    budget = max(1, cfg.max_backlog_bytes // 16 // BYTES_PER_SOUNDING)
     ranges: list[list] = []  # [file index, first ping, end ping, pings in file, beams]
     for i, s in enumerate(scans):
         n = int(s.get("n_pings") or 0)
