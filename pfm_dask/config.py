@@ -167,7 +167,7 @@ class LoadConfig:
     cellstd: float = _setting(2.4, CONTENT, ("--cellstd",), "area filter: standard deviations")
     deep_only: bool = _setting(True, CONTENT, ("--deep-only/--two-sided",),
                                "area filter: cut the deep side only")
-    # The plan: pieces of at most a quarter of the backlog (estimated bytes), so the backlog
+    # The plan: pieces of at most a sixteenth of the backlog (estimated bytes), so the backlog
     # decides where a file is cut, and so the records' places in the .bin and .ndx (two
     # 600-ping EM302 files: 110 pieces at 1 MiB, 4 at 512 MiB; another .ndx, the same dump).
     # The driver's window also holds to it. A resume keeps the journal's plan.

@@ -20,6 +20,7 @@ from .bins import BinGrid
 from .config import LoadConfig
 from .errors import ConfigError, GsfError, LoadError
 from .pieces import BATCH_SCHEMA, Piece
+from .soundings import _column, _valid_mask
 
 __all__ = ["prescan_file", "area_from_scans", "grid_sanity", "plan_pieces", "auto_mode",
            "MAX_GRID_BINS", "SPARSE_SOUNDINGS_PER_BIN", "SMALL_LOAD_BYTES",
@@ -98,10 +99,9 @@ def prescan_file(path: str, exact_beams: bool = False) -> dict:
             lats, lons = [lat[ok & single]], [lon[ok & single]]
             multi = ok & ~single
             if multi.any():
-                across = t.column("across_track").fill_null(0.0).to_numpy()
-                along_col = t.column("along_track")
-                along = along_col.fill_null(0.0).to_numpy()
-                present = along_col.is_valid().to_numpy(zero_copy_only=False)
+                across = _column(t, "across_track", np.float64, 0.0)  # no pyarrow.compute
+                along = _column(t, "along_track", np.float64, 0.0)
+                present = _valid_mask(t, "along_track")
                 heading = t.column("heading").to_numpy()
                 blat, blon = gsf.beam_positions(lat[multi], lon[multi], heading[multi],
                                                 across[multi], along[multi],
@@ -190,7 +190,9 @@ def plan_pieces(scans: list[dict], cfg: LoadConfig, *, first_file_number: int = 
     that wait. The plan depends on the inputs and the configuration only, never
     on the cluster, so every mode and worker count writes the same bytes.
     """
-    budget = max(1, cfg.max_backlog_bytes // 4 // BYTES_PER_SOUNDING)  # soundings per piece
+    # soundings per piece: writing one takes about 6x its batch's bytes more in the writer's
+    # process (docs/performance.md, memory), so a piece is a sixteenth of the backlog
+    budget = max(1, cfg.max_backlog_bytes // 16 // BYTES_PER_SOUNDING)
     ranges: list[list] = []  # [file index, first ping, end ping, pings in file, beams]
     for i, s in enumerate(scans):
         n = int(s.get("n_pings") or 0)
