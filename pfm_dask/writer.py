@@ -438,6 +438,7 @@ class PfmWriter(WriterJournal):
         if self._next < self.n_pieces:
             raise LoadError(f"finish() called with {self.n_pieces - self._next} pieces "
                             "not yet written", path=self.path)
+        self._merge_bufs.clear()    # the groups are written: their buffers are not needed
         self.pfm.flush()
         if self.jphase == "loading":
             self._checkpoint("loaded")
