@@ -1,0 +1,111 @@
+"""The embedded cluster: its worker layout (compute processes and the writer's own disk
+process), the Dask settings it runs with, and the factory ``pfm-dask load`` starts.
+
+Every server listens on loopback (pfm_dask.security); :mod:`pfm_dask.cluster` re-exports
+these names beside the Slurm and PBS clusters.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .errors import ConfigError
+from .security import LOOPBACK, scratch_folder
+
+__all__ = ["LOCAL_DISK_WORKER", "local_worker_specs", "make_local_cluster", "worker_environment"]
+
+LOCAL_DISK_WORKER = "pfm-disk"  #: the embedded cluster's disk worker (the writer's process)
+
+
+def local_worker_specs(workers: int, *, scratch: str, host: str, processes: bool = True,
+                       memory_limit: str | int = "auto", writer_apart: bool = True) -> dict:
+    """The embedded cluster's worker layout, as :class:`distributed.SpecCluster` specs.
+
+    ``workers`` compute workers (one thread, ``compute=1`` each) and, with
+    ``writer_apart``, one more process that holds ``disk=1`` and nothing else: the writer
+    actor and the final step run there, as on a disk node. Sharing a process with a
+    computing task cost the writer its pace (the few-large-files load of issue 19: the
+    writer's wall time three times its CPU, the backlog full, 2 workers slower than
+    ``--serial``), since both take turns on one GIL and one allocator. ``writer_apart=False``
+    gives the first compute worker the ``disk`` resource too (a single process per worker,
+    the pieces made there handed over in memory).
+    """
+    from distributed import Nanny, Worker
+
+    def spec(resources: dict, nthreads: int = 1) -> dict:
+        opts = {"nthreads": nthreads, "resources": resources, "memory_limit": memory_limit,
+                "host": host, "dashboard_address": f"{host}:0", "local_directory": scratch}
+        if processes:
+            opts["silence_logs"] = logging.WARNING
+            opts["preload"] = ["pfm_dask._worker_signals"]  # Ctrl-C is the driver's
+        return {"cls": Nanny if processes else Worker, "options": opts}
+
+    specs = {}
+    if writer_apart:
+        specs[LOCAL_DISK_WORKER] = spec({"disk": 1})
+    for i in range(workers):
+        specs[f"pfm-worker-{i}"] = spec({"compute": 1, **({} if writer_apart or i else {"disk": 1})})
+    return specs
+
+
+# ------------------------------------------------------------------ the embedded cluster
+def make_local_cluster(workers: int, *, dashboard_address: str | None = None,
+                       memory_limit: str | int = "auto", processes: bool = True,
+                       writer_apart: bool = True):
+    """An embedded cluster of ``workers`` compute processes and the writer's disk process
+    (the layout: :func:`local_worker_specs`).
+
+    Every server (scheduler, nannies, workers, their HTTP servers) listens on 127.0.0.1
+    only; ``dashboard_address`` (default ``127.0.0.1:0``) may open the dashboard. Their
+    scratch space is a temporary folder removed when the cluster closes (pfm_dask.security).
+    ``processes=False`` runs the workers in this process (tests that patch code).
+    """
+    from distributed import Scheduler
+
+    from .security import LOCAL_DASHBOARD, scratch_spec_cluster
+
+    if workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {workers}")
+    scratch = scratch_folder()
+    specs = local_worker_specs(workers, scratch=scratch, host=LOOPBACK, processes=processes,
+                               memory_limit=memory_limit, writer_apart=writer_apart)
+    # The scheduler runs in this process: the preload adds the "PFM writer" page and plugin.
+    scheduler = {"cls": Scheduler, "options": {
+        "host": LOOPBACK, "dashboard_address": dashboard_address or LOCAL_DASHBOARD,
+        "local_directory": scratch, "preload": ["pfm_dask.dashboard"]}}
+    with worker_environment():
+        return scratch_spec_cluster()(workers=specs, scheduler=scheduler, scratch=scratch,
+                                      silence_logs=logging.WARNING, name="pfm-dask")
+
+
+#: Periodic work of every Dask server (scheduler, nannies, workers) made less frequent: the
+#: event-loop tick measured every 20 ms (a diagnostic: it only warns of a blocked loop), the
+#: system monitor every 0.5 s (the dashboard's CPU and memory plots), the memory checks every
+#: 0.1 s. An idle 2-worker cluster spent 4.8% of a core on these, 1.3% with these values; a
+#: loaded one much more, since each wake-up takes the GIL from a busy task or writer thread
+#: (2-worker loads of the 1.1 GB survey: 20.2-20.6 s against 21.3-22.7 s, docs/performance.md).
+_QUIET_LOOPS = {"distributed.admin.tick.interval": "1s",
+                "distributed.admin.system-monitor.interval": "1s",
+                "distributed.worker.memory.monitor-interval": "500ms"}
+
+
+def worker_environment():
+    """Dask's settings for the embedded cluster: no ``MALLOC_TRIM_THRESHOLD_``, no profiler, and
+    fewer wake-ups of the event loops (``_QUIET_LOOPS``).
+
+    distributed starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which stops
+    glibc from reusing large freed blocks: every large numpy array in a worker is then
+    freshly mapped and page-faulted, and the decode and final step cost about 1.5-2x the
+    CPU they cost in ``--serial`` (measured). Its statistical profiler samples every
+    thread's stack every 10 ms, the writer's and the decoding task's included: about 2-5
+    CPU seconds per GB loaded on a 2-core machine (measured), for a dashboard page a
+    batch load seldom needs (set ``DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=True`` and
+    ``--scheduler`` to an own cluster to profile). Nannies read these settings when
+    created, so create them inside this context.
+    """
+    import dask
+
+    env = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
+    env.pop("MALLOC_TRIM_THRESHOLD_", None)
+    return dask.config.set({"distributed.nanny.pre-spawn-environ": env,
+                            "distributed.worker.profile.enabled": False, **_QUIET_LOOPS})
