@@ -84,3 +84,22 @@ def _top_level() -> list[str]:
 def test_readme_layout_lists_every_public_module(path):
     table = README.split("## Layout", 1)[1].split("\n## ", 1)[0]
     assert f"`{path}`" in table, f"README's layout table lacks {path}"
+
+
+#: The research notes kept outside the repository. Spelled in parts so this file does not cite them.
+_OUTSIDE_NOTES = re.compile(r"\b(?:" + "|".join(("PFM", "DASK", "FORMAT", "STYLE")) + r")_NOTES\b")
+
+
+def test_no_citation_of_notes_outside_the_repository():
+    """Code, tests and docs cite docs/ pages, never the research notes a reader does not have."""
+    hits = []
+    for top in ("pfm_dask", "tests", "benchmarks", "docs"):
+        for path in sorted((REPO / top).rglob("*")):
+            if path.suffix in (".py", ".md", ".yaml", ".toml", ".txt") and path.is_file():
+                for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                    if _OUTSIDE_NOTES.search(line):
+                        hits.append(f"{path.relative_to(REPO)}:{n}")
+    for n, line in enumerate(README.splitlines(), 1):
+        if _OUTSIDE_NOTES.search(line):
+            hits.append(f"README.md:{n}")
+    assert not hits, hits

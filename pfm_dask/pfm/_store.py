@@ -4,7 +4,7 @@ A PFM ``X.pfm`` is a handle file plus ``X.pfm.data/`` holding ``X.pfm.ctl``
 (input files), ``X.pfm.lin`` (line names), ``X.pfm.bin`` (header and
 bit-packed bin records), ``X.pfm.ndx`` (bit-packed physical depth records
 chained per bin) and ``X.pfm.cvg`` (coverage map). Layout and numeric rules
-are those of PFM library V7.00 (PFM_NOTES 2.x, ``lib-pfm_lib : pfm_io.c``);
+are those of PFM library V7.00 (docs/pfm-format.md, ``lib-pfm_lib : pfm_io.c``);
 everything here is numpy over many records at once.
 
 This module holds the file itself (opening, creating, the ``.ctl``/``.lin`` lists,
