@@ -29,7 +29,7 @@ __all__ = ["SAMPLE_NAME", "build", "cached_file", "find_sample", "samples_dir"]
 SAMPLE_NAME = "ukho-gsfpy__0059_20181102_212138_EX1811_MB_EM302.gsf.mb121"
 _REPO = Path(__file__).resolve().parent.parent
 
-# Offsets in the ping record's data part (FORMAT_NOTES §3.1; longitude before latitude).
+# Offsets in the ping record's data part (docs/gsf-format.md §3; longitude before latitude).
 _TIME_SEC, _LON, _LAT = 0, 8, 12
 _KEEP_RECORDS = (1, 3, 4)   # header, sound velocity profile, processing parameters
 _PING = 2

@@ -5,7 +5,7 @@ The PFM I/O library stores every number as an integer code made with its
 and sounding offsets partly in C ``float``. A writer that wants the same codes
 as the library has to round the same way at the same precision; these helpers
 do that, vectorised, so the PFM and bin code never reimplement them
-(PFM_NOTES 2.5, 2.7, 2.12).
+(docs/pfm-format.md §7).
 
 Two C facts drive the details:
 

@@ -14,7 +14,7 @@ For ``slurm`` and ``pbs`` a load runs on two kinds of batch job
   own queue and resources, ``--resources disk=1``, one process, one thread,
   never ``--lifetime``. It is submitted and cancelled here, outside the
   cluster's scaled spec, because ``SpecCluster.scale`` may drop any spec entry
-  and with it the writer (DASK_NOTES 2.1, 2.5). Adaptive scaling never picks it
+  and with it the writer (docs/cluster.md, What runs where). Adaptive scaling never picks it
   either: :class:`_ComputeAdaptive` only closes workers of the spec, and the
   scheduler plugin of :mod:`pfm_dask.dashboard` keeps disk workers out of
   every downscaling.
@@ -261,7 +261,7 @@ class _Parser:
                           "cores/processes, resources from the job's role)")
             if forbid_lifetime and flag.startswith("--lifetime"):
                 self.fail(name, f"must not contain {flag}: a disk worker that retires takes the "
-                          "writer with it (DASK_NOTES 4.8); give the disk job a longer walltime")
+                          "writer with it (docs/cluster.md); give the disk job a longer walltime")
             if not forbid_lifetime and flag.startswith("--lifetime"):
                 self.fail(name, f"use compute.lifetime instead of {flag} here")
         return tuple(words)

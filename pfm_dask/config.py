@@ -23,7 +23,7 @@ import math
 import os
 import re
 import sys
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, NamedTuple
 
 from .errors import ConfigError
@@ -208,10 +208,6 @@ class LoadConfig:
     @property
     def null_depth(self) -> float:
         return self.max_depth + 1.0
-
-    def with_area(self, mbr=None, polygon=None) -> "LoadConfig":
-        return replace(self, mbr=mbr if mbr is not None else self.mbr,
-                       polygon=polygon if polygon is not None else self.polygon)
 
     def to_dict(self) -> dict:
         return asdict(self)

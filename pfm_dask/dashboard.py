@@ -3,7 +3,7 @@
 The writer actor publishes its status every half second with
 ``worker.log_event("pfm-writer", status)``. The scheduler hands each event to
 :class:`PfmWriterPlugin`, which keeps the latest status and a history, and
-serves them three ways from the scheduler's dashboard port (DASK_NOTES 2.4):
+serves them three ways from the scheduler's dashboard port (docs/cluster.md, Watching a load):
 
 * ``/metrics``: gauges such as ``pfm_writer_backlog_bytes``,
   ``pfm_writer_backlog_batches``, ``pfm_writer_soundings_total``,
@@ -313,7 +313,7 @@ def install_pages() -> bool:
     """Add the page to Dask's dashboard apps; schedulers started afterwards in this process show it.
 
     Uses ``distributed.dashboard.scheduler.applications``, an internal dict
-    (DASK_NOTES 4.11): checked against distributed 2026.8 by the tests.
+    (docs/cluster.md, Watching a load): checked against distributed 2026.8 by the tests.
     """
     try:
         from distributed.dashboard import scheduler as dash

@@ -13,7 +13,7 @@ Shape (docs/usage.md has the user's view, docs/design.md the reasons):
 4. **Pieces**: tasks restricted to the ``compute`` resource (any worker on a
    cluster where no worker declares it) decode and bin a piece (:func:`~pfm_dask.soundings.prepare_piece`) and hand it straight to
    the actor, which only buffers it; tasks never wait for their turn (that
-   deadlocks: DASK_NOTES 2.2). The *driver* holds the window: it submits a
+   deadlocks: docs/design.md). The *driver* holds the window: it submits a
    piece only while the estimated bytes in flight plus the writer's backlog
    stay under ``max_backlog_bytes``.
 5. **Final step** on the writer: area filter, recompute, header, check; the
@@ -340,7 +340,7 @@ def _register_dashboard(client) -> None:
 
 
 def _actor_lost(err: BaseException) -> bool:
-    """True when ``err`` says the worker holding the writer actor died (DASK_NOTES 2.1):
+    """True when ``err`` says the worker holding the writer actor died (docs/reliability.md):
     "Worker holding Actor was lost" (the scheduler), "Unable to contact Actor's worker"
     (a proxy in a task or the driver), or a closed connection to it."""
     text = f"{type(err).__name__}: {err}"

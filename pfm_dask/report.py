@@ -93,7 +93,7 @@ def _totals(files: list[dict]) -> dict:
     return tot
 
 
-def _problems(files: list[dict], scans: list[dict]) -> list[str]:
+def _problems(files: list[dict]) -> list[str]:
     out = []
     for f in files:
         for d in f.get("damage", []):
@@ -146,7 +146,7 @@ def _finalise(result_writer: dict, scans: list[dict], mode: str, grid: BinGrid,
     totals = _totals(files)
     res = LoadResult(pfm=result_writer["pfm"], mode=mode, files=files, totals=totals,
                      timings=timings, check=result_writer["check"],
-                     problems=(list(extra_problems or []) + _problems(files, scans)
+                     problems=(list(extra_problems or []) + _problems(files)
                                + _nothing_loaded(totals, scans)),
                      area_filter=result_writer.get("area_filter"),
                      grid={"width": grid.width, "height": grid.height, "min_x": grid.min_x,

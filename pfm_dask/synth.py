@@ -3,7 +3,7 @@
 A survey is a lawnmower of straight lines (one GSF file per line) over a smooth analytic seafloor
 with a regional slope, long-wavelength undulations, a seamount, a ridge and a scarp. Each ping
 has 432 equiangular beams over ±65°, depth noise of 0.2 % (nadir) to 0.5 % (outer beams) of
-depth, NAVO/HMPS beam flags (FORMAT_NOTES §5.2), and a sidecar ``truth.parquet`` naming every
+depth, NAVO/HMPS beam flags (docs/filters.md §1), and a sidecar ``truth.parquet`` naming every
 planted spike (isolated beams and small clusters, 3–30 % of depth, deeper or shallower) so that
 filters can be scored. The same seed and parameters give byte-identical files: nothing depends
 on the clock. Each file is generated in a few vectorised steps and written by
@@ -35,7 +35,7 @@ _A = 6378137.0                # WGS-84
 _F = 1.0 / 298.257223563
 _E2 = _F * (2.0 - _F)
 
-#: The beam-flag values the generator uses (NAVO/HMPS convention, FORMAT_NOTES §5.2).
+#: The beam-flag values the generator uses (NAVO/HMPS convention, docs/filters.md §1).
 FLAG_NAMES = {
     0x00: "valid",
     0x01: "null beam (no detection)",

@@ -3,7 +3,7 @@
 Nothing here uses pfm-dask's reader, geodesy or binning: GSF is decoded by the C
 GSF library (through gsfpy), beams are placed with geographiclib, and pfmLoader's
 screening rules and bin statistics are written out again, plainly, from
-PFM_NOTES 2.11 and 3.3.
+docs/pfm-format.md §6 and docs/filters.md §1.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The area filter against a slow, per-bin raster-order reference written here, plus its bug fixes.
 
-The reference follows PFM_NOTES 3.5 bin by bin in pfmLoader's raster order (one Python loop
+The reference follows docs/filters.md §3 bin by bin in pfmLoader's raster order (one Python loop
 per bin and per sounding), with the fixes this project makes: edge rows filtered with the
 3 x 3 block clipped at the grid, no cut when the threshold is 0, double-precision two-pass
 statistics. It shares no code with ``pfm_dask.filters._area``.
@@ -234,7 +234,7 @@ def test_raster_order_difference_is_the_left_neighbour():
 
 
 def test_edge_rows_are_filtered():
-    # pfmLoader never filters rows 0 and H-1 (PFM_NOTES 3.6); we do, with a clipped block.
+    # pfmLoader never filters rows 0 and H-1 (docs/filters.md §3); we do, with a clipped block.
     w, h = 6, 4
     rng = np.random.default_rng(3)
     bins = {(x, y): [[100.0 + rng.normal() * 0.1, 64] for _ in range(6)]
@@ -250,7 +250,7 @@ def test_edge_rows_are_filtered():
 
 def test_zero_spread_cuts_nothing():
     # One sounding per bin: every bin std is 0, the flat branch gives T = 0, and pfmLoader cuts
-    # every examined sounding (204 of 204 two-sided in PFM_NOTES 3.6). We cut none.
+    # every examined sounding (204 of 204 two-sided, docs/filters.md §3). We cut none.
     w, h = 7, 6
     rng = np.random.default_rng(5)
     bins = {(x, y): [[100.0 + rng.normal() * 0.05, 64]] for x in range(w) for y in range(h)}

@@ -1,6 +1,6 @@
 """The PFM bin grid, bin assignment, polygon test and offset codes.
 
-References: hand-worked grids from the library rules (PFM_NOTES 2.5, 2.7), a
+References: hand-worked grids from the library rules (docs/pfm-format.md §2-§4), a
 slow per-point reimplementation written here (Franklin's PNPOLY for the
 polygon, struct-based float32 rounding and decimal rounding for the offsets),
 and geographiclib for the geodesic quantities.
@@ -116,7 +116,7 @@ def test_degree_bins_hand_worked_non_multiple():
 
 @needs_geographiclib
 def test_metre_bins_at_the_pfm_notes_latitude():
-    # area centred on 30.16264 N, where PFM_NOTES 2.12 gives y = 1.80424827e-5 deg for 2 m bins
+    # area centred on 30.16264 N, where docs/geodesy-and-bins.md §1 gives y = 1.80424827e-5 deg for 2 m bins
     g = BinGrid.from_mbr(30.15, -88.2, 30.17528, -88.1, bin_size_m=2.0)
     assert f"{g.y_bin:.8e}" == "1.80424827e-05"
     # header values are what %.15f / %.9f print and sscanf reads back

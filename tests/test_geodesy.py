@@ -85,8 +85,9 @@ def test_short_distances_match_geographiclib():
 
 
 def test_pfm_notes_bin_size_figure():
-    # PFM_NOTES 2.12: for 2 m bins "at 30.16 N" the library's y bin is 1.80424827e-5 deg while an exact
-    # geodesic gives 1.80415552e-5. Both figures hold together for an area centre at 30.16264 N.
+    # docs/geodesy-and-bins.md §1: for 2 m bins "at 30.16 N" the library's y bin is 1.80424827e-5 deg
+    # while an exact geodesic gives 1.80415552e-5. Both figures hold together for an area centre at
+    # 30.16264 N.
     lat0 = 30.16264
     lat2, _ = direct(lat0, -88.0, 0.0, 2.0)
     assert f"{lat2 - lat0:.8e}" == "1.80424827e-05"

@@ -111,7 +111,7 @@ def _check_against_reference(paths, pfm_path, res, tmp, herr_default=1.5, verr_d
         assert bins["num_soundings"][i] == w["num_soundings"]
         assert bins["num_valid"][i] == w["num_valid"]
         for k in ("avg_filtered", "min_filtered", "max_filtered"):
-            # half the 0.01 m quantum, plus float32 decoding near 1e4 (PFM_NOTES 2.12)
+            # half the 0.01 m quantum, plus float32 decoding near 1e4 (docs/pfm-format.md §7)
             assert abs(bins[k][i] - w[k]) <= 0.0051 + 0.001, k
         assert abs(bins["std"][i] - w["std"]) <= 1e-5 + 1e-6 * w["std"]
     return soundings, bins

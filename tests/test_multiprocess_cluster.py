@@ -4,7 +4,7 @@
 Loads go through ``--scheduler``; the writer must land on the disk worker, and
 the scheduler's ``/metrics``, ``/pfm/writer.json`` and ``/pfm-writer`` must
 show the load while it runs (the scheduler is another process, so this proves
-the gauges live there, DASK_NOTES 2.4). The finished PFM, read back with
+the gauges live there, docs/cluster.md). The finished PFM, read back with
 ``pfm.info``, is the reference for the final gauges.
 """
 
@@ -201,7 +201,7 @@ def test_metrics_and_page_during_a_load(dask_cluster, survey, tmp_path):
 
 def test_adaptive_scaling_spares_the_disk_worker(tmp_path):
     """Adaptive down to zero retires the compute workers of the cluster's spec, never the
-    hand-started disk worker (DASK_NOTES 2.1, pitfall 7): the scheduler as pfm_dask.cluster
+    hand-started disk worker (docs/cluster.md, What runs where): the scheduler as pfm_dask.cluster
     runs it, with the pfm_dask.dashboard preload, and its adaptive class."""
     from distributed import Client, LocalCluster
 

@@ -1,11 +1,11 @@
 """The area filter: pfmLoader's 3 x 3-bin statistical depth filter, row-streaming, with its bugs fixed.
 
-pfmLoader (``abe-pfmLoader : pfmFilter.cpp``; PFM_NOTES 3.5) compares every sounding of a bin
+pfmLoader (``abe-pfmLoader : pfmFilter.cpp``; docs/filters.md §3) compares every sounding of a bin
 with the mean of the 3 x 3 block of bins around it and cuts those more than
 ``cellstd x 2 x spread`` deeper (or, two-sided, away). This module runs the same algorithm one
 bin row at a time from caller callbacks, holding at most three rows; a compiled kernel walks
 each row in pfmLoader's raster order (a loop per bin, one pass).
-Fixed relative to pfmLoader (PFM_NOTES 3.6): the first and last rows are filtered (the block is
+Fixed relative to pfmLoader (docs/filters.md §3): the first and last rows are filtered (the block is
 clipped at the grid edges), a zero or undefined spread cuts nothing, and statistics are computed
 in double precision with a two-pass variance. Bins are not recomputed here: the kernel reports
 the soundings and bins that changed and the caller recomputes every bin afterwards.
@@ -144,7 +144,7 @@ def _k_filter_row(col, z, v, active, a_data, a_avg, a_std, p_data, p_avg, p_std,
                   b_data, b_avg, b_std, dxs, cellstd, max_slope, null_depth, deep_only,
                   exact_raster, min_cells, cut_reference, skip, post_skip, cut_bits, ref_bit,
                   cut, q_data, q_avg, q_std, counts):
-    """One row of the area filter in pfmLoader's raster order (PFM_NOTES 3.5, bugs fixed).
+    """One row of the area filter in pfmLoader's raster order (docs/filters.md §3, bugs fixed).
 
     Row y-1's post-filter statistics ``a_*``, this row's pre-filter ``p_*``, row y+1's
     pre-filter ``b_*``; bin x sees bin x-1 after filtering (``exact_raster``) or before.

@@ -27,7 +27,7 @@ __all__ = [
     "apply_depth_limits",
 ]
 
-# NAVO's HMPS beam-flag codes (lib-utility navo_gsf_flags.h); FORMAT_NOTES 5.2.
+# NAVO's HMPS beam-flag codes (lib-utility navo_gsf_flags.h); docs/filters.md §1.
 GSF_NULL_BEAM = 0x01            # ignore, no detection: tested by exact equality
 GSF_MANUALLY_EDITED = 0x05      # ignore, manually edited
 GSF_FILTER_EDITED = 0x09        # ignore, filter edited

@@ -1,6 +1,6 @@
 """The per-file swath filter: robust local-surface outlier test on the ping x beam grid.
 
-Project-defined (pfmLoader's old swath filter has no public source, PFM_NOTES 3.7). Each
+Project-defined (pfmLoader's old swath filter has no public source, docs/filters.md §2). Each
 valid sounding is compared with a robust local surface fitted to its valid neighbours in
 a ``window_pings x window_beams`` window (itself left out), and flagged
 FILTER_INVAL | MODIFIED when its residual exceeds ``threshold`` robust standard deviations.

@@ -6,7 +6,7 @@ pings of one :meth:`GsfWriter.write_pings` call that share a layout become numpy
 arrays (about a megabyte of beams at a time) whose memory is written to the file as is, so
 writing runs at close to disk speed (~360 MB/s for EM302-sized pings on one core).
 
-Conventions follow FORMAT_NOTES §2–§3: big-endian, records padded to 4 bytes with the size word
+Conventions follow docs/gsf-format.md §1–§3: big-endian, records padded to 4 bytes with the size word
 counting the padding, a 56-byte ping header for major version ≥ 3 (42 bytes before), a
 scale-factor subrecord (id 100) in the first ping and again whenever factors change (listing
 only the entries that changed), per-beam arrays quantised as
@@ -27,7 +27,7 @@ from ..errors import GsfError
 
 __all__ = ["GsfWriter", "ScaleFactor"]
 
-# Record ids (FORMAT_NOTES §2).
+# Record ids (docs/gsf-format.md §2; the reader's table is gsf/_records.py).
 _REC_HEADER = 1
 _REC_PING = 2
 _REC_PROCESSING_PARAMETERS = 4

@@ -1,6 +1,6 @@
 """Beam positions on WGS-84 from a ping position, heading and across/along-track distances.
 
-pfmLoader places a beam of a multibeam ping (PFM_NOTES 3.3, FORMAT_NOTES 5.3)
+pfmLoader places a beam of a multibeam ping (docs/geodesy-and-bins.md §8)
 by moving from the ping position ``across_track`` metres along azimuth
 ``heading + 90`` and then, when the ping has an along-track array,
 ``along_track`` metres along ``heading``, both with nvutility's ``newgp`` (the

@@ -3,7 +3,7 @@
 Every PFM record (a bin record in ``.bin``, a physical depth record in
 ``.ndx``) is a bit stream: unsigned fields packed back to back, most
 significant bit first, the record padded with zero bits to a whole byte
-(``lib-pfm_lib : bit_pack.c``; PFM_NOTES 2.6, 2.7). A :class:`BitLayout`
+(``lib-pfm_lib : bit_pack.c``; docs/pfm-format.md §3, §4). A :class:`BitLayout`
 describes one such record as a list of ``(key, bit_offset, nbits)`` fields and
 packs or unpacks many records at once.
 

@@ -150,7 +150,7 @@ def _fast_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
     (:meth:`_Walker.walk_clean`) find nothing, with the sounding checks'
     problems in ``pr``; ``None`` whenever the exact walk has anything to say
     (or this fast path cannot tell), and then the caller runs the exact one.
-    The records reached are still to be :func:`._chains.visit`\ ed in band order.
+    The records reached are still to be visited (:func:`._chains.visit`) in band order.
     """
     if not _FAST_WALK:
         return None

@@ -1,6 +1,6 @@
 """The v7 coverage map (``X.pfm.cvg``): creation and updates from bin validity.
 
-Layout (PFM_NOTES 2.8; ``lib-pfm_lib : pfm_io.c`` ``create_cov_file``,
+Layout (docs/pfm-format.md §5; ``lib-pfm_lib : pfm_io.c`` ``create_cov_file``,
 ``update_cov_map``): the version string and ``[END OF HEADER]`` lines, zero
 filled to 65536 bytes, then one byte per bin in bin order (row-major from the
 south-west). After a bin record is written the library copies three bin

@@ -4,7 +4,7 @@ The format defines this grid (its header fields, the library's binning), so the 
 owns it; the loader imports it as :mod:`pfm_dask.bins`.
 
 A grid made here is the grid pfmLoader would have made for the same area and
-bin size (PFM_NOTES 2.5, 2.7; ``lib-pfm_lib : pfm_io.c`` ``write_bin_header``
+bin size (docs/geodesy-and-bins.md §3, §4; ``lib-pfm_lib : pfm_io.c`` ``write_bin_header``
 init branch, ``read_bin_header``, ``compute_index_ptr``, ``bin_inside_ptr``;
 ``pfm_cached_io.c`` for the sounding offsets):
 
@@ -226,7 +226,7 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class BinGrid:
-    """A geographic PFM bin grid: corners, bin sizes, dimensions, polygon (PFM_NOTES 2.5).
+    """A geographic PFM bin grid: corners, bin sizes, dimensions, polygon (docs/pfm-format.md §2).
 
     Values are those the library itself works with after creating the file:
     ``min_*``/``max_*`` (degrees, max pushed out to ``min + n * size``) and the
@@ -496,7 +496,7 @@ class BinGrid:
         bins), the inverse geodesic across one bin from the SW corner (from
         the NW corner going south when ``min_y <= 0``). Otherwise
         ``2 * sqrt(bin_size_xy)``, which equals the true diagonal only for
-        2 m bins; it is kept because it is what pfmLoader uses (PFM_NOTES 3.5).
+        2 m bins; it is kept because it is what pfmLoader uses (docs/filters.md §3).
         """
         if abs(self.x_bin - self.y_bin) < 0.000001:
             if self.min_y <= 0.0:

@@ -4,7 +4,7 @@ The header is ASCII ``[KEY] = value`` lines in a fixed order, zero filled to
 ``[BIN HEADER SIZE]`` bytes (131072 for files created by v7). The key order,
 value types and print formats follow the library's key table
 (``lib-pfm_lib : pfm_header.h``) and its writer/reader (``write_bin_header``,
-``read_bin_header`` in ``pfm_io.c``); see PFM_NOTES 2.5:
+``read_bin_header`` in ``pfm_io.c``); see docs/pfm-format.md §2:
 
 * ``f32`` keys print with ``%f`` of the C ``float`` value, ``f64`` keys with
   ``%f``, ``f64pN`` keys with ``%.Nf`` (9 decimals for the MBR, 15 for bin

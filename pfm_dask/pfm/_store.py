@@ -4,7 +4,7 @@ A PFM ``X.pfm`` is a handle file plus ``X.pfm.data/`` holding ``X.pfm.ctl``
 (input files), ``X.pfm.lin`` (line names), ``X.pfm.bin`` (header and
 bit-packed bin records), ``X.pfm.ndx`` (bit-packed physical depth records
 chained per bin) and ``X.pfm.cvg`` (coverage map). Layout and numeric rules
-are those of PFM library V7.00 (PFM_NOTES 2.x, ``lib-pfm_lib : pfm_io.c``);
+are those of PFM library V7.00 (docs/pfm-format.md, ``lib-pfm_lib : pfm_io.c``);
 everything here is numpy over many records at once.
 
 This module holds the file itself (opening, creating, the ``.ctl``/``.lin`` lists,
@@ -95,7 +95,6 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .._numeric import scaled_code_f64
 from ..errors import ConfigError, PfmFormatError
 from .. import validity as V
 from ._bitpack import bits_all_set, clear_bits
@@ -562,10 +561,6 @@ class PfmFile(PfmReads, PfmWrites):
         return nums
 
     # ------------------------------------------------------------------ coding
-    def _depth_codes(self, depth: np.ndarray) -> np.ndarray:
-        """Sounding depth codes, ``NINT((z + offset) * scale)`` in double."""
-        return scaled_code_f64(depth, self.header.depth_offset, self.header.depth_scale)
-
     def _depth_decode(self, code: np.ndarray) -> np.ndarray:
         h = self.header
         return (code.astype(np.float64) / np.float64(np.float32(h.depth_scale))
@@ -576,22 +571,6 @@ class PfmFile(PfmReads, PfmWrites):
         h = self.header
         v = code.astype(np.float32) / np.float32(h.depth_scale) - np.float32(h.depth_offset)
         return v.astype(np.float64)
-
-    def _error_codes(self, err, bits: int, scale: float, name: str) -> np.ndarray:
-        """``NINT(float(err) * float(scale))`` (float product); NaN, negative or too large -> null (2**bits - 1)."""
-        null = (1 << bits) - 1
-        e32 = np.asarray(err).astype(np.float32)
-        with np.errstate(invalid="ignore", over="ignore"):
-            bad = ~(e32 >= 0)                       # NaN or negative
-            e32 *= np.float32(scale)                # float * float, as the library
-            np.minimum(e32, np.float32(null + 1), out=e32)
-            e32[bad] = np.float32(null)
-        t = e32.astype(np.float64)
-        t += 0.5                                    # NINT widens to double, then adds 0.5
-        np.trunc(t, out=t)
-        code = t.astype(np.uint64)
-        np.minimum(code, np.uint64(null), out=code)
-        return code
 
     def _error_decode(self, code: np.ndarray, bits: int, scale: float) -> np.ndarray:
         if bits == 0:

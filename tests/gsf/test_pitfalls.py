@@ -1,4 +1,4 @@
-"""Pitfalls P1-P15 (FORMAT_NOTES §6) that concern a GSF reader, one test (or more) each.
+"""Pitfalls P1-P15 (docs/gsf-format.md §8) that concern a GSF reader, one test (or more) each.
 
 Synthetic files are built here byte by byte with :mod:`struct`, straight from the
 format description (nothing from ``pfm_dask.gsf`` is used to write them), so the

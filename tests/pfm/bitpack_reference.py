@@ -231,3 +231,22 @@ def unpack_records(records: np.ndarray, slots: int, slot_bits: int,
         for k in item_fields:
             out[k][s0:s1] = res[k].reshape(-1)[flat_t]
     return out
+
+
+def error_codes(err, bits: int, scale: float) -> np.ndarray:
+    """The numpy coding of an error field, as the store coded it before the kernels:
+    ``NINT(float(err) * float(scale))`` with a float product; NaN, negative or too large
+    values code as null (``2**bits - 1``)."""
+    null = (1 << bits) - 1
+    e32 = np.asarray(err).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        bad = ~(e32 >= 0)                       # NaN or negative
+        e32 *= np.float32(scale)                # float * float, as the library
+        np.minimum(e32, np.float32(null + 1), out=e32)
+        e32[bad] = np.float32(null)
+    t = e32.astype(np.float64)
+    t += 0.5                                    # NINT widens to double, then adds 0.5
+    np.trunc(t, out=t)
+    code = t.astype(np.uint64)
+    np.minimum(code, np.uint64(null), out=code)
+    return code

@@ -445,7 +445,6 @@ def test_pack_soundings_matches_reference(counts, slots, n_attr, seed, f32_error
             assert bytes(got[r]) == ref_record(fl, vl, rbytes), (g, j)
     # and the numpy path the store used before: codes made by numpy, packed by the numpy reference
     from pfm_dask._numeric import scaled_code_f64
-    from pfm_dask.pfm._store import PfmFile
 
     sel = np.concatenate([np.arange(a, a + c) for a, c in zip(start + fill, rem)]).astype(np.int64)
     flat = np.repeat(rec0 * slots, rem) + (np.arange(sel.size) - np.repeat(np.cumsum(rem) - rem, rem))
@@ -456,7 +455,7 @@ def test_pack_soundings_matches_reference(counts, slots, n_attr, seed, f32_error
         elif k in ("horizontal_error", "vertical_error"):
             sc, b = (hs, hb) if k == "horizontal_error" else (vs, vb)
             with np.errstate(over="ignore"):
-                v = (PfmFile._error_codes(None, values[k][sel], b, sc, k) if b
+                v = (R.error_codes(values[k][sel], b, sc) if b
                      else np.zeros(sel.size, np.uint64))
         else:
             v = values[k][sel].astype(np.uint64)
@@ -504,8 +503,8 @@ def test_pack_soundings_sink_gives_the_same_bytes():
 
 
 def test_pack_soundings_codes_like_the_store():
-    """Depth and error codes equal the numpy coding rules (scaled_code_f64, PfmFile._error_codes)."""
-    from pfm_dask.pfm._store import PfmFile
+    """Depth and error codes equal the numpy coding rules (scaled_code_f64,
+    bitpack_reference.error_codes)."""
 
     rng = np.random.default_rng(11)
     n = 200_000
@@ -521,7 +520,7 @@ def test_pack_soundings_codes_like_the_store():
     u = unpack_records(got, 1, 45, {"depth": (0, 32), "herr": (32, 12)}, np.arange(n))
     from pfm_dask._numeric import scaled_code_f64
     assert np.array_equal(u["depth"], scaled_code_f64(z, 10000.0, 100.0).astype(np.uint64))
-    assert np.array_equal(u["herr"], PfmFile._error_codes(None, herr, 12, 100.0, "horizontal_error"))
+    assert np.array_equal(u["herr"], R.error_codes(herr, 12, 100.0))
 
 
 def test_pack_soundings_rejects_bad_layouts():
@@ -648,7 +647,6 @@ def test_fill_slots_matches_a_bit_by_bit_reference(seed, int_type, f32_floats, n
     errors; mixed integer types, float32 or float64 values, NaN and negative errors."""
     from pfm_dask._numeric import scaled_code_f64
     from pfm_dask.pfm._bitpack import fill_slots
-    from pfm_dask.pfm._store import PfmFile
 
     rng = np.random.default_rng(seed)
     widths = {"file": 9, "line": 13, "ping": 18, "beam": 9, "depth": 22, "x_off": 12, "y_off": 12,
@@ -684,8 +682,8 @@ def test_fill_slots_matches_a_bit_by_bit_reference(seed, int_type, f32_floats, n
 
     codes = dict(vals)
     codes["depth"] = scaled_code_f64(vals["depth"].astype(np.float64), 10.0, 1000.0)
-    codes["horizontal_error"] = PfmFile._error_codes(None, vals["horizontal_error"], 12, 100.0, "h")
-    codes["vertical_error"] = PfmFile._error_codes(None, vals["vertical_error"], 17, 100.0, "v")
+    codes["horizontal_error"] = R.error_codes(vals["horizontal_error"], 12, 100.0)
+    codes["vertical_error"] = R.error_codes(vals["vertical_error"], 17, 100.0)
     want = before.copy()
     nbits = rbytes * 8
     for r, s0, f0, c in zip(rows.tolist(), slot0.tolist(), first.tolist(), count.tolist()):

@@ -1,4 +1,4 @@
-"""The .bin header: bit widths worked out by hand from PFM_NOTES, key order and formats, parsing."""
+"""The .bin header: bit widths worked out by hand from docs/pfm-format.md, key order and formats, parsing."""
 
 import math
 
@@ -51,7 +51,7 @@ def test_default_header_widths():
 
 
 def test_bin_record_size_sample_figure():
-    """PFM_NOTES 2.6: 14 depth bits and no attributes make a 263-bit, 33-byte bin record."""
+    """docs/pfm-format.md §3: 14 depth bits and no attributes make a 263-bit, 33-byte bin record."""
     # 14 bits: (max + offset + 1) * scale must be in [2**13, 2**14): 0..99.99 at 0.01 -> 10001
     h = PfmFile.new_header(grid(), min_depth=0.0, max_depth=99.0, precision=0.01, bin_size_m=2.0)
     assert h.depth_bits == 14

@@ -1,6 +1,6 @@
 """PFM store: files on disk, round trips through add_sorted/read_soundings, chains, rewrites.
 
-The reference here is a slow, independent reader written from PFM_NOTES 2.5-2.7:
+The reference here is a slow, independent reader written from docs/pfm-format.md §2-§4:
 it parses the header text itself, lays out the records by hand, reads every
 field through a '0'/'1' bit string and walks each chain one record at a time.
 """
@@ -473,7 +473,7 @@ def test_pre_v7_read_only(tmp_path):
 
 
 def test_bin_fields_use_single_precision(tmp_path):
-    """Bin depths/std are coded as NINT((float(v) + float(off)) * float(scale)) (PFM_NOTES 2.12)."""
+    """Bin depths/std are coded as NINT((float(v) + float(off)) * float(scale)) (docs/pfm-format.md §7)."""
     g = small_grid()
     vals = np.array([2405.224, 1689.314, 159.595, 0.125, 7.77777])
     stds = np.array([0.1234565, 2.0000005, 0.0, 1e-7, 3.3333333])
