@@ -176,10 +176,11 @@ class PfmWriter(WriterJournal):
 
     @staticmethod
     def default_group_bytes(cfg: LoadConfig) -> int:
-        """The group budget for a load with these settings: a quarter of its backlog, the
-        size the planner gives a piece at most, so that a group and the piece that completes
-        it fit in the backlog together."""
-        return _faults.group_bytes() or max(1, int(cfg.max_backlog_bytes) // 4)
+        """The group budget for a load with these settings: a sixteenth of its backlog, the
+        size the planner gives a piece at most. Writing takes about six times a group's bytes
+        more in the writer's process (docs/performance.md, memory), so a group is no larger
+        than the largest piece: many small files are merged, large ones written one by one."""
+        return _faults.group_bytes() or max(1, int(cfg.max_backlog_bytes) // 16)
 
     def _add_files(self, files: list[str]) -> None:
         self._dirty = True
