@@ -77,8 +77,8 @@ def run_once(paths, mode: str, workers: int, cfg: LoadConfig, tag: str,
     remove_pfm(out)
     t = time.perf_counter()
     c0 = os.times()
-    if mode == "shared":  # the embedded cluster laid out as before issue 19 (A/B runs)
-        res = _run_shared_layout(paths, out, cfg, workers)
+    if mode == "apart":  # the embedded cluster with the writer in a process of its own (A/B)
+        res = _run_writer_apart(paths, out, cfg, workers)
     else:
         res = pipeline.run_load(paths, out, cfg, mode=mode, workers=workers)
     wall = time.perf_counter() - t
@@ -112,15 +112,15 @@ def run_once(paths, mode: str, workers: int, cfg: LoadConfig, tag: str,
     }
 
 
-def _run_shared_layout(paths, out: Path, cfg: LoadConfig, workers: int):
-    """A load on an embedded cluster whose first worker holds the writer and also computes
-    (``make_local_cluster(writer_apart=False)``), timed as ``run_load`` times its own."""
+def _run_writer_apart(paths, out: Path, cfg: LoadConfig, workers: int):
+    """A load on an embedded cluster of ``workers`` computing processes plus a disk worker that
+    only writes (``make_local_cluster(writer_apart=True)``), timed as ``run_load`` times its own."""
     from distributed import Client
 
     from pfm_dask import cluster as cluster_mod
 
     t = time.perf_counter()
-    with cluster_mod.make_local_cluster(workers, writer_apart=False) as cluster, \
+    with cluster_mod.make_local_cluster(workers, writer_apart=True) as cluster, \
             Client(cluster) as client:
         client.wait_for_workers(workers, timeout=120)
         t_cluster = time.perf_counter() - t
@@ -228,9 +228,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--quick", action="store_true", help="a tiny survey, one repeat")
     ap.add_argument("--no-halves", action="store_true",
                     help="leave out the two_serial_halves ceiling (two --serial processes)")
-    ap.add_argument("--shared-layout", action="store_true",
-                    help="also 2 workers with the writer on a computing worker (the layout "
-                         "before issue 19), in the same rotation")
+    ap.add_argument("--writer-apart", action="store_true",
+                    help="also 2 workers plus a disk worker that only writes (the embedded "
+                         "cluster's other layout), in the same rotation")
     args = ap.parse_args(argv)
     if args.quick:
         args.gb, args.files, args.repeat, args.shape = 0.004, 4, 1, "many"
@@ -252,8 +252,8 @@ def run_shape(args, shape: str) -> dict:
                      swath=SwathFilterConfig(enabled=args.filters))
     modes = [("serial", "serial", 1), ("dask_1_worker", "local", 1),
              ("dask_2_workers", "local", 2)]
-    if args.shared_layout:
-        modes.append(("dask_2_workers_shared", "shared", 2))
+    if args.writer_apart:
+        modes.append(("dask_2_workers_apart", "apart", 2))
     if not args.no_halves:
         modes.append(("two_serial_halves", "halves", 2))
     runs: dict[str, list[dict]] = {m: [] for m, _, _ in modes}
@@ -282,9 +282,9 @@ def run_shape(args, shape: str) -> dict:
     results["speedup_1_worker"] = t_serial / results["modes"]["dask_1_worker"]["wall_s"]
     results["speedup_2_workers"] = t_serial / results["modes"]["dask_2_workers"]["wall_s"]
     results["target_speedup_2_workers"] = 1.8
-    if "dask_2_workers_shared" in results["modes"]:
-        results["speedup_2_workers_shared_layout"] = (
-            t_serial / results["modes"]["dask_2_workers_shared"]["wall_s"])
+    if "dask_2_workers_apart" in results["modes"]:
+        results["speedup_2_workers_writer_apart"] = (
+            t_serial / results["modes"]["dask_2_workers_apart"]["wall_s"])
     if "two_serial_halves" in results["modes"]:
         t_halves = results["modes"]["two_serial_halves"]["wall_s"]
         results["speedup_two_serial_halves"] = t_serial / t_halves

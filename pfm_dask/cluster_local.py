@@ -18,17 +18,16 @@ LOCAL_DISK_WORKER = "pfm-disk"  #: the embedded cluster's disk worker (the write
 
 
 def local_worker_specs(workers: int, *, scratch: str, host: str, processes: bool = True,
-                       memory_limit: str | int = "auto", writer_apart: bool = True) -> dict:
+                       memory_limit: str | int = "auto", writer_apart: bool = False) -> dict:
     """The embedded cluster's worker layout, as :class:`distributed.SpecCluster` specs.
 
-    ``workers`` compute workers (one thread, ``compute=1`` each) and, with
-    ``writer_apart``, one more process that holds ``disk=1`` and nothing else: the writer
-    actor and the final step run there, as on a disk node. Sharing a process with a
-    computing task cost the writer its pace (the few-large-files load of issue 19: the
-    writer's wall time three times its CPU, the backlog full, 2 workers slower than
-    ``--serial``), since both take turns on one GIL and one allocator. ``writer_apart=False``
-    gives the first compute worker the ``disk`` resource too (a single process per worker,
-    the pieces made there handed over in memory).
+    ``workers`` compute workers (one thread, ``compute=1`` each); the first also holds
+    ``disk=1``, so the writer actor runs beside its tasks and the pieces made there are
+    handed over in memory. ``writer_apart=True`` adds a process that holds ``disk=1`` and
+    computes nothing instead, as on a disk node. On two cores the shared layout is the
+    faster: 8 files of 37 MB, 2 workers against ``--serial`` in one run, 1.06-1.10x shared
+    against 0.95-0.97x apart, which spends 2.8 CPU-s more on a third process and the
+    pieces' transfers (docs/performance.md, "The embedded cluster's layout").
     """
     from distributed import Nanny, Worker
 
@@ -51,9 +50,9 @@ def local_worker_specs(workers: int, *, scratch: str, host: str, processes: bool
 # ------------------------------------------------------------------ the embedded cluster
 def make_local_cluster(workers: int, *, dashboard_address: str | None = None,
                        memory_limit: str | int = "auto", processes: bool = True,
-                       writer_apart: bool = True):
-    """An embedded cluster of ``workers`` compute processes and the writer's disk process
-    (the layout: :func:`local_worker_specs`).
+                       writer_apart: bool = False):
+    """An embedded cluster of ``workers`` compute processes, the first also holding the
+    writer, or with ``writer_apart`` a disk process of its own (:func:`local_worker_specs`).
 
     Every server (scheduler, nannies, workers, their HTTP servers) listens on 127.0.0.1
     only; ``dashboard_address`` (default ``127.0.0.1:0``) may open the dashboard. Their

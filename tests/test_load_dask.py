@@ -207,11 +207,11 @@ def test_embedded_workers_start_without_malloc_trim_and_profiler():
         sched_cb = client.run_on_scheduler(_scheduler_callback_periods)
         nanny_cb = [{k: pc.callback_time for k, pc in n.periodic_callbacks.items()}
                     for n in cluster.workers.values()]
-    assert set(got.values()) == {(False, None)} and len(got) == 2  # a compute and the disk worker
+    assert set(got.values()) == {(False, None)} and len(got) == 1  # one worker: it computes and writes
     assert worker_cb["tick"] == 1000 and worker_cb["monitor"] == 1000
     assert worker_cb["memory_monitor"] == 500
     assert sched_cb["tick"] == 1000 and sched_cb["monitor"] == 1000
-    assert [n["memory_monitor"] for n in nanny_cb] == [500, 500]
+    assert [n["memory_monitor"] for n in nanny_cb] == [500]
 
 
 def test_plain_dask_workers_compute_when_none_declares_compute(survey, tmp_path):

@@ -1,8 +1,6 @@
-"""The embedded cluster's layout: the writer's disk worker is a process of its own.
-
-A disk worker that also computed ran the writer beside a task, sharing its GIL and its
-allocator: on a few large files the writer fell behind and 2 workers lost to --serial
-(issue 19). The layout is checked on the specs and on a running cluster.
+"""The embedded cluster's layouts: by default the first compute worker also holds the
+writer (the faster on two cores, docs/performance.md); ``writer_apart`` gives the writer a
+disk process of its own, as on a disk node. Checked on the specs and on a running cluster.
 """
 
 from __future__ import annotations
@@ -15,30 +13,30 @@ def _resources(specs: dict) -> dict:
     return {name: s["options"]["resources"] for name, s in specs.items()}
 
 
-def test_the_disk_worker_computes_nothing():
-    specs = local_worker_specs(2, scratch="/tmp", host="127.0.0.1")
+def test_with_the_writer_apart_the_disk_worker_computes_nothing():
+    specs = local_worker_specs(2, scratch="/tmp", host="127.0.0.1", writer_apart=True)
     assert _resources(specs) == {LOCAL_DISK_WORKER: {"disk": 1},
                                  "pfm-worker-0": {"compute": 1}, "pfm-worker-1": {"compute": 1}}
     assert all(s["options"]["nthreads"] == 1 for s in specs.values())
 
 
-def test_the_shared_layout_is_still_there_when_asked_for():
-    specs = local_worker_specs(2, scratch="/tmp", host="127.0.0.1", writer_apart=False)
+def test_by_default_the_first_worker_also_holds_the_writer():
+    specs = local_worker_specs(2, scratch="/tmp", host="127.0.0.1")
     assert _resources(specs) == {"pfm-worker-0": {"compute": 1, "disk": 1},
                                  "pfm-worker-1": {"compute": 1}}
 
 
-def test_a_running_embedded_cluster_has_the_writer_apart():
+def test_a_running_embedded_cluster_can_have_the_writer_apart():
     from distributed import Client
 
-    with cluster_mod.make_local_cluster(1, processes=False) as cluster, Client(cluster) as client:
+    with cluster_mod.make_local_cluster(1, processes=False, writer_apart=True) as cluster, Client(cluster) as client:
         info = client.scheduler_info(n_workers=-1)["workers"].values()
         got = sorted((w["name"], tuple(sorted(w["resources"].items()))) for w in info)
     assert got == [(LOCAL_DISK_WORKER, (("disk", 1),)), ("pfm-worker-0", (("compute", 1),))]
 
 
-def test_bench_load_runs_the_old_layout_beside_the_new(tmp_path):
-    """``bench_load --shared-layout`` times 2 workers with the writer on a computing worker in
+def test_bench_load_runs_the_other_layout_beside_the_default(tmp_path):
+    """``bench_load --writer-apart`` times 2 workers plus a disk worker that only writes in
     the same rotation, for an A/B of the two layouts; it loads what --serial loads."""
     from benchmarks import bench_load
     from pfm_dask import synth
@@ -49,6 +47,6 @@ def test_bench_load_runs_the_old_layout_beside_the_new(tmp_path):
     paths = expand_inputs([tmp_path / "gsf"])
     cfg = LoadConfig(bin_size_m=25.0)
     ser = bench_load.run_once(paths, "serial", 1, cfg, "serial", work=tmp_path)
-    shared = bench_load.run_once(paths, "shared", 2, cfg, "shared", work=tmp_path)
-    assert shared["soundings_loaded"] == ser["soundings_loaded"] > 0
-    assert shared["phases_s"]["cluster_start"] > 0
+    apart = bench_load.run_once(paths, "apart", 2, cfg, "apart", work=tmp_path)
+    assert apart["soundings_loaded"] == ser["soundings_loaded"] > 0
+    assert apart["phases_s"]["cluster_start"] > 0
