@@ -89,12 +89,22 @@ class PfmReads:
         first = int(first)
         if not 0 <= first <= last <= n:
             raise ConfigError(f"bins {first}..{last} are outside the grid of {n} bins")
+        if ranges is None:
+            ranges = [(first, last)]
+        for bidx, recs in self.raw_records_with_data(ranges, chunk=chunk, only=only):
+            yield self._decode_bins(bidx, recs, fields=fields)
+
+    def raw_records_with_data(self, ranges, *, chunk: int = 1 << 20,
+                              only: np.ndarray | None = None):
+        """Yield ``(bin indices, records)``: the bytes of the records that are not all zero in
+        the ``[a, b)`` bin ``ranges`` (of those in the sorted ``only``, when given), as in the
+        ``.bin`` (a copy), at most ``chunk`` bins' bytes read at a time; holes of the sparse
+        ``.bin`` are not read. :meth:`bin_records_with_data` decodes them; the recompute's
+        compiled band pass takes them as they are."""
         bs, hs = self.bin_record_size, self.bin_header_size
         chunk = max(1, int(chunk))
         fd = self._fd("bin")
         buf = None    # one buffer for every read: fresh memory costs page faults on each
-        if ranges is None:
-            ranges = [(first, last)]
         runs = [record_runs(fd, hs, bs, a, b) for a, b in ranges]
         runs = np.concatenate(runs) if runs else np.zeros((0, 2), np.int64)
         for lo, hi, at in gather_runs(runs, chunk):
@@ -115,7 +125,7 @@ class PfmReads:
                 keep = only[w] == bidx
                 nz, bidx = nz[keep], bidx[keep]
             if nz.size:
-                yield self._decode_bins(bidx, recs[nz], fields=fields)
+                yield bidx, recs[nz]
 
     def _decode_bins(self, bidx, recs, *, codes=False, fields=None) -> dict:
         h = self.header

@@ -46,7 +46,6 @@ from .._numeric import CompiledKernels
 from ..errors import PfmFormatError
 from .. import validity as V
 from ._recompute_kernel import NdxView, _step, recompute_records
-from ._sparse import gather_runs, nonzero_records, positions_to_items, record_runs
 
 __all__ = [
     "PRIOR_KEEP",
@@ -612,37 +611,14 @@ def _raw_bands(pfm_file, wanted: np.ndarray | None, budget: int):
     when given) in raster order, at most ``budget`` soundings a band (a heavier bin alone): the
     records' bytes as in the ``.bin`` (a copy), for :func:`._recompute_kernel.recompute_records`.
     Only the runs of the sparse ``.bin`` that hold data are read, only records that are not all
-    zero kept, as :meth:`PfmFile.bin_records_with_data` does."""
-    W, H = pfm_file.width, pfm_file.height
-    fd = pfm_file._fd("bin")
-    bs, hs = pfm_file.bin_record_size, pfm_file.bin_header_size
-    runs = [record_runs(fd, hs, bs, a, b) for a, b in _wanted_runs(wanted, W * H)]
-    runs = np.concatenate(runs) if runs else np.zeros((0, 2), np.int64)
-    buf = None
-    for lo, hi, at in gather_runs(runs, _PLAN_BINS):
-        n = int(hi[-1] - lo[-1] + at[-1])
-        if buf is None or buf.size < n * bs:
-            buf = np.empty(n * bs, dtype=np.uint8)
-        mv = memoryview(buf)
-        for a, b, p in zip(lo.tolist(), hi.tolist(), at.tolist()):
-            got = os.preadv(fd, [mv[p * bs: (p + b - a) * bs]], hs + a * bs)
-            if got != (b - a) * bs:
-                raise PfmFormatError("bin file ends early", path=pfm_file.bin_path,
-                                     offset=hs + a * bs + got)
-        recs = buf[: n * bs].reshape(n, bs)
-        nz = nonzero_records(recs)
-        bidx = positions_to_items(nz, lo, at)
-        if wanted is not None and nz.size:
-            w = np.minimum(np.searchsorted(wanted, bidx), wanted.size - 1)
-            keep = wanted[w] == bidx
-            nz, bidx = nz[keep], bidx[keep]
-        if not nz.size:
-            continue
-        cnt = pfm_file._bin_layout.unpack(recs[nz], ["num_soundings"])["num_soundings"]
+    zero kept (:meth:`PfmFile.raw_records_with_data`)."""
+    ranges = _wanted_runs(wanted, pfm_file.width * pfm_file.height)
+    for bidx, recs in pfm_file.raw_records_with_data(ranges, chunk=_PLAN_BINS, only=wanted):
+        cnt = pfm_file._bin_layout.unpack(recs, ["num_soundings"])["num_soundings"]
         sel = np.flatnonzero(cnt > 0)
-        nz, bidx, cnt = nz[sel], bidx[sel], cnt[sel].astype(np.int64)
+        bidx, cnt = bidx[sel], cnt[sel].astype(np.int64)
         for i, j in _cuts(cnt, budget):
-            yield bidx[i:j], recs[nz[i:j]]
+            yield bidx[i:j], recs[sel[i:j]]
 
 
 def _write_runs(fd: int, bidx: np.ndarray, recs: np.ndarray, base: int, path) -> None:

@@ -34,49 +34,19 @@ _OK = -1
 _GAVE_UP = 1
 
 
-#: ``_ld64(arr, i)``: the 8 bytes at ``arr[i:]`` as one unaligned, byte-swapped load; a numba
-#: intrinsic put here by :func:`_intrinsics` before the kernels first compile.
-_ld64 = None
+#: ``_be64(buf, o, n)`` and ``_bits(buf, n, p, nb)``: the big-endian 8-byte load and the
+#: bit-field read of the bit-packing kernels (``pfm._bitpack_kernels._load_be`` and ``_get``,
+#: one implementation), put here compiled by :func:`_shared_helpers` before the kernels compile.
+_be64 = _bits = None
 
 
-def _intrinsics(numba) -> dict:
-    """The numba intrinsics the helpers call (``_ld64``), made when numba is first needed."""
-    from llvmlite import ir
-    from numba.extending import intrinsic
+def _shared_helpers(numba) -> dict:
+    """The bit-packing kernels' byte and bit readers, compiled as they compile them."""
+    from . import _bitpack_kernels as B
 
-    @intrinsic
-    def ld64(typingctx, arr, idx):
-        def codegen(context, builder, sig, args):
-            a = context.make_array(sig.args[0])(context, builder, args[0])
-            ptr = builder.bitcast(builder.gep(a.data, [args[1]]), ir.IntType(64).as_pointer())
-            v = builder.load(ptr)
-            v.align = 1
-            return builder.bswap(v)
-        return numba.types.uint64(arr, idx), codegen
-
-    return {"_ld64": ld64}
-
-
-def _be64(buf, o, n):
-    """The 8 bytes at ``buf[o:]`` as a big-endian integer (zero bytes past ``n``)."""
-    if o + 8 <= n:
-        return _ld64(buf, o)
-    x = np.uint64(0)
-    for k in range(8):
-        x <<= np.uint64(8)
-        if o + k < n:
-            x |= np.uint64(buf[o + k])
-    return x
-
-
-def _bits(buf, n, p, nb):
-    """The ``nb``-bit field (1..64) at bit ``p`` (most significant bit first) of ``buf``."""
-    o = p >> 3
-    sh = p & 7
-    x = _be64(buf, o, n) << np.uint64(sh)
-    if sh + nb > 64:
-        x |= np.uint64(buf[o + 8]) >> np.uint64(8 - sh)
-    return x >> np.uint64(64 - nb)
+    with B._kernel._lock:
+        B._kernel._ready(numba)
+    return {"_be64": B._load_be, "_bits": B._get}
 
 
 def _put(buf, p, nb, val):
@@ -337,8 +307,8 @@ def _signatures(T) -> dict:
 #: they allocate nothing, and the counts numba keeps on the arrays its helpers take cost more
 #: than the helpers' own work (the band pass ran 2.2x slower with them); the helpers are
 #: inlined into each kernel.
-_kernel = CompiledKernels(globals(), _signatures, ("_be64", "_bits", "_put", "_nint", "_step"),
-                          prepare=_intrinsics, helper_options={"inline": "always"},
+_kernel = CompiledKernels(globals(), _signatures, ("_put", "_nint", "_step"),
+                          prepare=_shared_helpers, helper_options={"inline": "always"},
                           refcounts=False)
 
 
