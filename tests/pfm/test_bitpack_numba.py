@@ -25,8 +25,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pfm_dask.pfm import _bitpack as B
-from pfm_dask.pfm._bitpack import (BitLayout, SoundingCoding, bin_runs, bits_all_set, clear_bits, pack_records,
-                                   pack_soundings, unpack_records)
+from pfm_dask.pfm._bitpack import (BitLayout, bin_runs, bits_all_set, clear_bits, pack_records,
+                                   unpack_records)
+from pfm_dask.pfm._bitpack_soundings import SoundingCoding, pack_soundings
 from pfm_dask.pfm import _bitpack_kernels as K
 
 from . import bitpack_reference as R
@@ -646,7 +647,7 @@ def test_fill_slots_matches_a_bit_by_bit_reference(seed, int_type, f32_floats, n
     must survive) equal a Python-integer reference, with the numpy coding rules for depth and
     errors; mixed integer types, float32 or float64 values, NaN and negative errors."""
     from pfm_dask._numeric import scaled_code_f64
-    from pfm_dask.pfm._bitpack import fill_slots
+    from pfm_dask.pfm._bitpack_soundings import fill_slots
 
     rng = np.random.default_rng(seed)
     widths = {"file": 9, "line": 13, "ping": 18, "beam": 9, "depth": 22, "x_off": 12, "y_off": 12,
@@ -703,7 +704,7 @@ def test_packer_depth_check_equals_the_numpy_rule():
     in double as the library does, lies in 0 .. depth_code_max: depths at both edges (a
     hair either side of half a code), NaN and infinities, float32 and float64."""
     from pfm_dask._numeric import scaled_code_f64
-    from pfm_dask.pfm._bitpack import CHECK_SIZE, check_failures
+    from pfm_dask.pfm._bitpack_soundings import CHECK_SIZE, check_failures
 
     off, scale, cmax = f32(10.0), f32(100.0), 1_200_000
     coding = SoundingCoding(off, scale, 100.0, 4095, 100.0, 4095, cmax)
