@@ -77,7 +77,7 @@ def prepare_piece(piece: Piece, grid: BinGrid, cfg: LoadConfig) -> PreparedPiece
     halo = filters.swath_halo(cfg.swath.window_pings) if cfg.swath.enabled else 0
     parts, t_read = [], 0.0
     try:
-        with gsf.GsfFile(piece.path, strict=False) as f:
+        with gsf.GsfFile(piece.path, strict=False, remember=True) as f:
             damage = [d.to_dict() for d in f.damage]
             n = f.n_pings
             start = min(piece.start_ping, n)

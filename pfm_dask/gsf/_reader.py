@@ -15,6 +15,9 @@ before the damage is returned and the damage is listed in :attr:`GsfFile.damage`
 from __future__ import annotations
 
 import bisect
+import threading
+import zlib
+from collections import OrderedDict
 from dataclasses import fields
 import datetime as _dt
 import mmap
@@ -131,11 +134,15 @@ class GsfFile:
 
     Reading may start at any ping: the scale-factor state in force there is
     rebuilt by walking back only as far as the latest tables that define it.
+    ``remember=True``: take the framing and the scale-factor states from the last
+    ``GsfFile(remember=True)`` of the same unchanged file in this process, and leave
+    them for the next (a load's task opens a file once per piece).
     """
 
-    def __init__(self, path, *, strict: bool = True):
+    def __init__(self, path, *, strict: bool = True, remember: bool = False):
         self.path = os.fspath(path)
         self.strict = bool(strict)
+        self._identity = None
         self._closed = False
         self._mm = None
         self._buf = b""
@@ -147,11 +154,14 @@ class GsfFile:
                     self._mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
                     self._buf = self._mm
                     self._u8 = np.frombuffer(self._mm, dtype=np.uint8)
+                    if remember:
+                        self._identity = _identity(fh, self._u8)
         except (OSError, ValueError) as err:
             self.close()
             raise GsfError(f"cannot open: {err}", path=self.path) from err
         self._check_size()
-        fr = scan_records(self._buf, self.path)
+        known = _recall(self._identity)
+        fr = known.framing if known is not None else scan_records(self._buf, self.path)
         if fr.damage and self.strict:
             self.close()
             raise fr.damage[0]
@@ -177,11 +187,16 @@ class GsfFile:
         # Start pings at most this far past a known state are reached by walking
         # forward; further ones by walking back (tests set 0 to force the latter).
         self._forward_limit = _CHECKPOINT_EVERY
+        for k, st in (known.states.items() if known is not None else ()):
+            self._remember(k, st)
 
     # --- context manager / lifetime ---------------------------------------------------
 
     def close(self) -> None:
         """Release the memory map. Tables already returned stay valid."""
+        if self._identity is not None and not self._closed and hasattr(self, "_states"):
+            _keep(self._identity, self._framing,
+                  {k: st for k, st in self._states.items() if st.resolver is None})
         self._closed = True
         self._u8 = np.zeros(0, dtype=np.uint8)
         self._buf = b""
@@ -483,6 +498,54 @@ class GsfFile:
                 out["longitude"] = {"min": float(lon[ok].min()), "max": float(lon[ok].max())}
         out["damage"] = [d.to_dict() for d in self.damage]
         return out
+
+
+# --- what earlier GsfFile objects of a file learnt (opt-in: ``remember=True``) ----------------
+#
+# A load's task opens a file once per piece, and the pieces of a file follow each other in a
+# worker: its framing (a walk over every record header) and the scale-factor states found
+# while walking are the same each time. A file is known by its inode, size, times and the
+# checksums of its first and last 64 KiB; the last few files are kept.
+
+_KNOWN: OrderedDict = OrderedDict()
+_KNOWN_LOCK = threading.Lock()
+_KNOWN_FILES = 4
+_ENDS = 1 << 16
+
+
+class _Known:
+    __slots__ = ("framing", "states")
+
+    def __init__(self, framing, states: dict):
+        self.framing, self.states = framing, states
+
+
+def _identity(fh, u8: np.ndarray) -> tuple:
+    st = os.fstat(fh.fileno())
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+            zlib.crc32(u8[:_ENDS]), zlib.crc32(u8[-_ENDS:]))
+
+
+def _recall(identity) -> _Known | None:
+    if identity is None:
+        return None
+    with _KNOWN_LOCK:
+        known = _KNOWN.get(identity)
+        if known is not None:
+            _KNOWN.move_to_end(identity)
+            return _Known(known.framing, dict(known.states))
+    return None
+
+
+def _keep(identity, framing, states: dict) -> None:
+    with _KNOWN_LOCK:
+        known = _KNOWN.get(identity)
+        if known is None:
+            _KNOWN[identity] = _Known(framing, states)
+            while len(_KNOWN) > _KNOWN_FILES:
+                _KNOWN.popitem(last=False)
+        else:
+            known.states = {**known.states, **states}
 
 
 def _array_names(seen: set) -> list:
