@@ -20,7 +20,6 @@ from .bins import BinGrid
 from .config import LoadConfig
 from .errors import ConfigError, GsfError, LoadError
 from .pieces import BATCH_SCHEMA, Piece
-from .soundings import _column, _valid_mask
 
 __all__ = ["prescan_file", "area_from_scans", "grid_sanity", "plan_pieces", "auto_mode",
            "MAX_GRID_BINS", "SPARSE_SOUNDINGS_PER_BIN", "SMALL_LOAD_BYTES",
@@ -86,24 +85,24 @@ def prescan_file(path: str, exact_beams: bool = False) -> dict:
             step = max(1, n // _SAMPLE_PINGS)
             picks = sorted(set(range(0, n, step)) | {n - 1})
             # one walk over the ping headers, the sampled pings decoded together
-            t = f.read_at(picks)
-            ping = t.column("ping").to_numpy()
+            cols = f.read_columns_at(picks)
+            ping = cols["ping"]
             _, _, beams_seen = runs(ping)
-            lat = t.column("latitude").to_numpy()
-            lon = t.column("longitude").to_numpy()
+            lat = cols["latitude"]
+            lon = cols["longitude"]
             # impossible positions (|lat| > 90, lon outside -180..360) must not stretch
             # the area; the load skips or counts them
             ok = ((np.abs(lat) <= 90) & (lon >= -180) & (lon <= 180) & np.isfinite(lat)
-                  & np.isfinite(lon) & ~np.isin(ping - 1, far.pings))
+                  & np.isfinite(lon) & ~np.isin(ping.astype(np.int64) - 1, far.pings))
             single = np.repeat(beams_seen, beams_seen) == 1   # one-beam pings: the ping position
             lats, lons = [lat[ok & single]], [lon[ok & single]]
             multi = ok & ~single
             if multi.any():
-                across = _column(t, "across_track", np.float64, 0.0)  # no pyarrow.compute
-                along = _column(t, "along_track", np.float64, 0.0)
-                present = _valid_mask(t, "along_track")
-                heading = t.column("heading").to_numpy()
-                blat, blon = gsf.beam_positions(lat[multi], lon[multi], heading[multi],
+                valid = cols["_valid"]
+                across = np.where(valid.get("across_track", True), cols["across_track"], 0.0)
+                present = valid.get("along_track", np.ones(ping.size, dtype=bool))
+                along = np.where(present, cols["along_track"], 0.0)
+                blat, blon = gsf.beam_positions(lat[multi], lon[multi], cols["heading"][multi],
                                                 across[multi], along[multi],
                                                 along_present=present[multi])
                 lats.append(blat)

@@ -29,13 +29,13 @@ import time as _time
 import numpy as np
 import pyarrow as pa
 
+from . import _task_kernels as K
 from . import filters, gsf
-from ._arrays import runs, unique_sorted
+from .geodesy import place_beams
 from .pfm._grid import BinGrid
 from .config import LoadConfig
 from .errors import GsfError
 from .pieces import BATCH_SCHEMA, PING_SCHEMA, Piece, PreparedPiece, empty_counts
-from . import validity as V
 
 __all__ = ["prepare_piece"]
 
@@ -44,40 +44,6 @@ def _nothing(piece: Piece, counts: dict, err: GsfError) -> PreparedPiece:
     """The result for a piece whose file could not be read at all."""
     return PreparedPiece(piece, pa.RecordBatch.from_pylist([], schema=BATCH_SCHEMA),
                          PING_SCHEMA.empty_table(), counts, [err.to_dict()])
-
-
-def _column(table: pa.Table, name: str, dtype, fill=np.nan):
-    """A column as numpy, with nulls replaced by ``fill`` (absent arrays → all fill)."""
-    if name not in table.column_names:
-        return np.full(table.num_rows, fill, dtype=dtype)
-    col = table.column(name)
-    if col.null_count == 0:
-        return col.to_numpy().astype(dtype, copy=False)
-    values, valid = _values_and_validity(col)
-    return np.where(valid, values, fill).astype(dtype, copy=False)
-
-
-def _valid_mask(table: pa.Table, name: str) -> np.ndarray:
-    if name not in table.column_names:
-        return np.zeros(table.num_rows, dtype=bool)
-    col = table.column(name)
-    if col.null_count == 0:
-        return np.ones(table.num_rows, dtype=bool)
-    return _values_and_validity(col)[1]
-
-
-def _values_and_validity(col) -> tuple[np.ndarray, np.ndarray]:
-    """A fixed-width column's values (null slots hold whatever the buffer holds) and its
-    validity as booleans, read from the Arrow buffers: ``fill_null``/``is_valid`` would import
-    ``pyarrow.compute``, a tenth of a second of a small load's start-up."""
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    n, off = len(arr), arr.offset
-    bitmap, data = arr.buffers()[:2]
-    values = np.frombuffer(data, dtype=arr.type.to_pandas_dtype())[off:off + n]
-    if bitmap is None:
-        return values, np.ones(n, dtype=bool)
-    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
-    return values, bits[off:off + n].astype(bool)
 
 
 #: soundings decoded, screened, placed and binned at a time: a piece's per-sounding work
@@ -111,7 +77,7 @@ def prepare_piece(piece: Piece, grid: BinGrid, cfg: LoadConfig) -> PreparedPiece
     halo = filters.swath_halo(cfg.swath.window_pings) if cfg.swath.enabled else 0
     parts, t_read = [], 0.0
     try:
-        with gsf.GsfFile(piece.path, strict=False) as f:
+        with gsf.GsfFile(piece.path, strict=False, remember=True) as f:
             damage = [d.to_dict() for d in f.damage]
             n = f.n_pings
             start = min(piece.start_ping, n)
@@ -121,10 +87,10 @@ def prepare_piece(piece: Piece, grid: BinGrid, cfg: LoadConfig) -> PreparedPiece
                 b = min(stop, a + step)
                 t_r = _time.perf_counter()
                 lo, hi = max(0, a - halo), min(n, b + halo)
-                table = f.read(lo, hi) if hi > lo else f.read(0, 0)
+                cols = f.read_columns(lo, hi) if hi > lo else f.read_columns(0, 0)
                 t_read += _time.perf_counter() - t_r
-                parts.append(_place_chunk(table, a, b, grid, cfg, counts))
-                del table
+                parts.append(_place_chunk(cols, a, b, grid, cfg, counts))
+                del cols
             # A decode error found while reading is added to the file's damage list.
             for d in f.damage:
                 dd = d.to_dict()
@@ -136,17 +102,8 @@ def prepare_piece(piece: Piece, grid: BinGrid, cfg: LoadConfig) -> PreparedPiece
         return _nothing(piece, empty_counts(), GsfError(f"cannot read file: {err.strerror or err}",
                                                          path=piece.path))
     t_bin = _time.perf_counter()
-    cols = _concat(parts, _OUT)
-    ping_cols = _concat(parts, _PINGS, key="pings")
+    batch, pings = _sorted_batch(parts)
     del parts
-    order = _bin_order(cols["bin_index"], cols["ping"], cols["beam"])
-    arrays = []
-    for name in _OUT:  # each column sorted, then its unsorted copy dropped
-        arrays.append(pa.array(cols.pop(name)[order], BATCH_SCHEMA.field(name).type))
-    del order
-    batch = pa.RecordBatch.from_arrays(arrays, schema=BATCH_SCHEMA)
-    pings = pa.table([pa.array(ping_cols[k], PING_SCHEMA.field(k).type) for k in _PINGS],
-                     schema=PING_SCHEMA)
     t_end = _time.perf_counter()
     timings = {"decode": t_read, "place_filter_bin": t_bin - t0 - t_read,
                "sort_pack": t_end - t_bin, "cpu": _time.thread_time() - c0}
@@ -163,116 +120,115 @@ def _concat(parts: list, names: tuple, key: str = "soundings") -> dict:
     return out
 
 
-def _place_chunk(table: pa.Table, start: int, stop: int, grid: BinGrid, cfg: LoadConfig,
+_COUNT_SLOTS = (("pings_read", K.PINGS_READ), ("soundings_read", K.SOUNDINGS_READ),
+                ("ping_skipped", K.PING_SKIPPED), ("beam_rejected", K.BEAM_REJECTED),
+                ("outside_area", K.OUTSIDE_AREA), ("loaded", K.LOADED),
+                ("depth_out_of_range", K.DEPTH_OUT_OF_RANGE),
+                ("invalid_by_gsf_flags", K.INVALID_BY_GSF_FLAGS))
+
+
+def _valid(cols: dict, name: str, n: int) -> np.ndarray:
+    """The rows of a decoded column that hold a value (all of them unless some ping lacks it)."""
+    v = cols["_valid"].get(name)
+    return np.ones(n, dtype=bool) if v is None else v
+
+
+def _place_chunk(cols: dict, start: int, stop: int, grid: BinGrid, cfg: LoadConfig,
                  counts: dict) -> dict:
-    """The soundings of pings ``(start, stop]`` (1-based) of ``table`` (which may hold halo
-    pings around them) screened, placed and binned, unsorted; ``counts`` accumulates."""
-    ping = _column(table, "ping", np.int64, 0)
-    # Pings of the chunk proper (the halo is context for the swath filter only).
-    own = (ping > start) & (ping <= stop)  # ``ping`` is 1-based
-    beam = _column(table, "beam", np.int64, 0)
-    lat = _column(table, "latitude", np.float64)
-    lon = _column(table, "longitude", np.float64)
-    heading = _column(table, "heading", np.float64)
-    ping_flags = _column(table, "ping_flags", np.int64, 0)
-    depth_col = "nominal_depth" if (cfg.use_nominal_depth and "nominal_depth" in table.column_names
-                                   and table.column("nominal_depth").null_count < table.num_rows
-                                   ) else "depth"
-    depth = _column(table, depth_col, np.float64, 0.0).astype(np.float32)  # pfmLoader holds depth in a C float
-    has_flags = _valid_mask(table, "beam_flags")
-    beam_flags = _column(table, "beam_flags", np.int64, 0).astype(np.uint8)
-    across = _column(table, "across_track", np.float64, 0.0)
-    along_present = _valid_mask(table, "along_track")
-    along = _column(table, "along_track", np.float64, 0.0)
-    herr_present = _valid_mask(table, "horizontal_error")
-    verr_present = _valid_mask(table, "vertical_error")
-    herr = np.where(herr_present, _column(table, "horizontal_error", np.float64, 0.0),
-                    cfg.default_horizontal_error).astype(np.float32)
-    verr = np.where(verr_present, _column(table, "vertical_error", np.float64, 0.0),
-                    cfg.default_vertical_error).astype(np.float32)
-
-    # Beams per ping: a one-beam ping is loaded at the ping position with the
-    # default errors and no depth/flag screening (pfmLoader's single-beam branch).
-    ping_values, first_idx, per_ping = runs(ping)
-    nbeams = np.repeat(per_ping, per_ping)
-    single = nbeams == 1
-
-    counts["pings_read"] += int(np.count_nonzero(unique_sorted(ping[own]))) if own.any() else 0
-    counts["soundings_read"] += int(np.count_nonzero(own))
-
-    # 1. Pings pfmLoader skips: bad position or the ignore-ping flag.
-    ping_ok = (lat <= 90.0) & (lon <= 180.0) & ((ping_flags & 1) == 0)
-    ping_ok &= np.isfinite(lat) & np.isfinite(lon)
-    counts["ping_skipped"] += int(np.count_nonzero(own & ~ping_ok))
-
-    # 2. Beams pfmLoader skips: zero depth, no beam-flags array, null beam (0x01).
-    usable = filters.beam_usable(depth, beam_flags, has_flags)
-    usable = np.where(single, True, usable)
-    rejected = ping_ok & ~usable
-    counts["beam_rejected"] += int(np.count_nonzero(own & rejected))
-    keep = ping_ok & usable
-
-    # 3. Validity from the GSF flags; the swath filter sees the whole window.
-    validity = filters.gsf_flags_to_validity(beam_flags).astype(np.uint32)
-    gsf_invalid = (validity & V.INVAL) != 0
-    # Depths outside the range become the null depth, invalid (pfmLoader); done before
-    # the swath filter so that they are neither tested nor used as neighbours.
-    zlim, validity = filters.apply_depth_limits(depth.astype(np.float64), validity,
-                                                cfg.min_depth, cfg.max_depth, cfg.null_depth)
-    out_of_range = zlim == cfg.null_depth
+    """The soundings of pings ``(start, stop]`` (1-based) of the decoded columns ``cols``
+    (:meth:`pfm_dask.gsf.GsfFile.read_columns`, which may hold halo pings around them)
+    screened, placed and binned, unsorted; ``counts`` accumulates."""
+    ping = cols["ping"]
+    n = ping.size
+    c = np.zeros(K.N_COUNTS, dtype=np.int64)
+    depth_col = "depth"
+    if cfg.use_nominal_depth:
+        nominal = cols["_valid"].get("nominal_depth")
+        if nominal is None or (n and nominal.any()):   # some row holds a nominal depth
+            depth_col = "nominal_depth"
+    flags_ok = _valid(cols, "beam_flags", n)
+    keep = np.empty(n, dtype=bool)
+    validity = np.empty(n, dtype=np.uint32)
+    zlim = np.empty(n, dtype=np.float64)
+    depth32 = np.empty(n if cfg.swath.enabled else 0, dtype=np.float32)
+    # 1. screening, validity from the GSF flags, depth limits (pfmLoader's rules)
+    K.kernel("screen")(ping, cols["latitude"], cols["longitude"], cols["ping_flags"],
+                       cols[depth_col], _valid(cols, depth_col, n), cols["beam_flags"], flags_ok,
+                       int(start), int(stop), filters.GSF_FLAG_TABLE, float(cfg.min_depth),
+                       float(cfg.max_depth), float(cfg.null_depth), keep, validity, zlim,
+                       depth32, c)
+    # 2. the swath filter sees the whole window, halo pings included
     if cfg.swath.enabled:
         kw = {"window_pings": cfg.swath.window_pings, "window_beams": cfg.swath.window_beams}
         if cfg.swath.threshold is not None:
             kw["threshold"] = cfg.swath.threshold
         sel = np.flatnonzero(keep)
-        new_val, _stats = filters.swath_filter(ping[sel], beam[sel], depth[sel].astype(np.float64),
-                                               validity[sel], score_mask=own[sel], **kw)
-        changed = new_val != validity[sel]
+        sel_ping = ping[sel].astype(np.int64)
+        own = (sel_ping > start) & (sel_ping <= stop)
+        before = validity[sel]
+        new_val, _stats = filters.swath_filter(sel_ping, cols["beam"][sel].astype(np.int64),
+                                               depth32[sel].astype(np.float64), before,
+                                               score_mask=own, **kw)
         validity[sel] = new_val
-        counts["flagged_swath_filter"] += int(np.count_nonzero(changed & own[sel]))
-    keep &= own
+        counts["flagged_swath_filter"] += int(np.count_nonzero((new_val != before) & own))
+    # 3. the kept soundings of the own pings, placed on WGS-84 (one-beam pings: at the ping)
+    idx = np.empty(n, dtype=np.int64)
+    plat, plon, phdg, pacross, palong = (np.empty(n) for _ in range(5))
+    present = np.empty(n, dtype=bool)
+    single = np.empty(n, dtype=bool)
+    m = K.kernel("select")(ping, keep, int(start), int(stop), cols["latitude"], cols["longitude"],
+                           cols["heading"], cols["across_track"], _valid(cols, "across_track", n),
+                           cols["along_track"], _valid(cols, "along_track", n), idx, plat, plon,
+                           phdg, pacross, palong, present, single)
+    idx, plat, plon, single = idx[:m], plat[:m], plon[:m], single[:m]
+    blat, blon = place_beams(plat, plon, phdg[:m], pacross[:m], palong[:m], present[:m])
+    np.copyto(blat, plat, where=single)
+    np.copyto(blon, plon, where=single)
+    # 4. bins; soundings outside the grid or polygon are counted and dropped
+    a = grid.assign(blat, blon)
+    out = {name: np.empty(m, dtype=BATCH_SCHEMA.field(name).type.to_pandas_dtype())
+           for name in _OUT}
+    pings = {name: np.empty(m, dtype=PING_SCHEMA.field(name).type.to_pandas_dtype())
+             for name in _PINGS}
+    x_off, y_off = (np.asarray(v).astype(np.uint16, copy=False) for v in (a.x_off, a.y_off))
+    k, g = K.kernel("emit")(
+        idx, single, plat, plon, blat, blon, a.inside, a.bin_index, x_off, y_off, ping,
+        cols["beam"], zlim, validity, cols["horizontal_error"],
+        _valid(cols, "horizontal_error", n), cols["vertical_error"],
+        _valid(cols, "vertical_error", n), float(cfg.default_horizontal_error),
+        float(cfg.default_vertical_error), cols["beam_flags"], flags_ok, filters.GSF_FLAG_TABLE,
+        float(cfg.null_depth), cols["heading"], cols["time_sec"], cols["time_nsec"],
+        *(out[name] for name in _OUT), *(pings[name] for name in _PINGS), c)
+    for key, slot in _COUNT_SLOTS:
+        counts[key] += int(c[slot])
+    return {"soundings": {name: v[:k] for name, v in out.items()},
+            "pings": {name: v[:g] for name, v in pings.items()}}
 
-    # 4. Positions: across-track along heading+90, then along-track along heading.
-    plat = lat.copy()
-    plon = lon.copy()
-    multi = keep & ~single
-    if multi.any():
-        idx = np.flatnonzero(multi)
-        blat, blon = gsf.beam_positions(lat[idx], lon[idx], heading[idx], across[idx],
-                                        along[idx], along_present=along_present[idx])
-        plat[idx] = blat
-        plon[idx] = blon
 
-    # 5. Bins; soundings outside the grid or polygon are counted and dropped.
-    idx = np.flatnonzero(keep)
-    a = grid.assign(plat[idx], plon[idx])
-    inside = np.asarray(a.inside, dtype=bool)
-    counts["outside_area"] += int(np.count_nonzero(~inside))
-    idx_in = idx[inside]
-    counts["loaded"] += int(idx_in.size)
-    counts["invalid_by_gsf_flags"] += int(np.count_nonzero(gsf_invalid[idx_in]))
-    counts["depth_out_of_range"] += int(np.count_nonzero(out_of_range[idx_in]))
+def _sorted_batch(parts: list) -> tuple[pa.RecordBatch, pa.Table]:
+    """The chunks' soundings as one batch sorted by (bin, ping, beam), and their pings."""
+    cols = _concat(parts, _OUT)
+    ping_cols = _concat(parts, _PINGS, key="pings")
+    order = _bin_order(cols["bin_index"], cols["ping"], cols["beam"])
+    out = [np.empty_like(cols[name]) for name in _OUT]
+    K.kernel("gather")(order, *(cols[name] for name in _OUT), *out)
+    del order, cols
+    batch = pa.RecordBatch.from_arrays([_arrow(v, BATCH_SCHEMA.field(name).type)
+                                        for name, v in zip(_OUT, out)], schema=BATCH_SCHEMA)
+    pings = pa.table([_arrow(ping_cols[k], PING_SCHEMA.field(k).type) for k in _PINGS],
+                     schema=PING_SCHEMA)
+    return batch, pings
 
-    out = {"bin_index": np.asarray(a.bin_index)[inside].astype(np.int64),
-           "ping": ping[idx_in].astype(np.uint32), "beam": beam[idx_in].astype(np.uint16),
-           "depth": zlim[idx_in], "x_off": np.asarray(a.x_off)[inside].astype(np.uint16),
-           "y_off": np.asarray(a.y_off)[inside].astype(np.uint16),
-           "validity": validity[idx_in].astype(np.uint32),
-           "horizontal_error": herr[idx_in], "vertical_error": verr[idx_in]}
-    # Pings that contributed, for line numbering by the writer.
-    contributing = unique_sorted(ping[idx_in]) if idx_in.size else np.zeros(0, np.int64)
-    pos = first_idx[np.searchsorted(ping_values, contributing)]
-    pings = {"ping": contributing.astype(np.uint32), "heading": heading[pos],
-             "time_sec": _column(table, "time_sec", np.int64, 0)[pos],
-             "time_nsec": _column(table, "time_nsec", np.int64, 0)[pos].astype(np.int32)}
-    return {"soundings": out, "pings": pings}
+
+def _arrow(values: np.ndarray, typ: pa.DataType) -> pa.Array:
+    """A numpy column as an Arrow array without a copy (the array keeps it alive)."""
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(typ, values.size, [None, pa.py_buffer(values)])
 
 
 def _bin_order(bin_index: np.ndarray, ping: np.ndarray, beam: np.ndarray) -> np.ndarray:
     """``np.lexsort((beam, ping, bin_index))``; a stable sort on the bin alone when the
     soundings already come in (ping, beam) order, as decoded pings do (same result, faster)."""
-    if ping.size > 1:
-        p0, p1 = ping[:-1], ping[1:]  # compared, not subtracted: the columns may be unsigned
-        if np.all((p1 > p0) | ((p1 == p0) & (beam[1:] >= beam[:-1]))):
-            return np.argsort(bin_index, kind="stable")
+    if K.kernel("in_order")(ping, beam):
+        return np.argsort(bin_index, kind="stable")
     return np.lexsort((beam, ping, bin_index))

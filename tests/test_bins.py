@@ -398,3 +398,48 @@ def test_property_assignment_reference_and_round_trip(case):
     assert np.all(np.abs(dlat - lat[m]) <= (0.5 / g.offset_scale + 1e-6) * g.y_bin)
     # header round trip holds for every constructed grid
     assert g.x_bin == float(f"{g.x_bin:.15f}") and g.min_y == float(f"{g.min_y:.9f}")
+
+
+@pytest.mark.parametrize("corners", [
+    [(10.0, 20.0), (11.0, 20.0), (11.0, 21.0), (10.0, 21.0)],                # SW NW NE SE
+    [(10.0, 21.0), (11.0, 21.0), (11.0, 20.0), (10.0, 20.0), (10.0, 21.0)],  # reversed, closed
+    [(-0.5, -1e-80), (0.5, -1e-80), (0.5, 1e-80), (-0.5, 1e-80)],            # sides near 0
+], ids=["sw-nw-ne-se", "reversed-closed", "near-zero"])
+def test_rectangle_shortcut_agrees_with_the_polygon_test(corners, monkeypatch):
+    """A point well inside a rectangle polygon skips the crossings test: same answers, on the
+    sides, a float step either side of them, at the corners and at random."""
+    from pfm_dask.pfm import _grid
+
+    poly = np.array(corners)
+    g = BinGrid.from_header_values(min_x=poly[:, 1].min() - 0.25, min_y=poly[:, 0].min() - 0.25,
+                                   max_x=poly[:, 1].max() + 0.25, max_y=poly[:, 0].max() + 0.25,
+                                   x_bin=0.125, y_bin=0.125, width=int(1 + np.ptp(poly[:, 1]) * 8 + 4),
+                                   height=int(1 + np.ptp(poly[:, 0]) * 8 + 4), polygon=poly)
+    assert _grid._rectangle(np.asarray(g.polygon)) is not None
+    rng = np.random.default_rng(3)
+    ys, xs = np.unique(g.polygon[:, 0]), np.unique(g.polygon[:, 1])
+    edge_y = np.concatenate([ys, np.nextafter(ys, -np.inf), np.nextafter(ys, np.inf)])
+    edge_x = np.concatenate([xs, np.nextafter(xs, -np.inf), np.nextafter(xs, np.inf),
+                             [0.0, -0.0, 5e-324, -5e-324, 1e-250]])
+    lat = np.concatenate([rng.uniform(ys[0] - 0.1, ys[1] + 0.1, 300), edge_y.repeat(edge_x.size),
+                          rng.uniform(ys[0], ys[1], edge_x.size)])
+    lon = np.concatenate([rng.uniform(xs[0] - 0.1, xs[1] + 0.1, 300), np.tile(edge_x, edge_y.size),
+                          edge_x])
+    fast = g.assign(lat, lon)
+    monkeypatch.setattr(_grid, "_rectangle", lambda p: None)
+    slow = g.assign(lat, lon)
+    assert fast.inside.any() and not fast.inside.all()
+    for name in ("inside", "bin_index", "x_off", "y_off", "col", "row"):
+        np.testing.assert_array_equal(getattr(fast, name), getattr(slow, name), err_msg=name)
+
+
+def test_rectangle_detection():
+    from pfm_dask.pfm._grid import _rectangle
+
+    assert _rectangle(np.array([(0.0, 0.0), (1.0, 0.0), (1.0, 2.0), (0.0, 2.0)])).tolist() == [0, 0, 1, 2]
+    for not_rect in ([(0, 0), (1, 0), (0, 2), (1, 2)],            # a bow tie
+                     [(0, 0), (1, 0), (1, 2), (0, 2.5)],          # not axis-parallel
+                     [(0, 0), (1, 0), (1, 2)],                    # a triangle
+                     [(0, 0), (1, 0), (1, 2), (0, 2), (0, 1)],    # five distinct points
+                     [(0, 0), (1e-300, 0), (1e-300, 2), (0, 2)]):  # too thin for the shortcut
+        assert _rectangle(np.array(not_rect, dtype=float)) is None

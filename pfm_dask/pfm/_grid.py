@@ -122,8 +122,12 @@ def _k_point_in_polygon(poly_lat, poly_lon, lat, lon, inside):  # pragma: no cov
 
 
 def _k_assign(lat, lon, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin, width, height, scale,
-              poly_lat, poly_lon, col, row, inside, bin_index, x_code, y_code):  # pragma: no cover
-    """numba kernel of :meth:`BinGrid.assign`, per point (see there)."""
+              poly_lat, poly_lon, rect, rect_box, col, row, inside, bin_index, x_code,
+              y_code):  # pragma: no cover
+    """numba kernel of :meth:`BinGrid.assign`, per point (see there). ``rect``: the polygon is
+    the axis-parallel rectangle ``rect_box`` (south, west, north, east), so a point well inside
+    it is inside the polygon without the test (:func:`_rectangle`)."""
+    ry0, rx0, ry1, rx1 = rect_box[0], rect_box[1], rect_box[2], rect_box[3]
     for k in range(lat.size):
         y = lat[k]
         x = lon[k]
@@ -142,7 +146,8 @@ def _k_assign(lat, lon, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin, widt
         row[k] = r
         ok = (finite and x >= min_x and x <= max_x and y >= min_y and y <= max_y
               and c >= 0 and c < width and r >= 0 and r < height)
-        ok = ok and _inside_polygon(poly_lat, poly_lon, y, x)
+        if ok and not (rect and y > ry0 and y < ry1 and x - rx0 > _CLEAR and rx1 - x > _CLEAR):
+            ok = _inside_polygon(poly_lat, poly_lon, y, x)
         inside[k] = ok
         if ok:
             bin_index[k] = np.int64(r) * width + c
@@ -157,19 +162,50 @@ def _k_assign(lat, lon, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin, widt
             y_code[k] = 0
 
 
+#: how far (degrees) inside a rectangle polygon's sides a point skips the polygon test: there
+#: the test's products ``(lon_i - x) * (lat_j - lat_i)`` cannot underflow to zero, so it finds
+#: one crossing (the east side) and says inside (sides at least _MIN_SIDE long)
+_CLEAR = 1.0e-200
+_MIN_SIDE = 1.0e-90
+
+
+def _rectangle(poly: np.ndarray) -> np.ndarray | None:
+    """``(south, west, north, east)`` when the polygon is an axis-parallel rectangle (4 corners,
+    each side along a meridian or a parallel, in either direction), else None."""
+    p = poly[:-1] if len(poly) == 5 and np.array_equal(poly[0], poly[-1]) else poly
+    if len(p) != 4 or not np.isfinite(p).all():
+        return None
+    lats, lons = np.unique(p[:, 0]), np.unique(p[:, 1])
+    if len(lats) != 2 or len(lons) != 2 or len({tuple(v) for v in p.tolist()}) != 4:
+        return None
+    nxt = np.roll(p, -1, axis=0)
+    along_lat = p[:, 0] == nxt[:, 0]
+    along_lon = p[:, 1] == nxt[:, 1]
+    if not np.all(along_lat ^ along_lon) or not np.all(along_lat != np.roll(along_lat, -1)):
+        return None
+    if lats[1] - lats[0] < _MIN_SIDE or lons[1] - lons[0] < _MIN_SIDE:
+        return None
+    return np.array([lats[0], lons[0], lats[1], lons[1]])
+
+
 def _signatures(T) -> dict:
     f8r = T.Array(T.float64, 1, "C", readonly=True)
     b1 = T.Array(T.boolean, 1, "C")
     i4, i8 = T.Array(T.int32, 1, "C"), T.Array(T.int64, 1, "C")
+    u2, u4 = T.Array(T.uint16, 1, "C"), T.Array(T.uint32, 1, "C")
     return {
         "point_in_polygon": T.void(f8r, f8r, f8r, f8r, b1),
         "assign": T.void(f8r, f8r, T.boolean, *(T.float64,) * 6, T.int64, T.int64, T.float64, f8r,
-                         f8r, i4, i4, b1, i8, i8, i8),
+                         f8r, T.boolean, f8r, i4, i4, b1, i8, u4, u4),
+        # offset codes straight into uint16 (up to 16 offset bits: every PFM v7 file)
+        "assign16": T.void(f8r, f8r, T.boolean, *(T.float64,) * 6, T.int64, T.int64, T.float64,
+                           f8r, f8r, T.boolean, f8r, i4, i4, b1, i8, u2, u2),
     }
 
 
 #: the compiled ``_k_<name>`` (compiled, or loaded from numba's on-disk cache, on first use;
 #: no fastmath: each operation is the IEEE double or float operation written)
+_k_assign16 = _k_assign
 _kernel = CompiledKernels(globals(), _signatures, helpers=("_inside_polygon", "_nint"))
 
 
@@ -451,18 +487,19 @@ class BinGrid:
         row = np.empty(n, dtype=np.int32)
         inside = np.empty(n, dtype=bool)
         bin_index = np.empty(n, dtype=np.int64)
-        x_code = np.empty(n, dtype=np.int64)
-        y_code = np.empty(n, dtype=np.int64)
+        x_code = np.empty(n, dtype=self._offset_dtype)
+        y_code = np.empty(n, dtype=self._offset_dtype)
         poly = np.ascontiguousarray(self.polygon, dtype=np.float64)
-        _kernel("assign")(y, x, bool(self.dateline), float(self.min_x), float(self.min_y),
+        box = _rectangle(poly)
+        _kernel("assign16" if x_code.dtype == np.uint16 else "assign")(y, x, bool(self.dateline), float(self.min_x), float(self.min_y),
                           float(self.max_x), float(self.max_y), float(self.x_bin), float(self.y_bin),
                           int(self.width), int(self.height), float(np.float32(self.offset_scale)),
                           np.ascontiguousarray(poly[:, 0]), np.ascontiguousarray(poly[:, 1]),
+                          box is not None, np.zeros(4) if box is None else box,
                           col, row, inside, bin_index, x_code, y_code)
         return BinAssignment(col=col.reshape(shape), row=row.reshape(shape),
                              inside=inside.reshape(shape), bin_index=bin_index.reshape(shape),
-                             x_off=x_code.astype(self._offset_dtype).reshape(shape),
-                             y_off=y_code.astype(self._offset_dtype).reshape(shape))
+                             x_off=x_code.reshape(shape), y_off=y_code.reshape(shape))
 
     def decode_position(self, col, row, x_off, y_off):
         """Position (lat, lon) of stored soundings, as the library decodes them.

@@ -183,3 +183,29 @@ def test_recycled_output_memory_never_overwrites_live_tables(tmp_path):
     np.testing.assert_array_equal(view, view_copy)
     again = [gsf.read_pings(p) for p in paths]
     assert kept[0].equals(again[0]) and kept[-1].equals(again[0])
+
+
+def test_remembered_framing_and_states_read_the_same(tmp_path):
+    """``GsfFile(remember=True)`` takes the framing and scale-factor states a previous one of the
+    same file left (a load's task opens a file once per piece); a changed file is framed again."""
+    from pfm_dask import synth
+    from pfm_dask.gsf import _reader
+
+    synth.generate(tmp_path, files=1, pings=700, beams=16, seed=2)
+    path = next(tmp_path.glob("*.gsf"))
+    with gsf.GsfFile(path) as f:
+        want = f.read(0, f.n_pings)
+    with gsf.GsfFile(path, strict=False, remember=True) as f1:
+        f1.read_columns(0, 400)
+        framing = f1._framing
+    with gsf.GsfFile(path, strict=False, remember=True) as f2:
+        assert f2._framing is framing and 400 in f2._complete_keys
+        assert f2.read(400, 700).equals(want.slice(int(np.searchsorted(
+            want.column("ping").to_numpy(), 401)), None))
+        assert f2.read(0, 700).equals(want)
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF                              # same size, other bytes near the end
+    path.write_bytes(bytes(data))
+    with gsf.GsfFile(path, strict=False, remember=True) as f3:
+        assert f3._framing is not framing
+    assert len(_reader._KNOWN) <= _reader._KNOWN_FILES

@@ -1,0 +1,227 @@
+"""numba kernels of a load's task (:mod:`pfm_dask.soundings`): screening, output, the bin sort.
+
+A chunk of decoded pings is screened in one pass (:func:`_k_screen`: pfmLoader's ping and beam
+skips, GSF beam flags to PFM validity, depth limits, the counts), the kept soundings of the
+chunk's own pings are gathered for the placement in a second (:func:`_k_select`), placed and
+binned by the package's compiled placement and bin assignment
+(:func:`pfm_dask.geodesy.place_beams`, :meth:`pfm_dask.pfm._grid.BinGrid.assign`), and the
+soundings inside the area are written out in a third (:func:`_k_emit`). A piece's soundings,
+ordered by bin (numpy's stable sort, which merges the runs of bins that a ping's beams make),
+are gathered into the output columns in one pass (:func:`_k_gather`).
+
+Every rule is the one of the numpy path these kernels replaced (kept in
+``tests/prepare_reference.py``, which the tests compare with column for column). No Dask.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import validity as V
+from ._numeric import CompiledKernels
+
+__all__ = ["kernel"]
+
+# counts[] slots of the kernels, named as in pieces.COUNT_KEYS
+PINGS_READ, SOUNDINGS_READ, PING_SKIPPED, BEAM_REJECTED = 0, 1, 2, 3
+OUTSIDE_AREA, LOADED, DEPTH_OUT_OF_RANGE, INVALID_BY_GSF_FLAGS = 4, 5, 6, 7
+N_COUNTS = 8
+
+_INVAL = np.uint32(V.INVAL)
+_LIMIT_FLAGS = np.uint32(V.FILTER_INVAL | V.MODIFIED)
+_NULL_BEAM = 0x01
+
+
+def _ping_end(ping, i):
+    """The row after the last of the ping that starts at row ``i`` (rows of a ping are adjacent)."""
+    p = ping[i]
+    j = i + 1
+    while j < ping.size and ping[j] == p:
+        j += 1
+    return j
+
+
+def _k_screen(ping, lat, lon, pflags, depth, depth_ok, bflags, flags_ok, start, stop, table,
+              min_depth, max_depth, null_depth, keep, validity, zlim, depth32,
+              counts):  # pragma: no cover - compiled
+    """pfmLoader's screening of each row of a chunk (pings ``(start, stop]`` are its own, the
+    others the swath filter's context): ``keep`` (ping usable and beam usable), ``validity``
+    (the GSF flags' PFM validity, with FILTER_INVAL | MODIFIED where the depth is out of range),
+    ``zlim`` (the depth, or ``null_depth`` out of range), ``depth32`` (the depth as a C float,
+    written only when it has a row per row); counts of the own pings' rows added to ``counts``.
+
+    A ping is skipped for a bad position (above 90 or 180, or not finite) or its ignore flag;
+    a beam for a zero depth (as a float), no beam-flags array, or the null-beam flag 0x01,
+    except the only beam of a one-beam ping. Null depths and flags count as 0 here."""
+    n = ping.size
+    want32 = depth32.size == n
+    n_pings = n_read = n_skipped = n_rejected = 0   # local: the compiler keeps them in registers
+    i = 0
+    while i < n:
+        p = ping[i]
+        j = _ping_end(ping, i)
+        single = j - i == 1
+        own = p > start and p <= stop
+        if own:
+            n_pings += 1
+            n_read += j - i
+        for r in range(i, j):
+            la = lat[r]
+            lo = lon[r]
+            ping_ok = (la <= 90.0 and lo <= 180.0 and (pflags[r] & 1) == 0
+                       and math.isfinite(la) and math.isfinite(lo))
+            d = depth[r] if depth_ok[r] else 0.0
+            f = bflags[r] if flags_ok[r] else np.uint8(0)
+            d32 = np.float32(d)
+            usable = single or (d32 != np.float32(0.0) and flags_ok[r] and f != _NULL_BEAM)
+            v = table[f]
+            z = np.float64(d32)
+            if z > max_depth or z <= min_depth or math.isnan(z):
+                z = null_depth
+                v = v | _LIMIT_FLAGS
+            keep[r] = ping_ok and usable
+            validity[r] = v
+            zlim[r] = z
+            if want32:
+                depth32[r] = d32
+            if own:
+                if not ping_ok:
+                    n_skipped += 1
+                elif not usable:
+                    n_rejected += 1
+        i = j
+    counts[PINGS_READ] += n_pings
+    counts[SOUNDINGS_READ] += n_read
+    counts[PING_SKIPPED] += n_skipped
+    counts[BEAM_REJECTED] += n_rejected
+
+
+def _k_select(ping, keep, start, stop, lat, lon, heading, across, across_ok, along, along_ok,
+              idx, plat, plon, phdg, pacross, palong, ppresent,
+              single):  # pragma: no cover - compiled
+    """The kept rows of the own pings ``(start, stop]``, in order: their row numbers ``idx`` and
+    what the placement takes (ping position and heading, across- and along-track distances with
+    nulls as 0 m, whether the along-track distance is present), and ``single``: the row is the
+    only beam of its ping (placed at the ping position, not moved). Returns how many."""
+    n = ping.size
+    m = 0
+    i = 0
+    while i < n:
+        p = ping[i]
+        j = _ping_end(ping, i)
+        if p > start and p <= stop:
+            one = j - i == 1
+            for r in range(i, j):
+                if keep[r]:
+                    idx[m] = r
+                    plat[m] = lat[r]
+                    plon[m] = lon[r]
+                    phdg[m] = heading[r]
+                    pacross[m] = across[r] if across_ok[r] else 0.0
+                    palong[m] = along[r] if along_ok[r] else 0.0
+                    ppresent[m] = along_ok[r]
+                    single[m] = one
+                    m += 1
+        i = j
+    return m
+
+
+def _k_emit(idx, single, plat, plon, blat, blon, inside, bin_index, x_off, y_off, ping, beam,
+            zlim, validity, herr, herr_ok, verr, verr_ok, default_h, default_v, bflags, flags_ok,
+            table, null_depth, heading, time_sec, time_nsec, o_bin, o_ping, o_beam, o_depth, o_x,
+            o_y, o_val, o_h, o_v, g_ping, g_head, g_sec, g_nsec,
+            counts):  # pragma: no cover - compiled
+    """The placed soundings ``idx`` inside the area as output rows (a one-beam ping's beam at
+    the ping position ``plat, plon``, the others at ``blat, blon``; the caller has assigned
+    the bins of those positions), the pings they come from (first row's heading and time),
+    and the counts. Returns ``(rows, pings)`` written."""
+    k = 0
+    g = 0
+    last = -1
+    n_bad = n_limit = 0   # local: the compiler keeps them in registers
+    for m in range(idx.size):
+        if not inside[m]:
+            continue
+        r = idx[m]
+        o_bin[k] = bin_index[m]
+        p = ping[r]
+        o_ping[k] = p
+        o_beam[k] = beam[r]
+        z = zlim[r]
+        o_depth[k] = z
+        o_x[k] = np.uint16(x_off[m])
+        o_y[k] = np.uint16(y_off[m])
+        o_val[k] = validity[r]
+        o_h[k] = np.float32(herr[r] if herr_ok[r] else default_h)
+        o_v[k] = np.float32(verr[r] if verr_ok[r] else default_v)
+        f = bflags[r] if flags_ok[r] else np.uint8(0)
+        if table[f] & _INVAL:
+            n_bad += 1
+        if z == null_depth:
+            n_limit += 1
+        if np.int64(p) != last:
+            last = np.int64(p)
+            g_ping[g] = p
+            g_head[g] = heading[r]
+            g_sec[g] = time_sec[r]
+            g_nsec[g] = time_nsec[r]
+            g += 1
+        k += 1
+    counts[OUTSIDE_AREA] += idx.size - k
+    counts[LOADED] += k
+    counts[INVALID_BY_GSF_FLAGS] += n_bad
+    counts[DEPTH_OUT_OF_RANGE] += n_limit
+    return k, g
+
+
+def _k_in_order(ping, beam):  # pragma: no cover - compiled
+    """True when the rows come in (ping, beam) order (non-decreasing), as decoded pings do."""
+    for i in range(1, ping.size):
+        if ping[i] < ping[i - 1] or (ping[i] == ping[i - 1] and beam[i] < beam[i - 1]):
+            return False
+    return True
+
+
+def _k_gather(order, bins, ping, beam, depth, x_off, y_off, validity, herr, verr, o_bin, o_ping,
+              o_beam, o_depth, o_x, o_y, o_val, o_h, o_v):  # pragma: no cover - compiled
+    """The output columns in ``order``, all in one pass."""
+    for k in range(order.size):
+        i = order[k]
+        o_bin[k] = bins[i]
+        o_ping[k] = ping[i]
+        o_beam[k] = beam[i]
+        o_depth[k] = depth[i]
+        o_x[k] = x_off[i]
+        o_y[k] = y_off[i]
+        o_val[k] = validity[i]
+        o_h[k] = herr[i]
+        o_v[k] = verr[i]
+
+
+def _signatures(T) -> dict:
+    def a(t, readonly=False):
+        return T.Array(t, 1, "C", readonly=readonly)
+
+    f8, f4, u1, u2, u4, i4, i8, b1 = (T.float64, T.float32, T.uint8, T.uint16, T.uint32, T.int32,
+                                      T.int64, T.boolean)
+    u4t = a(u4, True)
+    return {
+        "screen": T.void(a(u4), a(f8), a(f8), a(u2), a(f8), a(b1), a(u1), a(b1), i8, i8, u4t,
+                         f8, f8, f8, a(b1), a(u4), a(f8), a(f4), a(i8)),
+        "select": i8(a(u4), a(b1), i8, i8, a(f8), a(f8), a(f8), a(f8), a(b1), a(f8), a(b1),
+                     a(i8), a(f8), a(f8), a(f8), a(f8), a(f8), a(b1), a(b1)),
+        "emit": T.UniTuple(i8, 2)(
+            a(i8), a(b1), a(f8), a(f8), a(f8), a(f8), a(b1), a(i8), a(u2), a(u2), a(u4), a(u2),
+            a(f8), a(u4), a(f8), a(b1), a(f8), a(b1), f8, f8, a(u1), a(b1), u4t, f8, a(f8),
+            a(i8), a(i4), a(i8), a(u4), a(u2), a(f8), a(u2), a(u2), a(u4), a(f4), a(f4), a(u4),
+            a(f8), a(i8), a(i4), a(i8)),
+        "in_order": b1(a(u4), a(u2)),
+        "gather": T.void(a(i8), a(i8), a(u4), a(u2), a(f8), a(u2), a(u2), a(u4), a(f4), a(f4),
+                         a(i8), a(u4), a(u2), a(f8), a(u2), a(u2), a(u4), a(f4), a(f4)),
+    }
+
+
+#: the compiled ``_k_<name>`` (compiled, or loaded from numba's on-disk cache, on first use)
+kernel = CompiledKernels(globals(), _signatures, helpers=("_ping_end",))
