@@ -225,6 +225,10 @@ class UndoLog:
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self.epoch = 0
         self.limits: dict[str, int] = {}
+        # (part, record size) -> one bit per record of the part (offset // size): its pre-image
+        # is already in this interval's log. The rollback restores the oldest entry of a record
+        # last, so a second one would never be what is left: it is not written.
+        self._saved: dict[tuple[str, int], np.ndarray] = {}
         self._dirty = False
         self._end = os.fstat(self.fd).st_size
         self.bytes_saved = 0
@@ -240,7 +244,31 @@ class UndoLog:
         self._dirty = False
         self.epoch = int(epoch)
         self.limits = {k: int(v) for k, v in limits.items()}
+        self._saved = {}
         self.seconds += time.perf_counter() - t0
+
+    def needed(self, part: str, offsets, size: int) -> np.ndarray:
+        """Which of the ``size``-byte records at ``offsets`` of ``part`` still need a pre-image in
+        this interval: those below the checkpoint size of their part (anything past it is cut off
+        by the resume's truncation) whose pre-image is not in the log yet (the first one of an
+        interval is the one a rollback leaves). A boolean mask; nothing is marked."""
+        off = np.asarray(offsets, dtype=np.int64)
+        keep = off < self.limits.get(part, 0)
+        bits = self._saved.get((part, int(size)))
+        if bits is not None and keep.any():
+            idx = off[keep] // int(size)
+            keep[keep] = (bits[idx >> 3] & (np.uint8(128) >> (idx & 7).astype(np.uint8))) == 0
+        return keep
+
+    def _mark(self, part: str, offsets: np.ndarray, size: int) -> None:
+        """Remember that the records at ``offsets`` have their pre-image in this interval's log."""
+        key = (part, int(size))
+        bits = self._saved.get(key)
+        if bits is None:
+            bits = self._saved[key] = np.zeros(self.limits.get(part, 0) // int(size) // 8 + 2,
+                                               dtype=np.uint8)
+        idx = np.asarray(offsets, dtype=np.int64) // int(size)
+        np.bitwise_or.at(bits, idx >> 3, np.uint8(128) >> (idx & 7).astype(np.uint8))
 
     def save(self, part: str, offset: int, data) -> None:
         """Keep the bytes at ``offset`` of ``part`` that a write is about to replace."""
@@ -261,14 +289,17 @@ class UndoLog:
     def save_records(self, part: str, offsets, size: int, records) -> None:
         """Keep the pre-images of fixed-size records at sorted ``offsets`` (``records``: an
         (n, size) uint8 array, or None when all are zero). One entry: runs of consecutive
-        all-zero records as (offset, count), runs of the others with their bytes."""
-        off = np.asarray(offsets, dtype=np.int64)
-        keep = off < self.limits.get(part, 0)
-        if not keep.any():
-            return
+        all-zero records as (offset, count), runs of the others with their bytes. Records
+        past the checkpoint size, or saved before in this interval, are left out
+        (:meth:`needed`)."""
         t0 = time.perf_counter()
-        off = off[keep]
+        off = np.asarray(offsets, dtype=np.int64)
         size = int(size)
+        keep = self.needed(part, off, size)
+        if not keep.any():
+            self.seconds += time.perf_counter() - t0
+            return
+        off = off[keep]
         if records is None:
             nz = np.zeros(off.size, dtype=bool)
         else:
@@ -293,6 +324,7 @@ class UndoLog:
         pwrite_all(self.fd, head + struct.pack("<I", len(body)) + _CRC.pack(crc) + body,
                     self._end)
         self._end += _HEAD.size + 4 + _CRC.size + len(body)
+        self._mark(part, off, size)
         self.bytes_saved += len(body)
         self._dirty = True
         self.seconds += time.perf_counter() - t0
@@ -301,12 +333,14 @@ class UndoLog:
         """Keep the pre-images of ``size``-byte records at ``offsets`` that were their present
         bytes with every bit from ``keep_bits[j]`` on (MSB first) cleared: a chain's tail
         record before soundings fill its free slots and its continuation pointer is set. One
-        entry of 16 bytes per record; the rollback reads each record and clears those bits."""
-        off = np.asarray(offsets, dtype=np.int64)
-        keep = off < self.limits.get(part, 0)
-        if not keep.any():
-            return
+        entry of 16 bytes per record; the rollback reads each record and clears those bits.
+        Records past the checkpoint size, or saved before in this interval, are left out."""
         t0 = time.perf_counter()
+        off = np.asarray(offsets, dtype=np.int64)
+        keep = self.needed(part, off, size)
+        if not keep.any():
+            self.seconds += time.perf_counter() - t0
+            return
         table = np.empty((int(keep.sum()), 2), dtype="<i8")
         table[:, 0] = off[keep]
         table[:, 1] = np.asarray(keep_bits, dtype=np.int64)[keep]
@@ -316,6 +350,7 @@ class UndoLog:
         crc = zlib.crc32(body, zlib.crc32(head))
         pwrite_all(self.fd, head + struct.pack("<I", len(body)) + _CRC.pack(crc) + body, self._end)
         self._end += _HEAD.size + 4 + _CRC.size + len(body)
+        self._mark(part, table[:, 0], size)
         self.bytes_saved += len(body)
         self._dirty = True
         self.seconds += time.perf_counter() - t0

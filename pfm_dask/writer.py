@@ -562,7 +562,8 @@ def _merge_sorted(parts: list[dict], bufs: dict) -> dict:
         whole = np.concatenate([p[k] for p in parts], out=buf(("scratch", dtype.str), dtype))
         if order is None:
             order = np.argsort(whole, kind="stable")
-        out[k] = np.take(whole, order, out=buf(k, dtype))
+        # mode="clip": with the default "raise", numpy gathers into a buffer of its own first
+        out[k] = np.take(whole, order, out=buf(k, dtype), mode="clip")
     return out
 
 

@@ -236,6 +236,66 @@ def test_undo_log_puts_back_tails_filled_and_linked_since_the_checkpoint(tmp_pat
         assert Path(v).read_bytes() == before[k], k
 
 
+def _logged_records(undo, epoch):
+    """(part, record offset) of every record an epoch's undo entries put back, in log order."""
+    import struct
+
+    out = []
+    for flag, pos, stored, part, off, n in undo.entries(epoch):
+        body = os.pread(undo.fd, stored, pos)
+        (size,) = struct.unpack_from("<I", body)
+        if flag == J._CLEARED:
+            table = np.frombuffer(body, dtype="<i8", offset=4).reshape(-1, 2)
+            out += [(part, int(o)) for o in table[:, 0]]
+            continue
+        assert flag == J._RECORDS
+        at = 4
+        for _ in range(2):
+            (k,) = struct.unpack_from("<I", body, at)
+            runs = np.frombuffer(body, dtype="<i8", count=2 * k, offset=at + 4).reshape(k, 2)
+            at += 4 + 16 * k
+            out += [(part, int(a) + j * size) for a, c in runs.tolist() for j in range(c)]
+    return out
+
+
+def test_undo_log_keeps_one_pre_image_per_record_per_interval(tmp_path):
+    """Several groups between two checkpoints rewrite the same bin and tail records: the log
+    keeps each record's first pre-image only (the one a rollback leaves), and the rollback
+    still gives the checkpoint's bytes exactly. A new interval starts afresh."""
+    from .pfm.test_store import make_soundings, small_grid
+
+    rng = np.random.default_rng(5)
+    path = str(tmp_path / "o.pfm")
+    stem = Path(path + ".data") / "o.pfm"
+    parts = {k: str(stem) + "." + k for k in ("bin", "ndx")}
+    with pfm.create(path, small_grid(9, 7), max_files=8, max_lines=64) as f:
+        bins = np.arange(0, 63, 3)
+        f.add_sorted(**make_soundings(rng, bins, rng.integers(1, 9, bins.size)))
+        f.flush()
+        before = {k: Path(v).read_bytes() for k, v in parts.items()}
+        undo = J.UndoLog(tmp_path / "undo.log")
+        undo.begin(1, {"bin": len(before["bin"]), "ndx": len(before["ndx"])})
+        f.undo = undo
+        for _ in range(4):     # the same bins again and again, a few soundings each time
+            some = np.sort(rng.choice(bins, 15, replace=False))
+            f.add_sorted(**make_soundings(rng, some, rng.integers(1, 4, some.size)))
+        f.flush()
+        logged = _logged_records(undo, 1)
+        assert logged and len(logged) == len(set(logged)), "a record logged twice"
+        assert {p for p, _ in logged} == {"bin", "ndx"}
+        undo.rollback(1, parts)
+        os.truncate(parts["ndx"], len(before["ndx"]))
+        for k, v in parts.items():
+            assert Path(v).read_bytes() == before[k], k
+        # a new interval logs the records again
+        undo.begin(2, {"bin": len(before["bin"]), "ndx": len(before["ndx"])})
+        f.add_sorted(**make_soundings(rng, bins[:5], np.full(5, 2)))
+        f.flush()
+        assert {o for p, o in _logged_records(undo, 2) if p == "bin"} == {
+            f.bin_header_size + int(b) * f.bin_record_size for b in bins[:5]}
+    undo.close()
+
+
 def test_atomic_write_leaves_old_or_new_never_a_mix(tmp_path):
     p = tmp_path / "j.json"
     J.atomic_write(p, b"old")

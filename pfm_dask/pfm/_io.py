@@ -88,10 +88,12 @@ class Spans:
         return np.lib.stride_tricks.as_strided(self.buf, shape=(self.buf.size - self.size + 1, self.size),
                                                strides=(1, 1), writeable=True)
 
-    def records(self) -> np.ndarray:
+    def records(self, rows=None) -> np.ndarray:
+        """An (n, size) copy of the records, or of the ``rows`` (a mask or indices) only."""
         if self.dense:
-            return self.buf.reshape(-1, self.size).copy()
-        return self._view()[self.pos]
+            recs = self.buf.reshape(-1, self.size)
+            return recs.copy() if rows is None else recs[rows]
+        return self._view()[self.pos if rows is None else self.pos[rows]]
 
     def store(self, records: np.ndarray) -> None:
         if self.dense:

@@ -201,8 +201,7 @@ class PfmWrites:
 
         fresh = self._all_zero(ub)
         if fresh:
-            # made with the new bin records (step 4, on a pack thread) unless the undo log needs them
-            bspans = zero_spans() if self.undo is not None else None
+            bspans = None       # made with the new bin records (step 4, on a pack thread)
             z = np.zeros(nb, dtype=np.uint64)
             cur = {"num_soundings": z, "validity": z, "head": z, "tail": z}
         else:
@@ -211,7 +210,11 @@ class PfmWrites:
                             what="bin record")
             cur = bspans.unpack(BL, ["num_soundings", "validity", "head", "tail"])
         if self.undo is not None:
-            self.undo.save_records("bin", boff, bsize, bspans.records())
+            # one pre-image per record and checkpoint interval (the first: what a rollback leaves)
+            need = self.undo.needed("bin", boff, bsize)
+            if need.any():
+                self.undo.save_records("bin", boff[need], bsize,
+                                       None if fresh else bspans.records(need))
         self._touch(ub)
         # where every bin's soundings go: old tail slots, new records (one compiled pass)
         base = self.ndx_size
@@ -314,7 +317,9 @@ class PfmWrites:
                             path=self.ndx_path, what="tail record")
             trecs = tspans.records()                 # (len(tb), rsize) copy, changed in place
             if self.undo is not None:
-                self._save_tails(t0[tb], trecs, used[tb])
+                need = self.undo.needed("ndx", t0[tb], rsize)
+                if need.any():
+                    self._save_tails(t0[tb][need], trecs[need], used[tb][need])
             flat = trecs.reshape(-1)
             row_at = np.arange(tb.size, dtype=np.int64) * rsize
             cont_old = NL.unpack_at(flat, row_at, ["continuation"])["continuation"]
