@@ -21,19 +21,25 @@ from ._faults import crash_point
 from ._fileio import pwrite_all
 from .errors import LoadError
 
-__all__ = ["run_area_filter", "area_bands", "apply_redo", "AREA_BAND_SOUNDINGS"]
+__all__ = ["run_area_filter", "area_bands", "apply_redo", "AREA_BAND_SOUNDINGS",
+           "AREA_HALO_ROWS"]
 
 _REDO_DTYPE = np.dtype("<i8")    # redo entries: (record offset, slot, validity) as int64
 _REDO_CHUNK = 1 << 20            # redo entries applied per set_validity call
-AREA_BAND_SOUNDINGS = 500_000    # soundings the area filter reads ahead at a time
+AREA_BAND_SOUNDINGS = 2_000_000  # soundings of one band of the area filter's rows
 
 
 def run_area_filter(f, touched_bins: np.ndarray, cfg, redo_path,
                     threads: int | None) -> tuple[dict, dict]:
     """pfmLoader's area filter over the bins a load touched (``touched_bins``: a boolean per
     bin), row by row from the open PFM ``f``; writes the redo file and returns (the
-    filter's summary, the redo file's record for the journal)."""
-    from .filters import AreaFilter, RowSoundings
+    filter's summary, the redo file's record for the journal).
+
+    The rows go by bands of about :data:`AREA_BAND_SOUNDINGS` soundings, filtered at once on
+    ``threads`` threads (:func:`_filter_band`); the redo file and the summary are those of
+    the plain pass over the rows in order, byte for byte (docs/filters.md, "Bands").
+    """
+    from .filters import AreaFilter, AreaFilterSummary
 
     g = f.grid
     w, h = g.width, g.height
@@ -49,63 +55,112 @@ def run_area_filter(f, touched_bins: np.ndarray, cfg, redo_path,
     filt = AreaFilter(w, h, bin_size_xy=g.bin_size_xy if cfg.bin_size_deg is None else 0.0,
                       bin_diagonal=diag, cellstd=cfg.cellstd,
                       deep_only=cfg.deep_only, null_depth=cfg.null_depth)
+    threads = max(1, int(threads or pfm.THREADS))
+    # rows nobody reads are rows without data for the filter: nothing to do, counted
+    summary = AreaFilterSummary(rows=int((~needed).sum()))
+    # One thread: the bands in order, each from the true state the band before left.
+    # More: each band from a guess, checked against the band before (_filter_band).
+    truth: dict = {"end": 0, "post": None}
+    halo = AREA_HALO_ROWS if threads > 1 else None
 
-    # Rows are read a band at a time (one chain walk and one map of the .ndx per band,
-    # about AREA_BAND_SOUNDINGS soundings; row by row cost 8x as much per sounding), up
-    # to ``threads`` bands ahead on the writer's threads while the filter works (one
-    # thread, as in --serial: in order, no pool), and handed to the filter row by row.
-    fields = ("row", "col", "depth", "validity", "record_offset", "slot")
-
-    def read_band(band):
+    def work(band):
         y0, y1 = band
-        s = f.read_soundings(y0, y1, fields=fields)
-        cut = np.searchsorted(s["row"], np.arange(y0, y1 + 1))
-        return y0, y1, [{k: v[cut[r]:cut[r + 1]] for k, v in s.items()} for r in range(y1 - y0)]
-
-    bands = pfm.ordered_imap(read_band, area_bands(f, needed), threads or pfm.THREADS)
-    ahead: dict[int, dict] = {}
-
-    def read_row(y: int):
-        if not needed[y]:
-            return None
-        while y not in ahead:
-            y0, y1, rows = next(bands)
-            ahead.update(zip(range(y0, y1), rows))
-        s = ahead.pop(y)
-        return RowSoundings(col=s["col"].astype(np.int64), depth=s["depth"],
-                            validity=s["validity"].astype(np.uint32),
-                            address=np.stack([s["record_offset"], s["slot"]], axis=1),
-                            active=touched[y])
+        above = truth["post"] if (halo is None and truth["end"] == y0) else None
+        return _filter_band(f, filt, touched, needed, y0, y1, halo, above)
 
     # The result goes to a redo file, applied afterwards (apply_redo): applying it twice
     # is harmless, while filtering twice is not (the second pass sees the first's flags).
-    # Deferring the writes is exact: a row is never read after its neighbour is written.
+    # Deferring the writes is exact: no row is read after its neighbour is written.
     fd = os.open(redo_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     acc = {"count": 0, "crc": 0, "size": 0}
-
-    def write_row(y: int, res) -> None:
-        if res.index.size:
-            rec = np.empty((res.index.size, 3), dtype=_REDO_DTYPE)
-            rec[:, 0] = res.address[:, 0]
-            rec[:, 1] = res.address[:, 1]
-            rec[:, 2] = res.validity
-            raw = rec.tobytes()
-            pwrite_all(fd, raw, acc["size"])
-            acc["size"] += len(raw)
-            acc["crc"] = zlib.crc32(raw, acc["crc"])
-            acc["count"] += res.index.size
-            crash_point("area-filter-row")
-
+    bands = pfm.ordered_imap(work, area_bands(f, needed), threads)
     try:
-        summary = filt.run(read_row, write_row)
+        for out in bands:
+            y0, y1 = out["rows"]
+            # the true state above the band: the band before's last row, or no data
+            true_above = (truth["post"] if truth["end"] == y0 and y0 > 0 and needed[y0 - 1]
+                          else None)
+            if out["guess"] is not None and not out["guess"].same(
+                    true_above if true_above is not None else filt.none_stats(w)):
+                # the guess did not meet the true state in time: the band again, from it
+                out = _filter_band(f, filt, touched, needed, y0, y1, None, true_above)
+            summary.add(out["summary"])
+            for rec in out["redo"]:
+                raw = rec.tobytes()
+                pwrite_all(fd, raw, acc["size"])
+                acc["size"] += len(raw)
+                acc["crc"] = zlib.crc32(raw, acc["crc"])
+                acc["count"] += rec.shape[0]
+                crash_point("area-filter-row")
+            truth["end"], truth["post"] = y1, out["post"]
         os.fsync(fd)
     finally:
         bands.close()
         os.close(fd)
+    filt.summary = summary
     out = summary.as_dict()
     out["flagged"] = out.get("cut", 0)
     out = json.loads(json.dumps(out, default=_plain))
     return out, {"file": J.REDO_NAME, **acc}
+
+
+#: rows a band filters before its own, from a guess, when bands run at once (_filter_band)
+AREA_HALO_ROWS = 2
+_FIELDS = ("row", "col", "depth", "validity", "record_offset", "slot")
+
+
+def _filter_band(f, filt, touched, needed, y0: int, y1: int, halo: int | None, above):
+    """The area filter's rows ``y0 .. y1 - 1`` (consecutive needed rows), read from ``f``
+    in one go, on any thread: the redo records of each row with cuts, the band's summary,
+    its last row's post-filter statistics (``post``), and ``guess``.
+
+    Row y's cuts depend on the soundings and on row y - 1's post-filter statistics only.
+    ``halo`` None: ``above`` is that state for row y0 - 1 (``None``: no data), and the band
+    is exact (``guess`` None). Otherwise the band starts ``halo`` rows early (not above
+    the run of needed rows, where the state is known: no data) from row start - 1's
+    pre-filter statistics, and ``guess`` is what it reaches for row y0 - 1: its rows are
+    the plain pass's when that equals, bit for bit, the true state the band before
+    leaves, which the caller checks (else it runs the band again with ``halo`` None).
+    """
+    start = y0
+    if halo is not None:
+        while start > 0 and start > y0 - halo and needed[start - 1]:
+            start -= 1
+    seed = halo is not None and start > 0 and needed[start - 1]   # guess from row start - 1
+    r0 = start - 1 if seed else start
+    r1 = y1 + 1 if y1 < needed.size and needed[y1] else y1
+    s = f.read_soundings(r0, r1, fields=_FIELDS)
+    cut = np.searchsorted(s["row"], np.arange(r0, r1 + 1))
+    rows = {y: slice(cut[y - r0], cut[y - r0 + 1]) for y in range(r0, r1)}
+    from .filters import RowSoundings
+
+    def read_row(y: int):
+        if y not in rows:
+            return None
+        sl = rows[y]
+        return RowSoundings(col=s["col"][sl], depth=s["depth"][sl],
+                            validity=s["validity"][sl].astype(np.uint32), active=touched[y])
+
+    guess = None
+    if halo is not None:
+        above = filt.pre_stats(read_row(start - 1), start - 1) if seed else None
+    res = filt.band(read_row, start, y1, above, keep_from=y0)
+    if halo is not None:
+        if start < y0:
+            guess = res["boundary"]
+        else:
+            guess = above if above is not None else filt.none_stats(filt.width)
+    redo = []
+    for r in res["results"]:
+        if r.index.size:
+            i = r.index + rows[r.row].start
+            rec = np.empty((i.size, 3), dtype=_REDO_DTYPE)
+            rec[:, 0] = s["record_offset"][i]
+            rec[:, 1] = s["slot"][i]
+            rec[:, 2] = r.validity
+            redo.append(rec)
+    return {"rows": (y0, y1), "redo": redo, "summary": res["summary"], "post": res["post"],
+            "guess": guess}
 
 
 def area_bands(f, needed: np.ndarray):

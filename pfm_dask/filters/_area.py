@@ -99,6 +99,11 @@ class AreaFilterSummary:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def add(self, other: "AreaFilterSummary") -> None:
+        """Add ``other``'s totals (rows filtered apart, e.g. in bands)."""
+        for k, v in asdict(other).items():
+            setattr(self, k, getattr(self, k) + v)
+
 
 class _Stats:
     """Per-bin statistics of one row as the filter sees them (no data => avg = std = 0)."""
@@ -111,6 +116,12 @@ class _Stats:
     @classmethod
     def none(cls, width: int) -> "_Stats":
         return cls(np.zeros(width, np.bool_), np.zeros(width), np.zeros(width))
+
+    def same(self, other: "_Stats") -> bool:
+        """Bit for bit the same statistics (what a row hands the next: see AreaFilter.band)."""
+        return (np.array_equal(self.data, other.data)
+                and np.array_equal(self.avg.view(np.uint64), other.avg.view(np.uint64))
+                and np.array_equal(self.std.view(np.uint64), other.std.view(np.uint64)))
 
 
 # ---------------------------------------------------------------------------------- kernels
@@ -345,18 +356,64 @@ class AreaFilter:
         row y is yielded; row y-1's soundings are released before row y+1 is read, so at most
         two rows of soundings and three rows of bin statistics are held.
         """
+        return self._rows(read_row, 0, self.height, _Stats.none(self.width), self.summary, {})
+
+    def band(self, read_row: Callable[[int], RowSoundings | None], y0: int, y1: int,
+             above: "_Stats | None" = None, keep_from: int | None = None) -> dict:
+        """Filter rows ``y0 .. y1 - 1`` alone, from ``above``: row y0 - 1's post-filter
+        statistics (``None``: a row without data), as :meth:`iter_rows` would have them.
+
+        Row y's result depends on the rows' soundings and on row y - 1's post-filter
+        statistics only, so a band started from the true statistics gives the rows of the
+        whole pass; started from a guess, its rows are right from the first row whose
+        previous row's statistics come out bit for bit as the true ones (``boundary``).
+        Returns ``results`` (the :class:`RowResult` of rows ``keep_from`` (default y0) ..
+        y1 - 1), ``summary`` (their totals, :class:`AreaFilterSummary`), ``boundary`` (row
+        ``keep_from`` - 1's post-filter statistics when ``keep_from`` > y0) and ``post``
+        (row y1 - 1's). Reads rows y0 .. y1 (y1 as the row below, when it exists).
+        """
+        keep_from = y0 if keep_from is None else int(keep_from)
+        if above is None:
+            above = _Stats.none(self.width)
+        out: dict = {"results": [], "summary": AreaFilterSummary(), "boundary": None}
+        counted = AreaFilterSummary()       # the rows before keep_from: not part of the band
+        state: dict = {}
+        for res in self._rows(read_row, y0, y1, above, None, state,
+                              lambda y: out["summary"] if y >= keep_from else counted):
+            if res.row == keep_from - 1:
+                out["boundary"] = state["post"]
+            if res.row >= keep_from:
+                out["results"].append(res)
+        out["post"] = state.get("post", above)
+        return out
+
+    @staticmethod
+    def none_stats(width: int) -> "_Stats":
+        """The statistics of a row without data (the state at the top of the grid)."""
+        return _Stats.none(width)
+
+    def pre_stats(self, row: RowSoundings | None, y: int) -> "_Stats":
+        """Row ``y``'s pre-filter statistics: a guess at its post-filter ones (:meth:`band`)."""
+        return self._pre(self._check(row, y))
+
+    def _rows(self, read_row, y0: int, y1: int, above: "_Stats", summary, state: dict,
+              summary_of=None) -> Iterator[RowResult]:
+        """Rows ``y0 .. y1 - 1`` from ``above`` (row y0 - 1's post-filter statistics); the
+        totals go to ``summary`` (or ``summary_of(y)``), the last row's post-filter
+        statistics to ``state["post"]``."""
         w = self.width
-        above = _Stats.none(w)                          # row y-1, post-filter
-        cur = self._check(read_row(0), 0)
-        cur_pre = self._pre(cur)
-        for y in range(self.height):
+        cur = self._check(read_row(y0), y0) if y0 < y1 else None
+        cur_pre = self._pre(cur) if cur is not None else None
+        for y in range(y0, y1):
             if y + 1 < self.height:
                 nxt = self._check(read_row(y + 1), y + 1)
                 nxt_pre = self._pre(nxt)
             else:
                 nxt, nxt_pre = None, _Stats.none(w)
-            res, post = self._process(y, cur, above, cur_pre, nxt_pre)
+            res, post = self._process(y, cur, above, cur_pre, nxt_pre,
+                                      summary if summary_of is None else summary_of(y))
             above = post
+            state["post"] = post
             cur, cur_pre = nxt, nxt_pre
             del nxt
             yield res
@@ -385,7 +442,7 @@ class AreaFilter:
         return _row_stats(row, int(_SKIP), self.width)
 
     def _process(self, y: int, row: RowSoundings, above: _Stats, cur_pre: _Stats,
-                 below: _Stats):
+                 below: _Stats, s: "AreaFilterSummary"):
         """Filter row ``y`` (one pass of :func:`_k_filter_row` in raster order)."""
         w = self.width
         col = row.col
@@ -407,7 +464,6 @@ class AreaFilter:
         res = RowResult(row=y, index=idx, validity=row.validity[idx] | _CUT, address=addr,
                         changed_cols=np.unique(col[idx]), examined=examined,
                         good=examined - bad, bad=bad)
-        s = self.summary
         s.total += examined
         s.good += examined - bad
         s.bad += bad
