@@ -1,13 +1,13 @@
-"""numba kernels of a load's task (:mod:`pfm_dask.soundings`): screening, output, the bin sort.
+"""numba kernels of a load's task (:mod:`pfm_dask.soundings`): screening, output, the gather.
 
 A chunk of decoded pings is screened in one pass (:func:`_k_screen`: pfmLoader's ping and beam
-skips, GSF beam flags to PFM validity, depth limits, the counts), the kept soundings of the
-chunk's own pings are gathered for the placement in a second (:func:`_k_select`), placed and
-binned by the package's compiled placement and bin assignment
-(:func:`pfm_dask.geodesy.place_beams`, :meth:`pfm_dask.pfm._grid.BinGrid.assign`), and the
-soundings inside the area are written out in a third (:func:`_k_emit`). A piece's soundings,
-ordered by bin (numpy's stable sort, which merges the runs of bins that a ping's beams make),
-are gathered into the output columns in one pass (:func:`_k_gather`).
+skips, GSF beam flags to PFM validity, depth limits, the counts); after the swath filter (which
+needs the whole window, halo pings included), the kept soundings of the chunk's own pings are
+placed, binned and written out ping by ping in a second (:func:`_k_place_emit`), which calls
+the package's compiled placement and bin assignment (``geodesy._place_run``,
+``pfm._grid._assign_points``) rather than copies of them. A piece's soundings, ordered by bin
+(numpy's stable sort, which merges the runs of bins that a ping's beams make), are gathered
+into the output columns in one pass (:func:`_k_gather`).
 
 Every rule is the one of the numpy path these kernels replaced (kept in
 ``tests/prepare_reference.py``, which the tests compare with column for column). No Dask.
@@ -98,82 +98,105 @@ def _k_screen(ping, lat, lon, pflags, depth, depth_ok, bflags, flags_ok, start, 
     counts[BEAM_REJECTED] += n_rejected
 
 
-def _k_select(ping, keep, start, stop, lat, lon, heading, across, across_ok, along, along_ok,
-              idx, plat, plon, phdg, pacross, palong, ppresent,
-              single):  # pragma: no cover - compiled
-    """The kept rows of the own pings ``(start, stop]``, in order: their row numbers ``idx`` and
-    what the placement takes (ping position and heading, across- and along-track distances with
-    nulls as 0 m, whether the along-track distance is present), and ``single``: the row is the
-    only beam of its ping (placed at the ping position, not moved). Returns how many."""
+def _k_place_emit(ping, keep, start, stop, lat, lon, heading, across, across_ok, along,
+                  along_ok, ta, ma, ta2, ma2, tb, mb, dateline, min_x, min_y, max_x, max_y, x_bin,
+                  y_bin, width, height, scale, poly_lat, poly_lon, rect, rect_box, beam, zlim,
+                  validity, herr, herr_ok, verr, verr_ok, default_h, default_v, bflags, flags_ok,
+                  table, null_depth, time_sec, time_nsec, o_bin, o_ping, o_beam, o_depth, o_x, o_y,
+                  o_val, o_h, o_v, g_ping, g_head, g_sec, g_nsec,
+                  counts):  # pragma: no cover - compiled
+    """The kept soundings of the own pings ``(start, stop]`` placed, binned and written out,
+    ping by ping: a multibeam ping's kept beams placed by the package's placement
+    (:func:`pfm_dask.geodesy._place_run`, across- and along-track nulls as 0 m, the along-track
+    move only where that array is present), a one-beam ping's beam at the ping position;
+    bins by the package's assignment (:func:`pfm_dask.pfm._grid._assign_points`, with the
+    grid's ``kernel_args``); the soundings inside the area as output rows, the pings they come
+    from (first row's heading and time), and the counts. Returns ``(rows, pings)`` written."""
     n = ping.size
-    m = 0
+    fa, g, coef = _place_scratch(ta, ta2, tb)
+    widest = 0
+    i = 0
+    while i < n:
+        j = _ping_end(ping, i)
+        widest = max(widest, j - i)
+        i = j
+    rows = np.empty(widest, dtype=np.int64)     # one ping's kept beams at a time
+    p_across = np.empty(widest)
+    p_along = np.empty(widest)
+    p_present = np.empty(widest, dtype=np.bool_)
+    p_lat = np.empty(widest)
+    p_lon = np.empty(widest)
+    p_col = np.empty(widest, dtype=np.int32)
+    p_row = np.empty(widest, dtype=np.int32)
+    p_in = np.empty(widest, dtype=np.bool_)
+    p_bin = np.empty(widest, dtype=np.int64)
+    p_x = np.empty(widest, dtype=np.uint16)
+    p_y = np.empty(widest, dtype=np.uint16)
+    k = 0
+    gp = 0
+    n_outside = n_bad = n_limit = 0   # local: the compiler keeps them in registers
     i = 0
     while i < n:
         p = ping[i]
         j = _ping_end(ping, i)
-        if p > start and p <= stop:
-            one = j - i == 1
-            for r in range(i, j):
-                if keep[r]:
-                    idx[m] = r
-                    plat[m] = lat[r]
-                    plon[m] = lon[r]
-                    phdg[m] = heading[r]
-                    pacross[m] = across[r] if across_ok[r] else 0.0
-                    palong[m] = along[r] if along_ok[r] else 0.0
-                    ppresent[m] = along_ok[r]
-                    single[m] = one
-                    m += 1
-        i = j
-    return m
-
-
-def _k_emit(idx, single, plat, plon, blat, blon, inside, bin_index, x_off, y_off, ping, beam,
-            zlim, validity, herr, herr_ok, verr, verr_ok, default_h, default_v, bflags, flags_ok,
-            table, null_depth, heading, time_sec, time_nsec, o_bin, o_ping, o_beam, o_depth, o_x,
-            o_y, o_val, o_h, o_v, g_ping, g_head, g_sec, g_nsec,
-            counts):  # pragma: no cover - compiled
-    """The placed soundings ``idx`` inside the area as output rows (a one-beam ping's beam at
-    the ping position ``plat, plon``, the others at ``blat, blon``; the caller has assigned
-    the bins of those positions), the pings they come from (first row's heading and time),
-    and the counts. Returns ``(rows, pings)`` written."""
-    k = 0
-    g = 0
-    last = -1
-    n_bad = n_limit = 0   # local: the compiler keeps them in registers
-    for m in range(idx.size):
-        if not inside[m]:
+        if not (p > start and p <= stop):
+            i = j
             continue
-        r = idx[m]
-        o_bin[k] = bin_index[m]
-        p = ping[r]
-        o_ping[k] = p
-        o_beam[k] = beam[r]
-        z = zlim[r]
-        o_depth[k] = z
-        o_x[k] = np.uint16(x_off[m])
-        o_y[k] = np.uint16(y_off[m])
-        o_val[k] = validity[r]
-        o_h[k] = np.float32(herr[r] if herr_ok[r] else default_h)
-        o_v[k] = np.float32(verr[r] if verr_ok[r] else default_v)
-        f = bflags[r] if flags_ok[r] else np.uint8(0)
-        if table[f] & _INVAL:
-            n_bad += 1
-        if z == null_depth:
-            n_limit += 1
-        if np.int64(p) != last:
-            last = np.int64(p)
-            g_ping[g] = p
-            g_head[g] = heading[r]
-            g_sec[g] = time_sec[r]
-            g_nsec[g] = time_nsec[r]
-            g += 1
-        k += 1
-    counts[OUTSIDE_AREA] += idx.size - k
+        m = 0
+        for r in range(i, j):
+            if keep[r]:
+                rows[m] = r
+                p_across[m] = across[r] if across_ok[r] else 0.0
+                p_along[m] = along[r] if along_ok[r] else 0.0
+                p_present[m] = along_ok[r]
+                m += 1
+        if m == 0:
+            i = j
+            continue
+        if j - i == 1:   # a one-beam ping: its beam is at the ping position
+            p_lat[0] = lat[i]
+            p_lon[0] = lon[i]
+        else:
+            _place_run(lat[i], lon[i], heading[i], p_across, p_along, p_present, 0, m, ta, ma,
+                       ta2, ma2, tb, mb, fa, g, coef, p_lat, p_lon)
+        _assign_points(p_lat, p_lon, 0, m, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin,
+                       width, height, scale, poly_lat, poly_lon, rect, rect_box, p_col, p_row,
+                       p_in, p_bin, p_x, p_y)
+        first = True
+        for q in range(m):
+            if not p_in[q]:
+                n_outside += 1
+                continue
+            r = rows[q]
+            o_bin[k] = p_bin[q]
+            o_ping[k] = p
+            o_beam[k] = beam[r]
+            z = zlim[r]
+            o_depth[k] = z
+            o_x[k] = p_x[q]
+            o_y[k] = p_y[q]
+            o_val[k] = validity[r]
+            o_h[k] = np.float32(herr[r] if herr_ok[r] else default_h)
+            o_v[k] = np.float32(verr[r] if verr_ok[r] else default_v)
+            f = bflags[r] if flags_ok[r] else np.uint8(0)
+            if table[f] & _INVAL:
+                n_bad += 1
+            if z == null_depth:
+                n_limit += 1
+            if first:
+                first = False
+                g_ping[gp] = p
+                g_head[gp] = heading[i]
+                g_sec[gp] = time_sec[i]
+                g_nsec[gp] = time_nsec[i]
+                gp += 1
+            k += 1
+        i = j
+    counts[OUTSIDE_AREA] += n_outside
     counts[LOADED] += k
     counts[INVALID_BY_GSF_FLAGS] += n_bad
     counts[DEPTH_OUT_OF_RANGE] += n_limit
-    return k, g
+    return k, gp
 
 
 def _k_in_order(ping, beam):  # pragma: no cover - compiled
@@ -200,6 +223,9 @@ def _k_gather(order, bins, ping, beam, depth, x_off, y_off, validity, herr, verr
         o_v[k] = verr[i]
 
 
+_k_in_order64 = _k_in_order   # the same test for int64 columns (callers other than the task)
+
+
 def _signatures(T) -> dict:
     def a(t, readonly=False):
         return T.Array(t, 1, "C", readonly=readonly)
@@ -207,21 +233,37 @@ def _signatures(T) -> dict:
     f8, f4, u1, u2, u4, i4, i8, b1 = (T.float64, T.float32, T.uint8, T.uint16, T.uint32, T.int32,
                                       T.int64, T.boolean)
     u4t = a(u4, True)
+    f8r = a(f8, True)
+    m8r = T.Array(f8, 2, "C", readonly=True)
     return {
         "screen": T.void(a(u4), a(f8), a(f8), a(u2), a(f8), a(b1), a(u1), a(b1), i8, i8, u4t,
                          f8, f8, f8, a(b1), a(u4), a(f8), a(f4), a(i8)),
-        "select": i8(a(u4), a(b1), i8, i8, a(f8), a(f8), a(f8), a(f8), a(b1), a(f8), a(b1),
-                     a(i8), a(f8), a(f8), a(f8), a(f8), a(f8), a(b1), a(b1)),
-        "emit": T.UniTuple(i8, 2)(
-            a(i8), a(b1), a(f8), a(f8), a(f8), a(f8), a(b1), a(i8), a(u2), a(u2), a(u4), a(u2),
-            a(f8), a(u4), a(f8), a(b1), a(f8), a(b1), f8, f8, a(u1), a(b1), u4t, f8, a(f8),
+        "place_emit": T.UniTuple(i8, 2)(
+            a(u4), a(b1), i8, i8, a(f8), a(f8), a(f8), a(f8), a(b1), a(f8), a(b1),
+            f8r, m8r, f8r, m8r, f8r, m8r, b1, f8, f8, f8, f8, f8, f8, i8, i8, f8, f8r, f8r, b1,
+            f8r, a(u2), a(f8), a(u4), a(f8), a(b1), a(f8), a(b1), f8, f8, a(u1), a(b1), u4t, f8,
             a(i8), a(i4), a(i8), a(u4), a(u2), a(f8), a(u2), a(u2), a(u4), a(f4), a(f4), a(u4),
             a(f8), a(i8), a(i4), a(i8)),
         "in_order": b1(a(u4), a(u2)),
+        "in_order64": b1(a(i8), a(i8)),
         "gather": T.void(a(i8), a(i8), a(u4), a(u2), a(f8), a(u2), a(u2), a(u4), a(f4), a(f4),
                          a(i8), a(u4), a(u2), a(f8), a(u2), a(u2), a(u4), a(f4), a(f4)),
     }
 
 
 #: the compiled ``_k_<name>`` (compiled, or loaded from numba's on-disk cache, on first use)
-kernel = CompiledKernels(globals(), _signatures, helpers=("_ping_end",))
+def _linked(numba) -> dict:
+    """The placement's and the bin assignment's compiled helpers, called per ping: made ready
+    by their own modules' registries (numba's cache of the kernel that calls them is keyed by
+    this file only: ``tests/test_prepare_kernels.py`` compares the result with the numpy path,
+    which calls those modules' own kernels, so a stale cache fails the tests)."""
+    from . import geodesy
+    from .pfm import _grid
+
+    geodesy._kernel.load(["place"])
+    _grid._kernel.load(["assign16"])
+    return {"_place_run": geodesy._place_run, "_place_scratch": geodesy._place_scratch,
+            "_assign_points": _grid._assign_points}
+
+
+kernel = CompiledKernels(globals(), _signatures, helpers=("_ping_end",), prepare=_linked)

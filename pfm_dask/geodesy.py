@@ -273,16 +273,9 @@ def _series(c, t, u, pm):
 def _k_place(lat, lat_bits, lon, lon_bits, hdg, hdg_bits, across, along, present,
              ta, ma, ta2, ma2, tb, mb, out_lat, out_lon):  # pragma: no cover - compiled
     """numba kernel of :func:`place_beams` (see there). Beams whose ping position and heading
-    repeat (same bits) share the expansion, built once per run; the result of a beam does not
-    depend on that. The beam loop has no branch (selects only), so the compiler vectorises it;
-    beams outside the expansion are redone after it."""
-    na, na2, nb = ta.size, ta2.size, tb.size
-    fa = np.empty((2, na))
-    g = np.empty((2, na2, nb))
-    coef = np.zeros((2, na + na2 * nb))
-    deg = 180.0 / math.pi
-    inv_a = 1.0 / PLACE_ACROSS_M
-    inv_b = 1.0 / PLACE_ALONG_M
+    repeat (same bits) share the expansion, built once per run by :func:`_place_run`; the
+    result of a beam does not depend on that."""
+    fa, g, coef = _place_scratch(ta, ta2, tb)
     n = lat.size
     i = 0
     while i < n:
@@ -290,100 +283,120 @@ def _k_place(lat, lat_bits, lon, lon_bits, hdg, hdg_bits, across, along, present
         while (j < n and lat_bits[j] == lat_bits[i] and lon_bits[j] == lon_bits[i]
                and hdg_bits[j] == hdg_bits[i]):
             j += 1
-        lat0 = lat[i]
-        lon0 = lon[i]
-        h = hdg[i]
-        expand = abs(lat0) <= PLACE_LAT_DEG and math.isfinite(lon0) and math.isfinite(h)
-        sa1 = ca1 = sa2 = ca2 = k_lat = k_lon = 0.0
-        if expand:
-            sa1, ca1 = _ngs_azimuth(h + 90.0)
-            sa2, ca2 = _ngs_azimuth(h)
-            ef0, y00 = _ngs_start(lat0)
-            # the across-track move at the nodes, without the 1 mm floors
-            for k in range(na):
-                s = PLACE_ACROSS_M * ta[k]
-                la, lo = _ngs_move(s * sa1, -s * ca1, lon0, ef0, y00)
-                fa[0, k] = la - lat0
-                fa[1, k] = _wrap180(lo - lon0)
-            for q in range(2):
-                for c in range(na):
-                    acc = 0.0
-                    for k in range(na):
-                        acc += ma[c, k] * fa[q, k]
-                    coef[q, c] = acc
-            # the along-track move from some across-track nodes, relative to its start
-            for k in range(na2):
-                s = PLACE_ACROSS_M * ta2[k]
-                la1, lo1 = _ngs_move(s * sa1, -s * ca1, lon0, ef0, y00)
-                ef1, y01 = _ngs_start(la1)
-                for m in range(nb):
-                    s = PLACE_ALONG_M * tb[m]
-                    la, lo = _ngs_move(s * sa2, -s * ca2, lo1, ef1, y01)
-                    g[0, k, m] = la - la1
-                    g[1, k, m] = _wrap180(lo - lo1)
-            for q in range(2):
-                for c in range(na2):
-                    for d in range(nb):
-                        acc = 0.0
-                        for k in range(na2):
-                            row = 0.0
-                            for m in range(nb):
-                                row += mb[d, m] * g[q, k, m]
-                            acc += ma2[c, k] * row
-                        coef[q, na + c * nb + d] = acc
-            # degrees per metre north and east at the ping, for the 1 mm floors
-            sphi = math.sin(lat0 / deg)
-            w = 1.0 - _ESQ * sphi * sphi
-            k_lat = deg * w * math.sqrt(w) / (_AXIS * (1.0 - _ESQ))
-            k_lon = deg * math.sqrt(w) / (_AXIS * math.cos(lat0 / deg))
-            cl = _coef(coef, 0)
-            co = _coef(coef, 1)
-            for r in range(i, j):  # no branch: vectorised
-                b = along[r]
-                b = b if present[r] else 0.0  # (loaded first: a conditional load is not)
-                pm = 1.0 if present[r] else 0.0
-                t = across[r] * inv_a
-                u = b * inv_b
-                out_lat[r] = lat0 + _series(cl, t, u, pm)
-                out_lon[r] = lon0 + _series(co, t, u, pm)
-        for r in range(i, j):
-            a = across[r]
-            has_along = present[r]
-            b = along[r] if has_along else 0.0
-            if not (expand and abs(a) <= PLACE_ACROSS_M and abs(b) <= PLACE_ALONG_M):
-                # outside the expansion (or NaN): the two NGS moves themselves
-                la, lo = _ngs_direct(lat0, lon0, h + 90.0, a)
-                if has_along:
-                    la, lo = _ngs_direct(la, lo, h, b)
-                out_lat[r] = la
-                out_lon[r] = lo
-                continue
-            # the 1 mm floors: a local component below 1 mm was +1 mm (x west, y north);
-            # their effect is a local step of under 2.9 mm, linear to within micrometres
-            x1 = a * sa1
-            y1 = -a * ca1
-            x2 = b * sa2
-            y2 = -b * ca2
-            if (abs(x1) < 1.0e-3 or abs(y1) < 1.0e-3
-                    or (has_along and (abs(x2) < 1.0e-3 or abs(y2) < 1.0e-3))):
-                fx = 0.001 - x1 if abs(x1) < 1.0e-3 else 0.0
-                fy = 0.001 - y1 if abs(y1) < 1.0e-3 else 0.0
-                if has_along:
-                    if abs(x2) < 1.0e-3:
-                        fx += 0.001 - x2
-                    if abs(y2) < 1.0e-3:
-                        fy += 0.001 - y2
-                out_lat[r] += fy * k_lat
-                out_lon[r] -= fx * k_lon
-            lo = out_lon[r]
-            if abs(lo) > 180.0:  # wrapped once, as the NGS code does
-                out_lon[r] = lo - 360.0 if lo > 0.0 else lo + 360.0
+        _place_run(lat[i], lon[i], hdg[i], across, along, present, i, j, ta, ma, ta2, ma2, tb,
+                   mb, fa, g, coef, out_lat, out_lon)
         i = j
+
+
+def _place_scratch(ta, ta2, tb):
+    """The work arrays of :func:`_place_run` (node values and coefficients)."""
+    return (np.empty((2, ta.size)), np.empty((2, ta2.size, tb.size)),
+            np.zeros((2, ta.size + ta2.size * tb.size)))
+
+
+def _place_run(lat0, lon0, h, across, along, present, i, j, ta, ma, ta2, ma2, tb, mb, fa, g,
+               coef, out_lat, out_lon):
+    """Beams ``i:j`` of one ping (position ``lat0, lon0``, heading ``h``) placed into
+    ``out_lat, out_lon``: the per-ping expansion, then each beam's polynomial and 1 mm floors
+    (the beam loop has no branch, so the compiler vectorises it; beams outside the expansion
+    are redone after it by the two NGS moves). Shared by :func:`_k_place` and the load's task
+    kernel (``pfm_dask._task_kernels``)."""
+    na, na2, nb = ta.size, ta2.size, tb.size
+    deg = 180.0 / math.pi
+    inv_a = 1.0 / PLACE_ACROSS_M
+    inv_b = 1.0 / PLACE_ALONG_M
+    expand = abs(lat0) <= PLACE_LAT_DEG and math.isfinite(lon0) and math.isfinite(h)
+    sa1 = ca1 = sa2 = ca2 = k_lat = k_lon = 0.0
+    if expand:
+        sa1, ca1 = _ngs_azimuth(h + 90.0)
+        sa2, ca2 = _ngs_azimuth(h)
+        ef0, y00 = _ngs_start(lat0)
+        # the across-track move at the nodes, without the 1 mm floors
+        for k in range(na):
+            s = PLACE_ACROSS_M * ta[k]
+            la, lo = _ngs_move(s * sa1, -s * ca1, lon0, ef0, y00)
+            fa[0, k] = la - lat0
+            fa[1, k] = _wrap180(lo - lon0)
+        for q in range(2):
+            for c in range(na):
+                acc = 0.0
+                for k in range(na):
+                    acc += ma[c, k] * fa[q, k]
+                coef[q, c] = acc
+        # the along-track move from some across-track nodes, relative to its start
+        for k in range(na2):
+            s = PLACE_ACROSS_M * ta2[k]
+            la1, lo1 = _ngs_move(s * sa1, -s * ca1, lon0, ef0, y00)
+            ef1, y01 = _ngs_start(la1)
+            for m in range(nb):
+                s = PLACE_ALONG_M * tb[m]
+                la, lo = _ngs_move(s * sa2, -s * ca2, lo1, ef1, y01)
+                g[0, k, m] = la - la1
+                g[1, k, m] = _wrap180(lo - lo1)
+        for q in range(2):
+            for c in range(na2):
+                for d in range(nb):
+                    acc = 0.0
+                    for k in range(na2):
+                        row = 0.0
+                        for m in range(nb):
+                            row += mb[d, m] * g[q, k, m]
+                        acc += ma2[c, k] * row
+                    coef[q, na + c * nb + d] = acc
+        # degrees per metre north and east at the ping, for the 1 mm floors
+        sphi = math.sin(lat0 / deg)
+        w = 1.0 - _ESQ * sphi * sphi
+        k_lat = deg * w * math.sqrt(w) / (_AXIS * (1.0 - _ESQ))
+        k_lon = deg * math.sqrt(w) / (_AXIS * math.cos(lat0 / deg))
+        cl = _coef(coef, 0)
+        co = _coef(coef, 1)
+        for r in range(i, j):  # no branch: vectorised
+            b = along[r]
+            b = b if present[r] else 0.0  # (loaded first: a conditional load is not)
+            pm = 1.0 if present[r] else 0.0
+            t = across[r] * inv_a
+            u = b * inv_b
+            out_lat[r] = lat0 + _series(cl, t, u, pm)
+            out_lon[r] = lon0 + _series(co, t, u, pm)
+    for r in range(i, j):
+        a = across[r]
+        has_along = present[r]
+        b = along[r] if has_along else 0.0
+        if not (expand and abs(a) <= PLACE_ACROSS_M and abs(b) <= PLACE_ALONG_M):
+            # outside the expansion (or NaN): the two NGS moves themselves
+            la, lo = _ngs_direct(lat0, lon0, h + 90.0, a)
+            if has_along:
+                la, lo = _ngs_direct(la, lo, h, b)
+            out_lat[r] = la
+            out_lon[r] = lo
+            continue
+        # the 1 mm floors: a local component below 1 mm was +1 mm (x west, y north);
+        # their effect is a local step of under 2.9 mm, linear to within micrometres
+        x1 = a * sa1
+        y1 = -a * ca1
+        x2 = b * sa2
+        y2 = -b * ca2
+        if (abs(x1) < 1.0e-3 or abs(y1) < 1.0e-3
+                or (has_along and (abs(x2) < 1.0e-3 or abs(y2) < 1.0e-3))):
+            fx = 0.001 - x1 if abs(x1) < 1.0e-3 else 0.0
+            fy = 0.001 - y1 if abs(y1) < 1.0e-3 else 0.0
+            if has_along:
+                if abs(x2) < 1.0e-3:
+                    fx += 0.001 - x2
+                if abs(y2) < 1.0e-3:
+                    fy += 0.001 - y2
+            out_lat[r] += fy * k_lat
+            out_lon[r] -= fx * k_lon
+        lo = out_lon[r]
+        if abs(lo) > 180.0:  # wrapped once, as the NGS code does
+            out_lon[r] = lo - 360.0 if lo > 0.0 else lo + 360.0
 
 
 _TA, _MA = _nodes(_N_ACROSS)
 _TA2, _MA2 = _nodes(_N_ACROSS2)
 _TB, _MB = _nodes(_N_ALONG)
+#: the nodes and inverse Vandermonde matrices :func:`_place_run` takes
+PLACE_NODES = (_TA, _MA, _TA2, _MA2, _TB, _MB)
 
 
 def place_beams(lat, lon, heading, across, along, present):
@@ -409,7 +422,7 @@ def place_beams(lat, lon, heading, across, along, present):
     out_lon = np.empty(n)
     la, lo, hd, ac, al = arrs
     _kernel("place")(la, la.view(np.int64), lo, lo.view(np.int64), hd, hd.view(np.int64), ac, al,
-                     pres, _TA, _MA, _TA2, _MA2, _TB, _MB, out_lat, out_lon)
+                     pres, *PLACE_NODES, out_lat, out_lon)
     return out_lat, out_lon
 
 
@@ -429,7 +442,8 @@ def _signatures(T) -> dict:
 #: the compiled ``_k_<name>`` (compiled, or loaded from numba's on-disk cache, on first use)
 _kernel = CompiledKernels(globals(), _signatures,
                           helpers=("_ngs_start", "_ngs_azimuth", "_ngs_move", "_ngs_floor",
-                                   "_ngs_direct", "_wrap180", "_coef", "_series"))
+                                   "_ngs_direct", "_wrap180", "_coef", "_series",
+                                   "_place_scratch", "_place_run"))
 
 
 def _invgp_distance_azimuth(lat1, lon1, lat2, lon2, a0=WGS84_A, b0=WGS84_B):

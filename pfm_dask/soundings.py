@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from . import _task_kernels as K
 from . import filters, gsf
-from .geodesy import place_beams
+from .geodesy import PLACE_NODES
 from .pfm._grid import BinGrid
 from .config import LoadConfig
 from .errors import GsfError
@@ -171,34 +171,22 @@ def _place_chunk(cols: dict, start: int, stop: int, grid: BinGrid, cfg: LoadConf
                                                score_mask=own, **kw)
         validity[sel] = new_val
         counts["flagged_swath_filter"] += int(np.count_nonzero((new_val != before) & own))
-    # 3. the kept soundings of the own pings, placed on WGS-84 (one-beam pings: at the ping)
-    idx = np.empty(n, dtype=np.int64)
-    plat, plon, phdg, pacross, palong = (np.empty(n) for _ in range(5))
-    present = np.empty(n, dtype=bool)
-    single = np.empty(n, dtype=bool)
-    m = K.kernel("select")(ping, keep, int(start), int(stop), cols["latitude"], cols["longitude"],
-                           cols["heading"], cols["across_track"], _valid(cols, "across_track", n),
-                           cols["along_track"], _valid(cols, "along_track", n), idx, plat, plon,
-                           phdg, pacross, palong, present, single)
-    idx, plat, plon, single = idx[:m], plat[:m], plon[:m], single[:m]
-    blat, blon = place_beams(plat, plon, phdg[:m], pacross[:m], palong[:m], present[:m])
-    np.copyto(blat, plat, where=single)
-    np.copyto(blon, plon, where=single)
-    # 4. bins; soundings outside the grid or polygon are counted and dropped
-    a = grid.assign(blat, blon)
-    out = {name: np.empty(m, dtype=BATCH_SCHEMA.field(name).type.to_pandas_dtype())
+    # 3. the kept soundings of the own pings placed on WGS-84 (one-beam pings: at the ping),
+    # binned (soundings outside the grid or polygon counted and dropped) and written out
+    out = {name: np.empty(n, dtype=BATCH_SCHEMA.field(name).type.to_pandas_dtype())
            for name in _OUT}
-    pings = {name: np.empty(m, dtype=PING_SCHEMA.field(name).type.to_pandas_dtype())
+    pings = {name: np.empty(n, dtype=PING_SCHEMA.field(name).type.to_pandas_dtype())
              for name in _PINGS}
-    x_off, y_off = (np.asarray(v).astype(np.uint16, copy=False) for v in (a.x_off, a.y_off))
-    k, g = K.kernel("emit")(
-        idx, single, plat, plon, blat, blon, a.inside, a.bin_index, x_off, y_off, ping,
-        cols["beam"], zlim, validity, cols["horizontal_error"],
-        _valid(cols, "horizontal_error", n), cols["vertical_error"],
-        _valid(cols, "vertical_error", n), float(cfg.default_horizontal_error),
-        float(cfg.default_vertical_error), cols["beam_flags"], flags_ok, filters.GSF_FLAG_TABLE,
-        float(cfg.null_depth), cols["heading"], cols["time_sec"], cols["time_nsec"],
-        *(out[name] for name in _OUT), *(pings[name] for name in _PINGS), c)
+    k, g = K.kernel("place_emit")(
+        ping, keep, int(start), int(stop), cols["latitude"], cols["longitude"], cols["heading"],
+        cols["across_track"], _valid(cols, "across_track", n), cols["along_track"],
+        _valid(cols, "along_track", n), *PLACE_NODES, *grid.kernel_args(), cols["beam"], zlim,
+        validity, cols["horizontal_error"], _valid(cols, "horizontal_error", n),
+        cols["vertical_error"], _valid(cols, "vertical_error", n),
+        float(cfg.default_horizontal_error), float(cfg.default_vertical_error),
+        cols["beam_flags"], flags_ok, filters.GSF_FLAG_TABLE, float(cfg.null_depth),
+        cols["time_sec"], cols["time_nsec"], *(out[name] for name in _OUT),
+        *(pings[name] for name in _PINGS), c)
     for key, slot in _COUNT_SLOTS:
         counts[key] += int(c[slot])
     return {"soundings": {name: v[:k] for name, v in out.items()},
@@ -229,6 +217,11 @@ def _arrow(values: np.ndarray, typ: pa.DataType) -> pa.Array:
 def _bin_order(bin_index: np.ndarray, ping: np.ndarray, beam: np.ndarray) -> np.ndarray:
     """``np.lexsort((beam, ping, bin_index))``; a stable sort on the bin alone when the
     soundings already come in (ping, beam) order, as decoded pings do (same result, faster)."""
-    if K.kernel("in_order")(ping, beam):
+    if ping.dtype == np.uint32 and beam.dtype == np.uint16:
+        in_order = K.kernel("in_order")(ping, beam)
+    else:
+        in_order = K.kernel("in_order64")(np.ascontiguousarray(ping, dtype=np.int64),
+                                          np.ascontiguousarray(beam, dtype=np.int64))
+    if in_order:
         return np.argsort(bin_index, kind="stable")
     return np.lexsort((beam, ping, bin_index))

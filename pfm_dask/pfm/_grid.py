@@ -124,11 +124,21 @@ def _k_point_in_polygon(poly_lat, poly_lon, lat, lon, inside):  # pragma: no cov
 def _k_assign(lat, lon, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin, width, height, scale,
               poly_lat, poly_lon, rect, rect_box, col, row, inside, bin_index, x_code,
               y_code):  # pragma: no cover
-    """numba kernel of :meth:`BinGrid.assign`, per point (see there). ``rect``: the polygon is
-    the axis-parallel rectangle ``rect_box`` (south, west, north, east), so a point well inside
-    it is inside the polygon without the test (:func:`_rectangle`)."""
+    """numba kernel of :meth:`BinGrid.assign`: :func:`_assign_points` over all the points."""
+    _assign_points(lat, lon, 0, lat.size, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin,
+                   width, height, scale, poly_lat, poly_lon, rect, rect_box, col, row, inside,
+                   bin_index, x_code, y_code)
+
+
+def _assign_points(lat, lon, lo, hi, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin, width,
+                   height, scale, poly_lat, poly_lon, rect, rect_box, col, row, inside, bin_index,
+                   x_code, y_code):
+    """Points ``lo:hi`` of :meth:`BinGrid.assign` (see there), one at a time. ``rect``: the
+    polygon is the axis-parallel rectangle ``rect_box`` (south, west, north, east), so a point
+    well inside it is inside the polygon without the test (:func:`_rectangle`). Shared with the
+    load's task kernel (``pfm_dask._task_kernels``), which calls it once per ping."""
     ry0, rx0, ry1, rx1 = rect_box[0], rect_box[1], rect_box[2], rect_box[3]
-    for k in range(lat.size):
+    for k in range(lo, hi):
         y = lat[k]
         x = lon[k]
         if dateline and x < 0.0:
@@ -206,7 +216,8 @@ def _signatures(T) -> dict:
 #: the compiled ``_k_<name>`` (compiled, or loaded from numba's on-disk cache, on first use;
 #: no fastmath: each operation is the IEEE double or float operation written)
 _k_assign16 = _k_assign
-_kernel = CompiledKernels(globals(), _signatures, helpers=("_inside_polygon", "_nint"))
+_kernel = CompiledKernels(globals(), _signatures,
+                          helpers=("_inside_polygon", "_nint", "_assign_points"))
 
 
 @dataclass(frozen=True, eq=False)
@@ -467,6 +478,17 @@ class BinGrid:
 
     # ------------------------------------------------------------------ binning
 
+    def kernel_args(self) -> tuple:
+        """The grid as the compiled assignment takes it (:func:`_assign_points`, after the
+        points): dateline, MBR, bin sizes, dimensions, offset scale, polygon, rectangle."""
+        poly = np.ascontiguousarray(self.polygon, dtype=np.float64)
+        box = _rectangle(poly)
+        return (bool(self.dateline), float(self.min_x), float(self.min_y), float(self.max_x),
+                float(self.max_y), float(self.x_bin), float(self.y_bin), int(self.width),
+                int(self.height), float(np.float32(self.offset_scale)),
+                np.ascontiguousarray(poly[:, 0]), np.ascontiguousarray(poly[:, 1]),
+                box is not None, np.zeros(4) if box is None else box)
+
     def assign(self, lat, lon) -> BinAssignment:
         """Bin, acceptance and offset codes of soundings at (lat, lon) degrees, vectorised.
 
@@ -489,14 +511,8 @@ class BinGrid:
         bin_index = np.empty(n, dtype=np.int64)
         x_code = np.empty(n, dtype=self._offset_dtype)
         y_code = np.empty(n, dtype=self._offset_dtype)
-        poly = np.ascontiguousarray(self.polygon, dtype=np.float64)
-        box = _rectangle(poly)
-        _kernel("assign16" if x_code.dtype == np.uint16 else "assign")(y, x, bool(self.dateline), float(self.min_x), float(self.min_y),
-                          float(self.max_x), float(self.max_y), float(self.x_bin), float(self.y_bin),
-                          int(self.width), int(self.height), float(np.float32(self.offset_scale)),
-                          np.ascontiguousarray(poly[:, 0]), np.ascontiguousarray(poly[:, 1]),
-                          box is not None, np.zeros(4) if box is None else box,
-                          col, row, inside, bin_index, x_code, y_code)
+        _kernel("assign16" if x_code.dtype == np.uint16 else "assign")(
+            y, x, *self.kernel_args(), col, row, inside, bin_index, x_code, y_code)
         return BinAssignment(col=col.reshape(shape), row=row.reshape(shape),
                              inside=inside.reshape(shape), bin_index=bin_index.reshape(shape),
                              x_off=x_code.reshape(shape), y_off=y_code.reshape(shape))
