@@ -85,6 +85,10 @@ class PfmWriter(WriterJournal):
         #: from the backlog (a group waits in the buffer the driver's window bounds) and kept
         #: in the journal, so that a resumed load writes the same groups
         self.group_bytes = self.default_group_bytes(cfg) if cfg is not None else 0
+        #: bytes of soundings merged and written by one ``add_sorted`` (a group is written as
+        #: runs of consecutive bins of about this size: the writing's memory follows this, not
+        #: the group; the bytes written do not depend on it)
+        self.chunk_bytes = max(1, int(cfg.max_backlog_bytes) // 16) if cfg is not None else 1 << 25
         self._lock = threading.Condition()
         self._buffer: dict[int, PreparedPiece | _Skipped] = {}
         self._buffer_bytes = 0
@@ -176,11 +180,13 @@ class PfmWriter(WriterJournal):
 
     @staticmethod
     def default_group_bytes(cfg: LoadConfig) -> int:
-        """The group budget for a load with these settings: a sixteenth of its backlog, the
-        size the planner gives a piece at most. Writing takes about six times a group's bytes
-        more in the writer's process (docs/performance.md, memory), so a group is no larger
-        than the largest piece: many small files are merged, large ones written one by one."""
-        return _faults.group_bytes() or max(1, int(cfg.max_backlog_bytes) // 16)
+        """The group budget for a load with these settings: a quarter of its backlog (four of
+        the largest pieces the planner makes). A group's pieces wait in the buffer the backlog
+        bounds; they are written a run of bins of :attr:`chunk_bytes` at a time, so the
+        writing's own memory (about six times the bytes it merges, docs/performance.md) follows
+        a sixteenth of the backlog whatever the group. The larger the group, the fewer times a
+        bin that adjacent lines share is rewritten."""
+        return _faults.group_bytes() or max(1, int(cfg.max_backlog_bytes) // 4)
 
     def _add_files(self, files: list[str]) -> None:
         self._dirty = True
@@ -264,8 +270,10 @@ class PfmWriter(WriterJournal):
 
     def _write_group(self, group: list) -> None:
         """Write a group of consecutive pieces: each piece's counts and line numbers in turn,
-        then all their soundings in one ``add_sorted`` (merged by bin, stably: within a bin,
-        piece order), so that a bin the group's overlapping lines share is written once."""
+        then all their soundings merged by bin (stably: within a bin, piece order), so that a
+        bin the group's overlapping lines share is written once. The merge and ``add_sorted``
+        go by runs of consecutive bins of about :attr:`chunk_bytes` (:func:`_bin_chunks`):
+        new records are appended in bin order either way, so the bytes are those of one call."""
         t0 = time.perf_counter()
         c0 = time.thread_time()
         self._dirty = True
@@ -283,16 +291,21 @@ class PfmWriter(WriterJournal):
             if prepared.piece.last:
                 self.files_done += 1
         if parts:
-            cols = _merge_sorted(parts, self._merge_bufs)
-            self.pfm.add_sorted(**cols)
-            bin_index = cols["bin_index"]
-            # each bin enters the touched log once (bin_index is sorted)
-            first = np.r_[True, bin_index[1:] != bin_index[:-1]]
-            ub = bin_index[first]
-            new = ub[~self.touched[ub]]
-            self.touched[new] = True
-            if self._touched_log is not None:
-                self._touched_log.append(new)
+            nbytes = sum(p["nbytes"] for p in parts)
+            n = sum(p["bin_index"].size for p in parts)
+            per_chunk = max(1, int(n * self.chunk_bytes / max(1, nbytes)))
+            for cuts in _bin_chunks([p["bin_index"] for p in parts], per_chunk):
+                cols = _merge_sorted([_sounding_columns(p, a, b) for p, (a, b) in zip(parts, cuts)
+                                      if b > a], self._merge_bufs)
+                self.pfm.add_sorted(**cols)
+                bin_index = cols["bin_index"]
+                # each bin enters the touched log once (bin_index is sorted)
+                first = np.r_[True, bin_index[1:] != bin_index[:-1]]
+                ub = bin_index[first]
+                new = ub[~self.touched[ub]]
+                self.touched[new] = True
+                if self._touched_log is not None:
+                    self._touched_log.append(new)
         self.timings["write"] += time.perf_counter() - t0
         self.timings["write_cpu"] += time.thread_time() - c0   # this thread's own (not the pack threads')
         now = time.time()
@@ -301,7 +314,8 @@ class PfmWriter(WriterJournal):
 
     def _columns(self, prepared: PreparedPiece) -> dict | None:
         """A piece's counts into its file's record, its lines numbered (new names appended to
-        the ``.lin``), and its soundings as the columns ``add_sorted`` takes (None if empty)."""
+        the ``.lin``), and its soundings' columns as :func:`_sounding_columns` slices them into
+        those ``add_sorted`` takes (None if empty)."""
         piece = prepared.piece
         fnum = piece.file_number
         rec = self.per_file[fnum]
@@ -323,19 +337,16 @@ class PfmWriter(WriterJournal):
             lines.extend(self.pfm.add_lines(new_names))
             rec["lines"] += len(new_names)
         global_lines = np.asarray(lines, dtype=np.int64)[local]
-        ping = batch.column("ping").to_numpy()
-        depth = batch.column("depth").to_numpy()
+        self.soundings_written += batch.num_rows
+        self.bytes_written += batch.nbytes
+        nulls = None
         if self.cfg.null_depth != self.pfm.null_depth:
             # depths out of range carry the settings' null (max + 1, a double); the PFM's
             # is that value as a float, which may round below it (e.g. max 1364.475)
-            depth = np.where(depth == self.cfg.null_depth, self.pfm.null_depth, depth)
-        self.soundings_written += batch.num_rows
-        self.bytes_written += batch.nbytes
-        return {"bin_index": batch.column("bin_index").to_numpy(),
-                "file": np.full(batch.num_rows, fnum, dtype=np.int64),
-                "line": _lookup(p, global_lines, ping), "ping": ping,
-                "beam": batch.column("beam").to_numpy(), "depth": depth,
-                **{k: batch.column(k).to_numpy() for k in _PLAIN_COLUMNS}}
+            nulls = (self.cfg.null_depth, self.pfm.null_depth)
+        return {"bin_index": batch.column("bin_index").to_numpy(), "file": fnum,
+                "pings": p, "lines": global_lines, "nulls": nulls, "nbytes": batch.nbytes,
+                **{k: batch.column(k).to_numpy() for k in ("ping", "beam", "depth", *_PLAIN_COLUMNS)}}
 
     # --------------------------------------------------------- background mode
     def start(self) -> None:
@@ -535,6 +546,52 @@ class PfmWriter(WriterJournal):
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass
         self._close_journal()
+
+
+def _sounding_columns(part: dict, a: int, b: int) -> dict:
+    """Soundings ``a .. b - 1`` of a piece (:meth:`PfmWriter._columns`) as the columns
+    ``add_sorted`` takes: the file number repeated, line numbers from the pings, the PFM's
+    null depth; the other columns are views."""
+    ping = part["ping"][a:b]
+    depth = part["depth"][a:b]
+    if part["nulls"] is not None:
+        depth = np.where(depth == part["nulls"][0], part["nulls"][1], depth)
+    return {"bin_index": part["bin_index"][a:b],
+            "file": np.full(b - a, part["file"], dtype=np.int64),
+            "line": _lookup(part["pings"], part["lines"], ping), "ping": ping,
+            "beam": part["beam"][a:b], "depth": depth,
+            **{k: part[k][a:b] for k in _PLAIN_COLUMNS}}
+
+
+def _bin_chunks(bins: list[np.ndarray], per_chunk: int):
+    """Cut sorted bin-index arrays at common bin boundaries into chunks of about ``per_chunk``
+    soundings in all (at least one bin each; a rule of the data only). Yields, per chunk,
+    each array's ``(start, end)``."""
+    total = sum(b.size for b in bins)
+    if total <= per_chunk:
+        if total:
+            yield [(0, b.size) for b in bins]
+        return
+    lo = min(int(b[0]) for b in bins if b.size)
+    hi = max(int(b[-1]) for b in bins if b.size) + 1
+    start = [0] * len(bins)
+    done = 0
+    while done < total:
+        # the largest bin boundary ``cut`` with at most per_chunk soundings in lo .. cut - 1,
+        # but at least lo + 1 (a bin with more soundings than per_chunk goes alone)
+        a, c = lo + 1, hi
+        while a < c:
+            mid = (a + c + 1) // 2
+            if sum(int(np.searchsorted(b, mid)) for b in bins) - done <= per_chunk:
+                a = mid
+            else:
+                c = mid - 1
+        cut = a
+        end = [int(np.searchsorted(b, cut)) for b in bins]
+        if sum(end) > done:
+            yield list(zip(start, end))
+        done = sum(end)
+        start, lo = end, cut
 
 
 def _merge_sorted(parts: list[dict], bufs: dict) -> dict:

@@ -111,3 +111,59 @@ def test_groups_follow_the_pieces_bytes_not_their_arrival():
                 w._next = end
         # 30+50 >= 60; 10+70; 5+5+(skipped 6)+40 up to the last piece
         assert groups == [(0, 2), (2, 4), (4, 8)], arrival
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 60), max_size=50), min_size=1, max_size=5),
+       st.integers(1, 40))
+def test_bin_chunks_cut_every_piece_at_the_same_bins(bins, per_chunk):
+    """A group is written by runs of consecutive bins: every chunk cuts each piece at the same
+    bin boundary, the chunks cover each piece once in order, none is empty, and each holds at
+    most ``per_chunk`` soundings unless it is a single bin."""
+    from pfm_dask.writer import _bin_chunks
+
+    arrays = [np.sort(np.array(b, dtype=np.int64)) for b in bins]
+    chunks = list(_bin_chunks(arrays, per_chunk))
+    pos = [0] * len(arrays)
+    last_bin = -1
+    for cuts in chunks:
+        got = np.concatenate([a[s:e] for a, (s, e) in zip(arrays, cuts)])
+        assert got.size > 0
+        assert got.min() > last_bin
+        assert got.size <= per_chunk or np.unique(got).size == 1
+        last_bin = int(got.max())
+        for j, (s, e) in enumerate(cuts):
+            assert s == pos[j] <= e
+            pos[j] = e
+    assert pos == [a.size for a in arrays]
+
+
+def test_add_sorted_by_runs_of_bins_writes_the_bytes_of_one_call(tmp_path):
+    """Why a group may be written a run of bins at a time: new records go to the end of the
+    .ndx in bin order, tails and bin records are per bin, so consecutive calls on consecutive
+    bin ranges give the bytes one call gives (tails filled, chains linked, bins rewritten)."""
+    from pathlib import Path
+
+    from pfm_dask import pfm
+
+    from .pfm.test_store import make_soundings, small_grid
+
+    out = {}
+    for name, cuts in (("one", [0, 63]), ("runs", [0, 5, 6, 30, 62, 63])):
+        rng = np.random.default_rng(3)
+        path = str(tmp_path / f"{name}.pfm")
+        with pfm.create(path, small_grid(9, 7), max_files=8, max_lines=64) as f:
+            first = np.arange(0, 63, 2)
+            f.add_sorted(**make_soundings(rng, first, rng.integers(1, 9, first.size)))
+            bins = np.arange(0, 63)
+            s = make_soundings(rng, bins, rng.integers(0, 11, bins.size))
+            for lo, hi in zip(cuts[:-1], cuts[1:]):
+                a, b = np.searchsorted(s["bin_index"], [lo, hi])
+                if b > a:
+                    f.add_sorted(**{k: v[a:b] for k, v in s.items()})
+            hsize = f.bin_header_size
+        stem = Path(path + ".data") / f"{name}.pfm"
+        out[name] = {k: Path(f"{stem}.{k}").read_bytes() for k in ("ndx", "bin", "cvg")}
+        out[name]["bin"] = out[name]["bin"][hsize:]            # the header holds a date
+    for k in ("ndx", "bin", "cvg"):
+        assert out["one"][k] == out["runs"][k], k
