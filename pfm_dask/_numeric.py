@@ -26,6 +26,7 @@ one set of options (no fastmath), one on-disk cache and one fallback when it is 
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 
@@ -150,18 +151,132 @@ def njit_cached(fn, sig=None, **options):
     numba's reference counting where numba can, for kernels that allocate nothing), for
     signature ``sig`` now, or for each new argument types on its calls when ``sig`` is None.
     From the on-disk cache when a cache directory is writable (``pfm_dask.__init__`` chooses
-    it), else compiled in memory.
+    it; :func:`_kernel_cache` says how an entry is keyed and loaded), else compiled in memory.
     """
     import numba
+    from numba.core import typeinfer
+    from numba.core.dispatcher import Dispatcher
 
-    opts = _jit_options(numba, options)
-    args = () if sig is None else (sig,)
+    disp = numba.njit(**_jit_options(numba, options))(fn)
+    if not isinstance(disp, Dispatcher):  # NUMBA_DISABLE_JIT: the plain function
+        return disp
     try:
-        return numba.njit(*args, cache=True, **opts)(fn)
+        disp._cache = _kernel_cache()(fn)
     except RuntimeError as exc:  # "cannot cache function ...: no locator available"
         if "cannot cache" not in str(exc):
             raise
-        return numba.njit(*args, **opts)(fn)
+    if sig is not None:  # as numba.njit(sig) does: compile now, no other types later
+        with typeinfer.register_dispatcher(disp):
+            disp.compile(sig)
+        disp.disable_compile()
+    return disp
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel_cache():
+    """numba's on-disk cache of one kernel (``FunctionCache``), with two changes.
+
+    * Its entries are keyed also by the package's source files that hold the compiled helpers
+      and intrinsics the kernel calls, transitively (:func:`_helper_sources`). numba keys an
+      entry by the kernel's own file and bytecode only, so a kernel whose helper from another
+      module had changed was loaded stale from the cache.
+    * An entry is loaded without numba's full refresh of its compiler registries (a third of
+      a second of CPU on the first kernel of a process, for typing and lowering tables that
+      only a compilation reads): the loaded machine code links only to numba's runtime (NRT),
+      its C helpers and math functions, and the hash secret, which are put in place here. A
+      compilation (a cache miss) still refreshes everything itself.
+    """
+    from numba.core.caching import FunctionCache
+    from numba.core.runtime import rtsys
+
+    class KernelCache(FunctionCache):
+        def _index_key(self, sig, codegen):
+            return (*super()._index_key(sig, codegen), _helper_sources(self._py_func))
+
+        def load_overload(self, sig, target_context):
+            rtsys.initialize(target_context)
+            import numba.cpython.hashing  # noqa: F401  (the hash secret's symbols)
+
+            with self._guard_against_spurious_io_errors():
+                return self._load_overload(sig, target_context)
+
+    return KernelCache
+
+
+def _helper_sources(fn) -> str:
+    """A digest of the contents of :func:`_helper_files` of ``fn``."""
+    return _files_digest(_helper_files(fn))
+
+
+def _helper_files(fn) -> tuple[str, ...]:
+    """The package's source files whose functions ``fn`` calls, transitively (numba
+    dispatchers, intrinsics and plain functions named in its code, in its closures, or as
+    attributes of a module it names), ``fn``'s own file included; sorted absolute paths."""
+    import types
+
+    package = _PACKAGE_DIR + os.sep
+    files: set[str] = set()
+    seen: set[int] = set()
+    todo = [fn]
+    while todo:
+        obj = todo.pop()
+        obj = getattr(obj, "py_func", obj)   # a numba dispatcher: its Python function
+        obj = getattr(obj, "_defn", obj)     # a numba intrinsic: the function that makes its IR
+        if not isinstance(obj, types.FunctionType) or id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        path = os.path.abspath(obj.__code__.co_filename)
+        if not path.startswith(package):
+            continue
+        files.add(path)
+        names = _code_names(obj.__code__)
+        for name in names:
+            value = obj.__globals__.get(name)
+            if isinstance(value, types.ModuleType):  # ``_kernels.helper``: one of ours only
+                if (getattr(value, "__file__", None) or "").startswith(package):
+                    todo += [getattr(value, n, None) for n in names]
+            elif value is not None:
+                todo.append(value)
+        todo += [cell.cell_contents for cell in obj.__closure__ or () if _filled(cell)]
+    return tuple(sorted(files))
+
+
+def _code_names(code) -> set[str]:
+    """The global and attribute names of ``code`` and of the code nested in it."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _code_names(const)
+    return names
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def _files_digest(paths: tuple[str, ...]) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(os.path.relpath(path, _PACKAGE_DIR).encode() + b"\0" + _file_digest(path))
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _file_digest(path: str) -> bytes:
+    import hashlib
+
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).digest()
 
 
 def njit_helper(fn=None, **options):
