@@ -113,7 +113,7 @@ def _k_place_emit(ping, keep, start, stop, lat, lon, heading, across, across_ok,
     grid's ``kernel_args``); the soundings inside the area as output rows, the pings they come
     from (first row's heading and time), and the counts. Returns ``(rows, pings)`` written."""
     n = ping.size
-    fa, g, coef = _place_scratch(ta, ta2, tb)
+    fa, g, coef = _place_scratch(ta, ta2, tb)  # noqa: F821 (bound by _linked)
     widest = 0
     i = 0
     while i < n:
@@ -157,9 +157,9 @@ def _k_place_emit(ping, keep, start, stop, lat, lon, heading, across, across_ok,
             p_lat[0] = lat[i]
             p_lon[0] = lon[i]
         else:
-            _place_run(lat[i], lon[i], heading[i], p_across, p_along, p_present, 0, m, ta, ma,
+            _place_run(lat[i], lon[i], heading[i], p_across, p_along, p_present, 0, m, ta, ma,  # noqa: F821
                        ta2, ma2, tb, mb, fa, g, coef, p_lat, p_lon)
-        _assign_points(p_lat, p_lon, 0, m, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin,
+        _assign_points(p_lat, p_lon, 0, m, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin,  # noqa: F821
                        width, height, scale, poly_lat, poly_lon, rect, rect_box, p_col, p_row,
                        p_in, p_bin, p_x, p_y)
         first = True
