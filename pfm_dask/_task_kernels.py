@@ -47,7 +47,7 @@ def _k_screen(ping, lat, lon, pflags, depth, depth_ok, bflags, flags_ok, start, 
               min_depth, max_depth, null_depth, keep, validity, zlim, depth32,
               counts):  # pragma: no cover - compiled
     """pfmLoader's screening of each row of a chunk (pings ``(start, stop]`` are its own, the
-    others the swath filter's context): ``keep`` (ping usable and beam usable), ``validity``
+    others the swath filter's context; ``lat``, ``lon``, ``pflags`` one value per ping): ``keep`` (ping usable and beam usable), ``validity``
     (the GSF flags' PFM validity, with FILTER_INVAL | MODIFIED where the depth is out of range),
     ``zlim`` (the depth, or ``null_depth`` out of range), ``depth32`` (the depth as a C float,
     written only when it has a row per row); counts of the own pings' rows added to ``counts``.
@@ -58,8 +58,10 @@ def _k_screen(ping, lat, lon, pflags, depth, depth_ok, bflags, flags_ok, start, 
     n = ping.size
     want32 = depth32.size == n
     n_pings = n_read = n_skipped = n_rejected = 0   # local: the compiler keeps them in registers
+    pi = -1   # the ping's index in the per-ping columns
     i = 0
     while i < n:
+        pi += 1
         p = ping[i]
         j = _ping_end(ping, i)
         single = j - i == 1
@@ -67,11 +69,11 @@ def _k_screen(ping, lat, lon, pflags, depth, depth_ok, bflags, flags_ok, start, 
         if own:
             n_pings += 1
             n_read += j - i
+        la = lat[pi]
+        lo = lon[pi]
+        ping_ok = (la <= 90.0 and lo <= 180.0 and (pflags[pi] & 1) == 0
+                   and math.isfinite(la) and math.isfinite(lo))
         for r in range(i, j):
-            la = lat[r]
-            lo = lon[r]
-            ping_ok = (la <= 90.0 and lo <= 180.0 and (pflags[r] & 1) == 0
-                       and math.isfinite(la) and math.isfinite(lo))
             d = depth[r] if depth_ok[r] else 0.0
             f = bflags[r] if flags_ok[r] else np.uint8(0)
             d32 = np.float32(d)
@@ -111,9 +113,10 @@ def _k_place_emit(ping, keep, start, stop, lat, lon, heading, across, across_ok,
     move only where that array is present), a one-beam ping's beam at the ping position;
     bins by the package's assignment (:func:`pfm_dask.pfm._grid._assign_points`, with the
     grid's ``kernel_args``); the soundings inside the area as output rows, the pings they come
-    from (first row's heading and time), and the counts. Returns ``(rows, pings)`` written."""
+    from (heading and time), and the counts. ``lat``, ``lon``, ``heading``, ``time_sec``,
+    ``time_nsec``: one value per ping. Returns ``(rows, pings)`` written."""
     n = ping.size
-    fa, g, coef = _place_scratch(ta, ta2, tb)  # noqa: F821 (bound by _linked)
+    fa, g, coef = _place_scratch(ta, ta2, tb)
     widest = 0
     i = 0
     while i < n:
@@ -135,8 +138,10 @@ def _k_place_emit(ping, keep, start, stop, lat, lon, heading, across, across_ok,
     k = 0
     gp = 0
     n_outside = n_bad = n_limit = 0   # local: the compiler keeps them in registers
+    pi = -1   # the ping's index in the per-ping columns
     i = 0
     while i < n:
+        pi += 1
         p = ping[i]
         j = _ping_end(ping, i)
         if not (p > start and p <= stop):
@@ -154,12 +159,12 @@ def _k_place_emit(ping, keep, start, stop, lat, lon, heading, across, across_ok,
             i = j
             continue
         if j - i == 1:   # a one-beam ping: its beam is at the ping position
-            p_lat[0] = lat[i]
-            p_lon[0] = lon[i]
+            p_lat[0] = lat[pi]
+            p_lon[0] = lon[pi]
         else:
-            _place_run(lat[i], lon[i], heading[i], p_across, p_along, p_present, 0, m, ta, ma,  # noqa: F821
+            _place_run(lat[pi], lon[pi], heading[pi], p_across, p_along, p_present, 0, m, ta, ma,
                        ta2, ma2, tb, mb, fa, g, coef, p_lat, p_lon)
-        _assign_points(p_lat, p_lon, 0, m, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin,  # noqa: F821
+        _assign_points(p_lat, p_lon, 0, m, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin,
                        width, height, scale, poly_lat, poly_lon, rect, rect_box, p_col, p_row,
                        p_in, p_bin, p_x, p_y)
         first = True
@@ -186,9 +191,9 @@ def _k_place_emit(ping, keep, start, stop, lat, lon, heading, across, across_ok,
             if first:
                 first = False
                 g_ping[gp] = p
-                g_head[gp] = heading[i]
-                g_sec[gp] = time_sec[i]
-                g_nsec[gp] = time_nsec[i]
+                g_head[gp] = heading[pi]
+                g_sec[gp] = time_sec[pi]
+                g_nsec[gp] = time_nsec[pi]
                 gp += 1
             k += 1
         i = j

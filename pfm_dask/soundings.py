@@ -87,7 +87,7 @@ def prepare_piece(piece: Piece, grid: BinGrid, cfg: LoadConfig) -> PreparedPiece
                 b = min(stop, a + step)
                 t_r = _time.perf_counter()
                 lo, hi = max(0, a - halo), min(n, b + halo)
-                cols = f.read_columns(lo, hi) if hi > lo else f.read_columns(0, 0)
+                cols = f.read_columns(*((lo, hi) if hi > lo else (0, 0)), per_ping=True)
                 t_read += _time.perf_counter() - t_r
                 parts.append(_place_chunk(cols, a, b, grid, cfg, counts))
                 del cols
@@ -136,8 +136,8 @@ def _valid(cols: dict, name: str, n: int) -> np.ndarray:
 def _place_chunk(cols: dict, start: int, stop: int, grid: BinGrid, cfg: LoadConfig,
                  counts: dict) -> dict:
     """The soundings of pings ``(start, stop]`` (1-based) of the decoded columns ``cols``
-    (:meth:`pfm_dask.gsf.GsfFile.read_columns`, which may hold halo pings around them)
-    screened, placed and binned, unsorted; ``counts`` accumulates."""
+    (:meth:`pfm_dask.gsf.GsfFile.read_columns` with ``per_ping=True``, which may hold halo
+    pings around them) screened, placed and binned, unsorted; ``counts`` accumulates."""
     ping = cols["ping"]
     n = ping.size
     c = np.zeros(K.N_COUNTS, dtype=np.int64)

@@ -76,6 +76,11 @@ def _chunk(seed: int, n_pings: int = 60, first_ping: int = 11):
     table = pa.Table.from_arrays(arrays, schema=SOUNDING_SCHEMA)
     cols = {k: (np.ascontiguousarray(v.astype(SOUNDING_SCHEMA.field(k).type.to_pandas_dtype()))
                 if k != "_valid" else v) for k, v in cols.items()}
+    first = np.concatenate([[0], np.cumsum(beams)[:-1]])   # ping-header columns: once per ping
+    for name in ("time", "time_sec", "time_nsec", "latitude", "longitude", "heading",
+                 "ping_flags"):
+        cols[name] = np.ascontiguousarray(cols[name][first])
+    cols["n_beams"] = beams.astype(np.int64)
     return cols, table
 
 

@@ -418,8 +418,15 @@ _COLUMN_DTYPES = [
 ]
 
 
-def decode_pings(u8: np.ndarray, dirn: PingDirectory) -> dict:
+_HEADER_COLUMNS = ("time", "time_sec", "time_nsec", "latitude", "longitude", "heading",
+                   "ping_flags")
+
+
+def decode_pings(u8: np.ndarray, dirn: PingDirectory, per_ping: bool = False) -> dict:
     """Decode the pings of a directory into per-beam numpy columns (file order).
+
+    ``per_ping``: the ping-header columns (time, position, heading, ping flags) hold one value
+    per ping instead of one per beam.
 
     Returns a dict of column name -> ndarray, plus ``"_valid"``: column name ->
     boolean per-beam validity mask for the array columns that some ping lacks.
@@ -434,13 +441,15 @@ def decode_pings(u8: np.ndarray, dirn: PingDirectory) -> dict:
     # All output columns live in one allocation: fresh memory is paid for page by
     # page, and one large block costs about half as much as many separate ones.
     offs, size = {}, 0
+    rows = {name: (n_pings if per_ping and name in _HEADER_COLUMNS else total)
+            for name, _ in _COLUMN_DTYPES}
     for name, dt in _COLUMN_DTYPES:
         offs[name] = size
-        size += -(-total * dt.itemsize // 64) * 64
+        size += -(-rows[name] * dt.itemsize // 64) * 64
     offs["_arrays"] = size
     size += len(_SCALED) * total * 8
     arena = _arena(size)
-    cols: dict = {name: arena[offs[name]:offs[name] + total * dt.itemsize].view(dt)
+    cols: dict = {name: arena[offs[name]:offs[name] + rows[name] * dt.itemsize].view(dt)
                   for name, dt in _COLUMN_DTYPES}
     block = arena[offs["_arrays"]:offs["_arrays"] + len(_SCALED) * total * 8].view(
         np.float64).reshape(len(_SCALED), total)
@@ -454,7 +463,7 @@ def decode_pings(u8: np.ndarray, dirn: PingDirectory) -> dict:
         kernel("decode")(u8, np.ascontiguousarray(dirn.data_offsets, dtype=np.int64), nb,
                          np.ascontiguousarray(dirn.pos), np.ascontiguousarray(dirn.width),
                          np.ascontiguousarray(dirn.mult), np.ascontiguousarray(dirn.off),
-                         OUT_SIGNED, cols["time"], cols["time_sec"], cols["time_nsec"],
+                         OUT_SIGNED, bool(per_ping), cols["time"], cols["time_sec"], cols["time_nsec"],
                          cols["latitude"], cols["longitude"], cols["heading"],
                          cols["ping_flags"], cols["beam"], block,
                          cols[OUTPUT_ARRAYS[OUT_IDS[FLAGS_SLOT]]], valid_rows)

@@ -257,11 +257,11 @@ def _k_walk(u8, doffs, sizes, hdr_len, i0, spec, mult, soff, low, high, tknown, 
     return n_pings
 
 
-def _k_decode(u8, doffs, nb, pos, width, mult, off, signed, t, tsec, tnsec, lat, lon,
+def _k_decode(u8, doffs, nb, pos, width, mult, off, signed, per_ping, t, tsec, tnsec, lat, lon,
               heading, pflags, beam, arrays, flags, valid):
     """Every beam of every ping into the output columns, in file order.
 
-    Ping-header values are repeated per beam; ``arrays`` (n_out - 1, total) gets the
+    Ping-header values are repeated per beam (once per ping with ``per_ping``); ``arrays`` (n_out - 1, total) gets the
     scaled arrays (slots other than the beam flags, in slot order), ``flags`` the raw
     beam flags; an absent array gives 0 and, when ``valid`` has rows, False there.
     """
@@ -285,13 +285,14 @@ def _k_decode(u8, doffs, nb, pos, width, mult, off, signed, t, tsec, tnsec, lat,
         lav = np.float64(la) / 1.0e7
         lov = np.float64(lo) / 1.0e7
         hv = np.float64(hd) / 100.0
-        t[r:r + n] = tv
-        tsec[r:r + n] = sec
-        tnsec[r:r + n] = nsec
-        lat[r:r + n] = lav
-        lon[r:r + n] = lov
-        heading[r:r + n] = hv
-        pflags[r:r + n] = pf
+        h0, h1 = (i, i + 1) if per_ping else (r, r + n)
+        t[h0:h1] = tv
+        tsec[h0:h1] = sec
+        tnsec[h0:h1] = nsec
+        lat[h0:h1] = lav
+        lon[h0:h1] = lov
+        heading[h0:h1] = hv
+        pflags[h0:h1] = pf
         for b in range(n):
             beam[r + b] = b + 1
         a = 0
@@ -367,8 +368,8 @@ def _signatures(T) -> dict:
         "frame": T.int64(u8r, T.int64, i8, i8, i4, i8),
         "walk": T.int64(u8r, i8r, i8r, T.int64, T.int64, i8r2, i8, i8, i8, i8, i8, i8,
                         i8, i8_2, i1_2, f8_2, f8_2, u1, i8_2),
-        "decode": T.void(u8r, i8r, i8r, i8r2, i1r2, f8r2, f8r2, i8r, f8, i8, i4, f8, f8, f8,
-                         u2, u2, f8_2, u1, b2),
+        "decode": T.void(u8r, i8r, i8r, i8r2, i1r2, f8r2, f8r2, i8r, T.boolean, f8, i8, i4, f8,
+                         f8, f8, u2, u2, f8_2, u1, b2),
     }
 
 

@@ -335,7 +335,8 @@ class GsfFile:
             self._remember(stop, st)
         return dirn, start
 
-    def _columns(self, start: int, stop: int, select: np.ndarray | None = None) -> dict:
+    def _columns(self, start: int, stop: int, select: np.ndarray | None = None,
+                 per_ping: bool = False) -> dict:
         """The numpy columns of pings [start, stop) (or of the ``select`` ones among them)."""
         dirn, start = self._walk(start, stop)
         numbers = np.arange(start + 1, start + 1 + len(dirn), dtype=np.uint32)
@@ -346,11 +347,13 @@ class GsfFile:
             numbers = numbers[rows]
         self._check_size()
         try:
-            cols = decode_pings(self._u8, dirn)
+            cols = decode_pings(self._u8, dirn, per_ping)
         except (ValueError, IndexError, TypeError) as err:  # pragma: no cover - guarded above
             raise GsfError(f"cannot decode pings {start + 1}..{start + len(dirn)}: {err}",
                            path=self.path) from err
         cols["ping"] = np.repeat(numbers, dirn.n_beams)
+        if per_ping:
+            cols["n_beams"] = np.asarray(dirn.n_beams, dtype=np.int64)
         return cols
 
     def _batch(self, start: int, stop: int, select: np.ndarray | None = None) -> pa.RecordBatch:
@@ -371,16 +374,19 @@ class GsfFile:
         batch = self._batch(start, stop)
         return pa.Table.from_batches([batch], schema=SOUNDING_SCHEMA)
 
-    def read_columns(self, start_ping: int = 0, stop_ping: int | None = None) -> dict:
+    def read_columns(self, start_ping: int = 0, stop_ping: int | None = None, *,
+                     per_ping: bool = False) -> dict:
         """The soundings of :meth:`read` as numpy arrays, without Arrow (a load's task).
 
         One array per :data:`SOUNDING_SCHEMA` field, of that field's type, and ``"_valid"``:
         for each nullable column that some ping lacks, a boolean mask of the rows that hold a
         value (a column not listed there has a value in every row). The values in null rows
-        are unspecified. The arrays may share one recycled allocation: they stay valid as long
-        as they are referenced."""
+        are unspecified. ``per_ping``: the ping-header columns (``time``, ``time_sec``,
+        ``time_nsec``, ``latitude``, ``longitude``, ``heading``, ``ping_flags``) hold one value
+        per ping, and ``"n_beams"`` each ping's beam count. The arrays may share one recycled
+        allocation: they stay valid as long as they are referenced."""
         start, stop = self._range(start_ping, stop_ping)
-        return self._columns(start, stop)
+        return self._columns(start, stop, per_ping=per_ping)
 
     def read_at(self, pings) -> pa.Table:
         """Soundings of the given pings (0-based indices, sorted, unique) as one table.

@@ -209,3 +209,25 @@ def test_remembered_framing_and_states_read_the_same(tmp_path):
     with gsf.GsfFile(path, strict=False, remember=True) as f3:
         assert f3._framing is not framing
     assert len(_reader._KNOWN) <= _reader._KNOWN_FILES
+
+
+def test_read_columns_per_ping_holds_each_pings_header_once(tmp_path):
+    from pfm_dask import synth
+
+    synth.generate(tmp_path, files=1, pings=90, beams=24, seed=6)
+    with gsf.GsfFile(next(tmp_path.glob("*.gsf"))) as f:
+        want = f.read(3, 80)
+        every = f.read_columns(3, 80)
+        once = f.read_columns(3, 80, per_ping=True)
+    nb = once.pop("n_beams")
+    first = np.concatenate([[0], np.cumsum(nb)[:-1]])
+    assert nb.sum() == want.num_rows == every["ping"].size
+    for name in want.column_names:
+        got = np.repeat(once[name], nb) if once[name].size == nb.size else once[name]
+        if name in ("time", "time_sec", "time_nsec", "latitude", "longitude", "heading",
+                    "ping_flags"):
+            assert once[name].size == nb.size
+            np.testing.assert_array_equal(once[name], every[name][first])
+        np.testing.assert_array_equal(got, every[name], err_msg=name)
+        if name not in every["_valid"]:
+            np.testing.assert_array_equal(got, want.column(name).to_numpy(), err_msg=name)
