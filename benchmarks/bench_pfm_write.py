@@ -14,7 +14,7 @@ with the median ratio is reported, all runs listed under ``repeats``. The writer
 timings (``PfmFile.timings``) say where the time goes (plots ``_rates.png``, ``_phases.png``).
 
     python -m benchmarks.bench_pfm_write [--soundings 50000000] [--batch 4000000] [--repeat 3] [--quick]
-    python -m benchmarks.bench_pfm_write --load-pieces [--files 74] [--bin-size 50] [--threads 1]
+    python -m benchmarks.bench_pfm_write --load-pieces [--files 74] [--bin-size 50] [--threads 1] [--baseline DIR]
 
 ``--load-pieces`` measures the writer as a real load drives it: the pieces a ``--serial`` load of
 the first ``--files`` lines of the benchmark survey (``benchmarks.datasets``) hands to the writer
@@ -22,7 +22,10 @@ are recorded once under ``--work`` (Arrow IPC files), then replayed into a fresh
 with its journal on, each piece copied into memory before its (timed) hand-over; the writer's
 busy throughput (``.ndx`` + ``.bin`` bytes over its ``write`` time, as ``benchmarks.run``
 reports it) is compared with plain writes of the same bytes in the same run, with the writer's
-and the store's phase timings (results ``bench_pfm_write_pieces_<N>f.json``).
+and the store's phase timings (results ``bench_pfm_write_pieces_<N>f.json``). With ``--baseline DIR``
+(a checkout of another commit, e.g. ``git worktree add --detach /tmp/base <commit>``) that
+checkout's writer replays the same pieces in a subprocess after each of this one's runs, and
+the ratios of their write and thread-CPU times are reported.
 
 Sounding values are generated once per batch shape (random, in range) and reused for every
 band, shifted to its bins, all before timing, so generation is not timed. Neither is the
@@ -326,6 +329,7 @@ def replay_pieces(folder: Path, grid, cfg, paths, pieces, work: Path, *, threads
         touched = int(w.touched.sum())
         res = {"busy_s": busy, "write_s": w.timings["write"], "flush_s": flush_s,
                "write_cpu_s": w.timings["write_cpu"], "group_bytes": getattr(w, "group_bytes", None),
+               "chunk_bytes": getattr(w, "chunk_bytes", None),
                "writer_timings": {k: round(v, 4) for k, v in w.timings.items()
                                   if not k.startswith("task_")},
                "store_timings": {k: round(v, 4) for k, v in w.pfm.timings.items()},
@@ -349,7 +353,7 @@ def load_pieces_main(a) -> dict:
     from pfm_dask.pfm._bitpack import load_kernels
 
     load_kernels()
-    runs, raw = [], []
+    runs, raw, base_runs = [], [], []
     for _ in range(max(1, a.repeat or 2)):
         r = replay_pieces(rec, grid, cfg, paths, pieces, a.work, threads=a.threads,
                           journal=not a.no_journal, group_bytes=a.group_bytes)
@@ -357,6 +361,8 @@ def load_pieces_main(a) -> dict:
         # PFM bytes the writer wrote: the .ndx and the bin records of the bins it touched
         nbytes = r["sizes"]["ndx"] + r["touched_bins"] * r["bin_record_bytes"]
         raw.append(sequential_write(a.work / "seq.bin", nbytes))
+        if a.baseline:
+            base_runs.append(_baseline_replay(a, Path(folder)))
     best = min(runs, key=lambda r: r["write_s"])
     raw_mb_s = max(x["mb_per_s"] for x in raw)
     out_bytes = best["sizes"]["ndx"] + best["sizes"]["bin"]
@@ -369,13 +375,56 @@ def load_pieces_main(a) -> dict:
            "busy_fraction_of_raw_write": busy_mb_s / raw_mb_s,
            "best": best, "runs_write_s": [r["write_s"] for r in runs],
            "raw_runs": raw, "load_average_1m_at_end": os.getloadavg()[0]}
+    if base_runs:
+        b = min(base_runs, key=lambda r: r["write_s"])
+        b_bytes = b["sizes"]["ndx"] + b["sizes"]["bin"]
+        res["baseline"] = {"checkout": str(a.baseline), "best": b,
+                           "runs_write_s": [r["write_s"] for r in base_runs],
+                           "writer_busy_mb_per_s": b_bytes / b["write_s"] / 1e6,
+                           "busy_fraction_of_raw_write": b_bytes / b["write_s"] / 1e6 / raw_mb_s}
+        res["write_s_baseline_over_this"] = b["write_s"] / best["write_s"]
+        res["write_cpu_baseline_over_this"] = b["write_cpu_s"] / best["write_cpu_s"]
     res["command"] = ("python -m benchmarks.bench_pfm_write --load-pieces"
                       f" --files {a.files} --bin-size {a.bin_size:g} --threads {a.threads}"
                       + (" --no-journal" if a.no_journal else "")
                       + (f" --pieces {a.pieces}" if a.pieces else "")
-                      + (f" --group-bytes {a.group_bytes}" if a.group_bytes else ""))
+                      + (f" --group-bytes {a.group_bytes}" if a.group_bytes else "")
+                      + (f" --baseline {a.baseline}" if a.baseline else ""))
     write_results(f"bench_pfm_write_pieces_{a.files}f" + (f"_{a.pieces}p" if a.pieces else ""), res)
     return res
+
+
+_BASELINE_SCRIPT = """
+import json, sys
+from pathlib import Path
+from benchmarks import bench_pfm_write as B
+from pfm_dask.pfm._bitpack import load_kernels
+a = json.loads(sys.argv[1])
+rec, grid, cfg, paths, pieces = B.record_pieces(Path(a["folder"]), a["files"], a["bin_size"],
+                                                Path(a["work"]), quiet=True)
+if a["pieces"]:
+    pieces = pieces[:a["pieces"]]
+load_kernels()
+r = B.replay_pieces(rec, grid, cfg, paths, pieces, Path(a["work"]), threads=a["threads"],
+                    journal=a["journal"])
+print("RESULT " + json.dumps(r))
+"""
+
+
+def _baseline_replay(a, folder: Path) -> dict:
+    """One replay of the same recorded pieces by the writer of the checkout ``a.baseline`` (its
+    own package and benchmark, in a subprocess), as :func:`replay_pieces` reports it."""
+    import json
+    import subprocess
+    import sys
+
+    args = {"folder": str(folder), "files": a.files, "bin_size": a.bin_size, "work": str(a.work),
+            "pieces": a.pieces, "threads": a.threads, "journal": not a.no_journal}
+    env = dict(os.environ, PYTHONPATH=str(Path(a.baseline).resolve()))
+    out = subprocess.run([sys.executable, "-c", _BASELINE_SCRIPT, json.dumps(args)], env=env,
+                         cwd=str(Path(a.baseline).resolve()), capture_output=True, text=True,
+                         check=True).stdout
+    return json.loads(next(ln for ln in out.splitlines() if ln.startswith("RESULT "))[7:])
 
 
 def _plots(res: dict) -> dict:
@@ -426,11 +475,19 @@ def main(argv=None) -> dict:
     lp.add_argument("--pieces", type=int, default=0, help="replay only the first N pieces")
     lp.add_argument("--group-bytes", type=int, default=0,
                     help="the writer's group budget (default: its own, a quarter of the backlog)")
+    lp.add_argument("--baseline", type=Path, default=None,
+                    help="a checkout of another commit (e.g. a git worktree): its writer replays "
+                         "the same pieces in a subprocess, interleaved with this one's runs")
     a = ap.parse_args(argv)
     if a.load_pieces:
         res = load_pieces_main(a)
         print(f"writer busy {res['writer_busy_mb_per_s']:.0f} MB/s, raw write "
               f"{res['raw_write_mb_per_s']:.0f} MB/s: {res['busy_fraction_of_raw_write']:.3f}")
+        if "baseline" in res:
+            print(f"baseline {res['baseline']['checkout']}: busy "
+                  f"{res['baseline']['busy_fraction_of_raw_write']:.3f} of the raw write; write "
+                  f"time baseline / this {res['write_s_baseline_over_this']:.2f}, thread CPU "
+                  f"{res['write_cpu_baseline_over_this']:.2f}")
         return res
     n = 300_000 if a.quick else a.soundings
     batch = min(a.batch, 100_000) if a.quick else a.batch

@@ -192,4 +192,7 @@ class WriterJournal:
         ck = self.timings.get("journal_checkpoint", 0.0)
         return {"seconds": ck + undo + tl, "checkpoint_seconds": ck, "undo_seconds": undo,
                 "touched_seconds": tl, "checkpoints": self.checkpoints,
+                # the undo log's fsyncs on the store's write-behind thread (not the writer's)
+                "undo_fsync_behind_seconds": (self._undo.fsync_seconds_behind
+                                              if self._undo is not None else 0.0),
                 "undo_bytes": self._undo.bytes_saved if self._undo is not None else 0}

@@ -233,6 +233,7 @@ class UndoLog:
         self._end = os.fstat(self.fd).st_size
         self.bytes_saved = 0
         self.seconds = 0.0      # time spent saving and committing (the journal's cost)
+        self.fsync_seconds_behind = 0.0   # commits run on the store's write-behind thread
 
     def begin(self, epoch: int, limits: dict[str, int]) -> None:
         """Start a new checkpoint interval: forget every entry (truncate) and set the limits."""
@@ -362,6 +363,22 @@ class UndoLog:
             os.fsync(self.fd)
             self._dirty = False
             self.seconds += time.perf_counter() - t0
+
+    def commit_in(self, queue) -> None:
+        """:meth:`commit` as a job for ``queue`` (a callable taking a callable: the store's
+        write-behind thread, which runs its jobs in order): queued ahead of the overwrites, the
+        fsync still comes before them, while the caller goes on packing. The log counts as
+        committed from now on; the job's seconds go to :attr:`fsync_seconds_behind`."""
+        if not self._dirty:
+            return
+        self._dirty = False
+        fd = self.fd
+
+        def fsync() -> None:
+            t0 = time.perf_counter()
+            os.fsync(fd)
+            self.fsync_seconds_behind += time.perf_counter() - t0
+        queue(fsync)
 
     def entries(self, epoch: int) -> list[tuple[int, int, int, str, int, int]]:
         """Valid entries of ``epoch`` in write order: (kind flag, position of the body, body

@@ -50,6 +50,7 @@ from .config import LoadConfig
 from .errors import LoadError, PfmDaskError
 from . import validity as V
 from .lines import LineTracker
+from .pfm._bitpack import merge_runs
 from .pieces import COUNT_KEYS, Piece, PreparedPiece
 
 __all__ = ["PfmWriter"]
@@ -336,7 +337,7 @@ class PfmWriter(WriterJournal):
         if new_names:
             lines.extend(self.pfm.add_lines(new_names))
             rec["lines"] += len(new_names)
-        global_lines = np.asarray(lines, dtype=np.int64)[local]
+        global_lines = np.asarray(lines, dtype=np.uint32)[local]
         self.soundings_written += batch.num_rows
         self.bytes_written += batch.nbytes
         nulls = None
@@ -557,7 +558,7 @@ def _sounding_columns(part: dict, a: int, b: int) -> dict:
     if part["nulls"] is not None:
         depth = np.where(depth == part["nulls"][0], part["nulls"][1], depth)
     return {"bin_index": part["bin_index"][a:b],
-            "file": np.full(b - a, part["file"], dtype=np.int64),
+            "file": np.full(b - a, part["file"], dtype=np.uint32),
             "line": _lookup(part["pings"], part["lines"], ping), "ping": ping,
             "beam": part["beam"][a:b], "depth": depth,
             **{k: part[k][a:b] for k in _PLAIN_COLUMNS}}
@@ -618,7 +619,9 @@ def _merge_sorted(parts: list[dict], bufs: dict) -> dict:
         dtype = np.result_type(*[p[k].dtype for p in parts])
         whole = np.concatenate([p[k] for p in parts], out=buf(("scratch", dtype.str), dtype))
         if order is None:
-            order = np.argsort(whole, kind="stable")
+            # the pieces' runs merged in one linear pass (what a stable sort gives)
+            bounds = np.cumsum([0] + [p[k].size for p in parts])
+            order = merge_runs(whole, bounds, out=buf("order", np.dtype(np.int64)))
         # mode="clip": with the default "raise", numpy gathers into a buffer of its own first
         out[k] = np.take(whole, order, out=buf(k, dtype), mode="clip")
     return out

@@ -296,6 +296,30 @@ def test_undo_log_keeps_one_pre_image_per_record_per_interval(tmp_path):
     undo.close()
 
 
+def test_undo_commit_on_the_write_behind_thread_runs_before_the_overwrites(tmp_path, monkeypatch):
+    """The store queues the undo log's fsync on its write-behind thread ahead of the overwrites:
+    it runs before them, once per commit, and a commit with nothing new saved queues nothing."""
+    from pfm_dask.pfm._io import BackgroundWriter
+
+    events = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
+    undo = J.UndoLog(tmp_path / "undo.log")
+    undo.begin(1, {"bin": 4096})
+    events.clear()
+    w = BackgroundWriter()
+    try:
+        undo.save("bin", 0, b"\x01" * 16)
+        undo.commit_in(w.run)
+        w.run(lambda: events.append("overwrite"))
+        undo.commit_in(w.run)                     # nothing saved since: nothing queued
+        w.drain()
+    finally:
+        w.close()
+        undo.close()
+    assert events == ["fsync", "overwrite"]
+
+
 def test_atomic_write_leaves_old_or_new_never_a_mix(tmp_path):
     p = tmp_path / "j.json"
     J.atomic_write(p, b"old")

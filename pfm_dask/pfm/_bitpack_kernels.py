@@ -596,6 +596,31 @@ def _k_bin_runs(b, nbins, vraw, vkind, starts, values, ors):
     return _runs_or(b, nbins, vraw, vkind == 1, starts, values, ors)
 
 
+def _k_merge_runs(keys, bounds, head, out):
+    """``out``: the positions of ``keys`` in the order a stable sort gives, for keys made of runs
+    ``keys[bounds[j]:bounds[j + 1]]`` each sorted: by key, then run, then position (for each
+    smallest key left, every run's soundings with that key in run order). ``head``: one int64
+    per run (scratch)."""
+    k = bounds.size - 1
+    for j in range(k):
+        head[j] = bounds[j]
+    o = 0
+    big = np.iinfo(np.int64).max
+    while o < out.size:
+        m = big
+        for j in range(k):
+            if head[j] < bounds[j + 1] and keys[head[j]] < m:
+                m = keys[head[j]]
+        for j in range(k):
+            h = head[j]
+            e = bounds[j + 1]
+            while h < e and keys[h] == m:
+                out[o] = h
+                o += 1
+                h += 1
+            head[j] = h
+
+
 def _k_record_ends(count, rec0, slots, rend):
     """``rend[g] = rec0[g] + ceil(count[g] / slots)``; the records in all, or -1 if the bins'
     runs of records do not follow one another from record 0."""
@@ -703,6 +728,7 @@ def _signature(name: str, T):
         "to_words": (arr(T.uint8, 2, "A"), arr(u64, 2, ro=False)),
         "bin_runs": (ai, i64, arr(T.uint8), i64, arr(i64, ro=False), arr(i64, ro=False), scratch),
         "record_ends": (ai, ai, i64, arr(i64, ro=False)),
+        "merge_runs": (ai, ai, arr(i64, ro=False), arr(i64, ro=False)),
         "pack_new": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai, i64),
         "pack_bits": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai, scratch),
         "unpack_at": (arr(T.uint8), ai, ai, ai, arr(u64, 2, ro=False)),
@@ -715,7 +741,7 @@ def _signature(name: str, T):
 
 
 _KERNEL_NAMES = ("pack_items", "pack_soundings", "fill_slots", "unpack_items", "unpack_words", "to_words", "from_words",
-                 "bin_runs", "record_ends", "pack_new", "pack_bits", "unpack_at", "bits_all", "bits_clear")
+                 "bin_runs", "record_ends", "merge_runs", "pack_new", "pack_bits", "unpack_at", "bits_all", "bits_clear")
 
 
 def _signatures(T) -> dict:

@@ -233,6 +233,10 @@ class BackgroundWriter:
                 pwrite_all(fd, part, at)
         self._queue(write_all, fd, lo, hi)
 
+    def run(self, action) -> None:
+        """Queue ``action()`` after the writes queued before it (and before those after)."""
+        self._queue(action)
+
     def start_writeback(self, fd: int, offset: int, nbytes: int) -> None:
         """Queue :func:`start_writeback` (it can block while the disk's queue is full)."""
         self._queue(lambda: start_writeback(fd, offset, nbytes))

@@ -364,10 +364,11 @@ class PfmWrites:
 
     def _commit(self, step: dict) -> None:
         """Write what :meth:`_prepare` changed: the undo log made durable first, then the old tail
-        records (now pointing to the new ones) and the bin records, on the write-behind thread."""
+        records (now pointing to the new ones) and the bin records, all on the write-behind
+        thread, in that order (its jobs run one after the other)."""
         t = time.perf_counter()
         if self.undo is not None:
-            self.undo.commit()
+            self.undo.commit_in(self._writer.run)
         if step["tspans"] is not None:
             step["tspans"].write(self._writer)
         step["bspans"].write(self._writer)
