@@ -14,7 +14,7 @@ from .._numeric import nint, scaled_code_f32
 from .. import validity as V
 from ._header import PfmHeader
 from ._recompute import _USER_FLAGS, grouped_bin_stats
-from ._recompute_kernel import check_sums
+from ._recompute_kernel import check_sums, record_fields
 from ._check_parts import _Layout
 from ._check_walk import _Walker
 from ._problems import _Problems, _bin_where
@@ -156,7 +156,7 @@ def _fast_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
         return None
     try:
         lay, walker = ctx.lay, ctx.walker
-        u = lay.bin.unpack(recs)
+        u = record_fields(recs, lay.bin)
         cnt = u["count"].astype(np.int64)
         if ((cnt == 0) & recs.any(axis=1)).any():
             return None

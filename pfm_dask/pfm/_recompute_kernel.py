@@ -22,7 +22,8 @@ import numpy as np
 from .. import validity as V
 from .._numeric import CompiledKernels
 
-__all__ = ["NdxView", "BAND_FIELDS", "recompute_records", "check_sums", "band_soundings"]
+__all__ = ["NdxView", "BAND_FIELDS", "recompute_records", "check_sums", "band_soundings",
+           "record_fields"]
 
 #: Bin record fields the kernel reads or writes, in the order of its offset/width arrays.
 BAND_FIELDS = ("num_soundings", "std", "avg_filtered", "min_filtered", "max_filtered", "avg",
@@ -36,8 +37,10 @@ _GAVE_UP = 1
 
 #: ``_be64(buf, o, n)`` and ``_bits(buf, n, p, nb)``: the big-endian 8-byte load and the
 #: bit-field read of the bit-packing kernels (``pfm._bitpack_kernels._load_be`` and ``_get``,
-#: one implementation), put here compiled by :func:`_shared_helpers` before the kernels compile.
-_be64 = _bits = None
+#: one implementation), and their unaligned byte-swapped 8-byte load and store ``_ld64(buf, o)``
+#: and ``_st64(buf, o, v)``, put here compiled by :func:`_shared_helpers` before the kernels
+#: compile.
+_be64 = _bits = _ld64 = _st64 = None
 
 
 def _shared_helpers(numba) -> dict:
@@ -46,7 +49,7 @@ def _shared_helpers(numba) -> dict:
 
     with B._kernel._lock:
         B._kernel._ready(numba)
-    return {"_be64": B._load_be, "_bits": B._get}
+    return {"_be64": B._load_be, "_bits": B._get, "_ld64": B._ld_be64, "_st64": B._st_be64}
 
 
 def _fld(buf, n, p, nb):
@@ -60,7 +63,16 @@ def _fld(buf, n, p, nb):
 
 
 def _put(buf, p, nb, val):
-    """Write the low ``nb`` bits of ``val`` at bit ``p`` of ``buf`` (other bits kept)."""
+    """Write the low ``nb`` bits of ``val`` at bit ``p`` of ``buf`` (other bits kept); a field
+    of at most 57 bits with 8 bytes from its first byte in ``buf``: one 8-byte read-modify-write
+    (the byte loop below took most of a bin's time)."""
+    o = p >> 3
+    if nb <= 57 and o + 8 <= buf.size:
+        sh = np.uint64(64 - (p & 7) - nb)
+        ones = (np.uint64(1) << np.uint64(nb)) - np.uint64(1)
+        w = _ld64(buf, o) & ~(ones << sh)
+        _st64(buf, o, w | ((val & ones) << sh))
+        return
     end = p + nb
     i = p
     while i < end:
@@ -348,14 +360,16 @@ def _k_band_soundings(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb, v_
     return _OK
 
 
-def _k_record_fields(recs, foff, fnb, f0, f1, out):
-    """numba kernel: fields ``f0 .. f1 - 1`` (of :data:`BAND_FIELDS`) of each raw record."""
+def _k_record_fields(recs, foff, fnb, out):
+    """numba kernel: fields ``foff``/``fnb`` (widths may be 0) of each raw record ``out[f, g]``."""
     n_rec = out.shape[1]
     rb = recs.size // max(1, n_rec)
     rn = recs.size
     for g in range(n_rec):
-        for f in range(f0, f1):
-            out[f - f0, g] = np.int64(_fld(recs, rn, g * rb * 8 + foff[f], fnb[f]))
+        r0 = g * rb * 8
+        for f in range(foff.size):
+            nb = fnb[f]
+            out[f, g] = _fld(recs, rn, r0 + foff[f], nb) if nb else np.uint64(0)
 
 
 def _signatures(T) -> dict:
@@ -375,7 +389,7 @@ def _signatures(T) -> dict:
             T.Array(T.uint32, 1, "C"), T.Array(T.int64, 1, "C"), T.Array(T.int32, 1, "C")),
         "record_fields": T.void(
             T.Array(T.uint8, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro),
-            T.Array(T.int64, 1, "C", **ro), i8, i8, T.Array(T.int64, 2, "C")),
+            T.Array(T.int64, 1, "C", **ro), T.Array(T.uint64, 2, "C")),
         "check_sums": T.int64(
             T.Array(T.uint8, 1, "C", **ro), i8, i8, i8, T.Array(T.int64, 1, "C", **ro),
             T.Array(T.int64, 1, "C", **ro), i8, i8, u8, T.Array(T.int64, 1, "C", **ro),
@@ -533,9 +547,10 @@ def band_soundings(view: NdxView, recs: np.ndarray, cols: np.ndarray) -> dict | 
     reader then raises with the place)."""
     n = recs.shape[0]
     flat = np.ascontiguousarray(recs).reshape(-1)
-    cnt = np.empty((1, n), dtype=np.int64)
-    _kernel("record_fields")(flat, view.foff, view.fnb, _F_COUNT, _F_COUNT + 1, cnt)
-    cnt = cnt[0]
+    cnt = np.empty((1, n), dtype=np.uint64)
+    _kernel("record_fields")(flat, view.foff[_F_COUNT:_F_COUNT + 1], view.fnb[_F_COUNT:_F_COUNT + 1],
+                             cnt)
+    cnt = cnt[0].astype(np.int64)
     start = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(cnt, out=start[1:])
     total = int(start[-1])
@@ -551,3 +566,21 @@ def band_soundings(view: NdxView, recs: np.ndarray, cols: np.ndarray) -> dict | 
         return None
     out["start"] = start
     return out
+
+
+def record_fields(recs: np.ndarray, layout, keys=None) -> dict:
+    """Fields (uint64, as ``layout.unpack``) of the raw records ``recs`` (n, record bytes):
+    one compiled pass of one-load reads over the bytes, not the bit-packing kernels' copy to
+    words and unpack. ``layout``: a ``BitLayout`` (its ``fields``' offsets and widths)."""
+    keys = list(layout.fields if keys is None else keys)
+    recs = np.ascontiguousarray(recs, dtype=np.uint8)
+    n = recs.shape[0]
+    if recs.ndim != 2 or (n and recs.shape[1] * 8 < max(
+            (layout.fields[k].offset + layout.fields[k].nbits for k in keys), default=0)):
+        raise ValueError(f"expected (n, {layout.record_bytes}) uint8 records, got {recs.shape}")
+    out = np.empty((len(keys), n), dtype=np.uint64)
+    if n and keys:
+        fs = [layout.fields[k] for k in keys]
+        _kernel("record_fields")(recs.reshape(-1), np.array([f.offset for f in fs], np.int64),
+                                 np.array([f.nbits for f in fs], np.int64), out)
+    return {k: out[j] for j, k in enumerate(keys)}
