@@ -30,6 +30,19 @@ serial load's wall time, measured in the same run; both loads must leave the sam
     python -m benchmarks.bench_final_step --survey [--files 74] [--setups none,area] [--data DIR]
 
 Results go to ``bench_final_step_survey.json``.
+
+``--survey --pfm PATH`` times the final step's phases on a PFM already loaded without filters
+(``pfm-dask load <the 74 files> -o PATH --serial --bin-size 50``; keep it under /tmp, it is
+3 GB): the area filter (the writer's step, every bin with data touched; its redo file is
+compared, not applied), the recompute with the header, and the check, each by this code and by
+the code of ``--baseline`` (default f3ca986), alternating, for each of ``--thread-counts``
+(default 1,2), every run in a fresh warmed-up process: wall time, CPU seconds and the phase's
+peak RSS (VmHWM, reset when the phase starts). Both codes must give the same redo file,
+summary, extrema, problems and bytes. The final step without filters is recompute + check,
+with the area filter all three; percentages refer to ``--load-s`` (default: the PFM's load
+report, compile time taken out). Results go to ``bench_final_step_pfm.json``.
+
+    python -m benchmarks.bench_final_step --survey --pfm /tmp/x.pfm [--thread-counts 2] [--load-s 95.1]
 """
 
 from __future__ import annotations
@@ -109,7 +122,7 @@ def _digest(path: Path) -> str:
 
 
 _RUNNER = r"""
-import json, os, sys, tempfile, time
+import json, os, resource, sys, tempfile, time
 import numpy as np
 from pfm_dask import pfm
 from pfm_dask.bins import BinGrid
@@ -127,9 +140,33 @@ with tempfile.TemporaryDirectory() as d:     # warm-up (numba kernels), not time
     pfm.recompute(f, b[::2], threads=threads)
     f.close()
     pfm.check(os.path.join(d, "w.pfm"), threads=threads)
-t = time.perf_counter()
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+def hwm_mb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM"):
+            return int(line.split()[1]) / 1024
+    return None
+try:                                   # the phase's own peak (Linux): reset it now
+    open("/proc/self/clear_refs", "w").write("5")
+except OSError:
+    pass
+if op == "area":                       # the writer's area filter step, redo file not applied
+    from pfm_dask._writer_area import run_area_filter
+    from pfm_dask.config import LoadConfig
+    f = pfm.open_pfm(path, "r")
+    t_bins = np.zeros(f.width * f.height, dtype=bool)   # a new PFM: every bin with data
+    for recs in f.bin_records_with_data(fields=("num_soundings",)):
+        t_bins[recs["bin_index"]] = recs["num_soundings"] > 0
+t, c = time.perf_counter(), cpu()
 if op == "check":
     out = [str(p) for p in pfm.check(path, threads=threads)]
+elif op == "area":
+    summary, redo = run_area_filter(f, t_bins, LoadConfig(bin_size_m=float(f.grid.bin_size_xy),
+                                    area_filter=True), touched, threads)
+    out = (summary, redo["count"], redo["crc"])
+    f.close()
 else:
     with pfm.open_pfm(path, "r+") as f:
         if op == "recompute":          # as the load's final step: the header takes the extrema
@@ -137,7 +174,8 @@ else:
             f.write_header(**out)
         else:
             out = pfm.recompute(f, np.load(touched), threads=threads)
-print(json.dumps({"seconds": time.perf_counter() - t, "result": repr(out)}))
+print(json.dumps({"seconds": time.perf_counter() - t, "cpu_s": cpu() - c, "peak_rss_mb": hwm_mb(),
+                  "result": repr(out)}))
 """
 
 
@@ -219,6 +257,69 @@ def run(n_bins: int, soundings: int, lines: int, swath: int, threads: int, repea
         out[op] = {"new_s": best_new, "old_s": best_old, "speedup": best_old / best_new, "runs": v}
     remove_pfm(path)
     touched_path.unlink(missing_ok=True)
+    return out
+
+
+def _sha_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for blk in iter(lambda: fh.read(64 << 20), b""):
+            h.update(blk)
+    return h.hexdigest()
+
+
+def run_pfm(path: Path, thread_counts, repeat: int, baseline: str, load_s: float | None) -> dict:
+    """The final step's phases on a loaded PFM (module doc, ``--pfm``): area filter (its
+    redo file, not applied), recompute + header, check; by this code and ``baseline``'s,
+    alternating, each run in a fresh warmed-up process; wall, CPU and the phase's peak RSS.
+    Both codes must give the same redo file, summary, extrema, problems and bytes."""
+    old_tree, old_sha = baseline_tree(baseline)
+    new_tree = BENCH_DIR.parent
+    redo = Path(str(path) + ".bench-redo")
+    digest = _digest(path)
+    ops = ("area", "recompute", "check")
+    runs: dict = {op: {} for op in ops}
+    seen: dict = {op: set() for op in ops}
+    seen["area_redo"] = set()
+    for _ in range(repeat):
+        for n in thread_counts:
+            for code, tree in (("old", old_tree), ("new", new_tree)):
+                for op in ops:
+                    r = _timed(tree, op, path, n, redo)
+                    runs[op].setdefault(f"{code}_{n}", []).append(r)
+                    seen[op].add(r.pop("result"))
+                    if op == "area":
+                        seen["area_redo"].add(_sha_file(redo))
+                    assert _digest(path) == digest, f"{code} {op} changed the bytes"
+    redo.unlink(missing_ok=True)
+    for op, v in seen.items():
+        assert len(v) == 1, f"{op}: the old and new code disagree: {v}"
+    assert seen["check"] == {"[]"}, seen["check"]
+    out = {"pfm": str(path), "baseline_commit": old_sha, "thread_counts": list(thread_counts),
+           "repeat": repeat, "serial_load_s": load_s, "load_average_1m": os.getloadavg()[0],
+           "area_filter": next(iter(seen["area"])), "phases": {}, "final_step": {}}
+    for op, by in runs.items():
+        out["phases"][op] = {}
+        for key, rs in by.items():
+            best = min(rs, key=lambda r: r["seconds"])
+            out["phases"][op][key] = {"wall_s": best["seconds"], "cpu_s": best["cpu_s"],
+                                      "peak_rss_mb": max(r["peak_rss_mb"] or 0 for r in rs),
+                                      "runs_s": [r["seconds"] for r in rs]}
+    for setup, phases in (("none", ("recompute", "check")), ("area", ops)):
+        for key in runs["check"]:
+            wall = sum(out["phases"][op][key]["wall_s"] for op in phases)
+            cpu = sum(out["phases"][op][key]["cpu_s"] for op in phases)
+            row = {"wall_s": wall, "cpu_s": cpu,
+                   "peak_rss_mb": max(out["phases"][op][key]["peak_rss_mb"] for op in phases)}
+            if load_s:
+                row["pct_of_serial_load"] = 100.0 * wall / load_s
+            out["final_step"].setdefault(setup, {})[key] = row
+    for setup, by in out["final_step"].items():
+        for n in thread_counts:
+            old, new = by.get(f"old_{n}"), by.get(f"new_{n}")
+            if old and new:
+                by[f"speedup_{n}"] = {"wall": old["wall_s"] / new["wall_s"],
+                                      "cpu": old["cpu_s"] / new["cpu_s"]}
     return out
 
 
@@ -331,7 +432,37 @@ def main(argv=None) -> dict:
     ap.add_argument("--bin-size", type=float, default=50.0, help="with --survey: bin size (m)")
     ap.add_argument("--data", type=Path, default=None,
                     help="with --survey: the survey's folder (default: benchmarks.datasets')")
+    ap.add_argument("--pfm", type=Path, default=None,
+                    help="with --survey: time the final step's phases on this loaded PFM (no "
+                         "filter) instead of loading, this code against --baseline")
+    ap.add_argument("--thread-counts", default="1,2", help="with --pfm: thread counts")
+    ap.add_argument("--load-s", type=float, default=None,
+                    help="with --pfm: the --serial load's wall time the percentages refer to "
+                         "(default: the PFM's load report, compile time taken out)")
     a = ap.parse_args(argv)
+    if a.survey and a.pfm is not None:
+        load_s = a.load_s
+        rep = Path(str(a.pfm) + ".data") / "load-report.json"
+        if load_s is None and rep.is_file():
+            tm = json.loads(rep.read_text()).get("timings", {})
+            load_s = tm.get("total", 0.0) - tm.get("compile", 0.0) or None
+        counts = [int(x) for x in a.thread_counts.split(",") if x]
+        res = run_pfm(a.pfm, counts, max(1, a.repeat or 1), a.baseline or "f3ca986", load_s)
+        res["command"] = (f"python -m benchmarks.bench_final_step --survey --pfm {a.pfm}"
+                          f" --thread-counts {a.thread_counts}"
+                          + (f" --repeat {a.repeat}" if a.repeat else "")
+                          + (f" --baseline {a.baseline}" if a.baseline else "")
+                          + (f" --load-s {a.load_s}" if a.load_s else ""))
+        write_results("bench_final_step_pfm", res)
+        for setup, by in res["final_step"].items():
+            for key, r in by.items():
+                if key.startswith("speedup"):
+                    print(f"{setup} {key}: wall {r['wall']:.2f}x, CPU {r['cpu']:.2f}x")
+                else:
+                    pct = f", {r['pct_of_serial_load']:.1f} % of the load" if "pct_of_serial_load" in r else ""
+                    print(f"{setup} {key}: {r['wall_s']:.2f} s wall, {r['cpu_s']:.2f} CPU-s, "
+                          f"peak RSS {r['peak_rss_mb']:.0f} MB{pct}")
+        return res
     if a.survey:
         from benchmarks.datasets import DEFAULT_GB, pings_for, survey
 

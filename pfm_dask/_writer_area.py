@@ -20,6 +20,7 @@ from . import pfm
 from ._faults import crash_point
 from ._fileio import pwrite_all
 from .errors import LoadError
+from .pfm._recompute_kernel import NdxView, band_soundings
 
 __all__ = ["run_area_filter", "area_bands", "apply_redo", "AREA_BAND_SOUNDINGS",
            "AREA_HALO_ROWS"]
@@ -66,13 +67,19 @@ def run_area_filter(f, touched_bins: np.ndarray, cfg, redo_path,
     def work(band):
         y0, y1 = band
         above = truth["post"] if (halo is None and truth["end"] == y0) else None
-        return _filter_band(f, filt, touched, needed, y0, y1, halo, above)
+        return _filter_band(f, filt, touched, needed, y0, y1, halo, above, view)
 
     # The result goes to a redo file, applied afterwards (apply_redo): applying it twice
     # is harmless, while filtering twice is not (the second pass sees the first's flags).
     # Deferring the writes is exact: no row is read after its neighbour is written.
     fd = os.open(redo_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     acc = {"count": 0, "crc": 0, "size": 0}
+    # the .ndx mapped once for the bands' compiled reads (its pages handed back band by band)
+    f._sync()
+    view = NdxView(f)
+    if not view.ok:
+        view.close()
+        view = None
     bands = pfm.ordered_imap(work, area_bands(f, needed), threads)
     try:
         for out in bands:
@@ -83,7 +90,7 @@ def run_area_filter(f, touched_bins: np.ndarray, cfg, redo_path,
             if out["guess"] is not None and not out["guess"].same(
                     true_above if true_above is not None else filt.none_stats(w)):
                 # the guess did not meet the true state in time: the band again, from it
-                out = _filter_band(f, filt, touched, needed, y0, y1, None, true_above)
+                out = _filter_band(f, filt, touched, needed, y0, y1, None, true_above, view)
             summary.add(out["summary"])
             for rec in out["redo"]:
                 raw = rec.tobytes()
@@ -93,10 +100,14 @@ def run_area_filter(f, touched_bins: np.ndarray, cfg, redo_path,
                 acc["count"] += rec.shape[0]
                 crash_point("area-filter-row")
             truth["end"], truth["post"] = y1, out["post"]
+            if view is not None:
+                view.drop_pages()
         os.fsync(fd)
     finally:
         bands.close()
         os.close(fd)
+        if view is not None:
+            view.close()
     filt.summary = summary
     out = summary.as_dict()
     out["flagged"] = out.get("cut", 0)
@@ -109,9 +120,31 @@ AREA_HALO_ROWS = 2
 _FIELDS = ("row", "col", "depth", "validity", "record_offset", "slot")
 
 
-def _filter_band(f, filt, touched, needed, y0: int, y1: int, halo: int | None, above):
+def _read_rows(f, view, r0: int, r1: int) -> dict:
+    """The soundings of rows ``r0 .. r1 - 1`` (column, depth, validity, record address and
+    slot, by bin then chain order) and ``cut``: where each row's begin, and the total. One
+    compiled pass over the rows' chains (``band_soundings``) when ``view`` maps the .ndx;
+    otherwise, or on a broken chain (which it then reports), the store's reader."""
+    if view is not None:
+        W = f.width
+        got = list(f.raw_records_with_data([(r0 * W, r1 * W)]))
+        bidx = np.concatenate([b for b, _ in got]) if got else np.zeros(0, np.int64)
+        recs = (np.concatenate([r for _, r in got]) if got
+                else np.zeros((0, f.bin_record_size), np.uint8))
+        s = band_soundings(view, recs, bidx % W)
+        if s is not None:
+            first = np.searchsorted(bidx // W, np.arange(r0, r1 + 1))
+            s["cut"] = s.pop("start")[first]
+            return s
+    s = f.read_soundings(r0, r1, fields=_FIELDS)
+    s["cut"] = np.searchsorted(s["row"], np.arange(r0, r1 + 1))
+    return s
+
+
+def _filter_band(f, filt, touched, needed, y0: int, y1: int, halo: int | None, above,
+                 view=None):
     """The area filter's rows ``y0 .. y1 - 1`` (consecutive needed rows), read from ``f``
-    in one go, on any thread: the redo records of each row with cuts, the band's summary,
+    in one go (:func:`_read_rows`), on any thread: the redo records of each row with cuts, the band's summary,
     its last row's post-filter statistics (``post``), and ``guess``.
 
     Row y's cuts depend on the soundings and on row y - 1's post-filter statistics only.
@@ -129,8 +162,8 @@ def _filter_band(f, filt, touched, needed, y0: int, y1: int, halo: int | None, a
     seed = halo is not None and start > 0 and needed[start - 1]   # guess from row start - 1
     r0 = start - 1 if seed else start
     r1 = y1 + 1 if y1 < needed.size and needed[y1] else y1
-    s = f.read_soundings(r0, r1, fields=_FIELDS)
-    cut = np.searchsorted(s["row"], np.arange(r0, r1 + 1))
+    s = _read_rows(f, view, r0, r1)
+    cut = s["cut"]
     rows = {y: slice(cut[y - r0], cut[y - r0 + 1]) for y in range(r0, r1)}
     from .filters import RowSoundings
 
@@ -139,7 +172,8 @@ def _filter_band(f, filt, touched, needed, y0: int, y1: int, halo: int | None, a
             return None
         sl = rows[y]
         return RowSoundings(col=s["col"][sl], depth=s["depth"][sl],
-                            validity=s["validity"][sl].astype(np.uint32), active=touched[y])
+                            validity=s["validity"][sl].astype(np.uint32, copy=False),
+                            active=touched[y])
 
     guess = None
     if halo is not None:

@@ -72,8 +72,8 @@ def _compare(pfm_path: Path, tmp_path: Path, cfg: LoadConfig, monkeypatch,
     redone = []
     orig = A._filter_band
 
-    def counting(f, filt, touched, needed, y0, y1, halo, above):
-        out = orig(f, filt, touched, needed, y0, y1, halo, above)
+    def counting(f, filt, touched, needed, y0, y1, halo, above, view=None):
+        out = orig(f, filt, touched, needed, y0, y1, halo, above, view)
         if halo is None and threads_now[0] > 1:
             redone.append((y0, y1))
         return out
@@ -159,3 +159,25 @@ def test_band_from_the_true_state_equals_the_rows_in_order():
     total.add(b["summary"])
     assert json.dumps(total.as_dict()) == json.dumps(f1.summary.as_dict())
     assert sum(len(r.index) for r in whole) > 0
+
+
+def test_compiled_row_reader_gives_the_store_readers_soundings(synth_survey, tmp_path):
+    """_read_rows' one compiled pass (band_soundings) against PfmFile.read_soundings."""
+    from pfm_dask.pfm._recompute_kernel import NdxView
+
+    out = tmp_path / "s.pfm"
+    assert pipeline.run_load(synth_survey, out, LoadConfig(bin_size_m=25.0),
+                             mode="serial").exit_code == 0
+    with pfm.open_pfm(out) as f:
+        view = NdxView(f)
+        assert view.ok
+        try:
+            for r0, r1 in [(0, f.height), (3, 9), (f.height // 2, f.height // 2 + 1)]:
+                got = A._read_rows(f, view, r0, r1)
+                want = A._read_rows(f, None, r0, r1)
+                assert got["cut"][-1] > 0
+                for k in ("cut", "col", "depth", "validity", "record_offset", "slot"):
+                    np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+                assert got["depth"].dtype == want["depth"].dtype
+        finally:
+            view.close()

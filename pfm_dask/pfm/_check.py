@@ -28,6 +28,7 @@ from .. import validity as V
 from ._chains import visit
 from ._header import PfmHeader, version_number
 from ._recompute import THREADS
+from ._recompute_kernel import record_fields
 from ._sparse import (gather_runs, nonzero_records, positions_to_items, record_runs,
                       subtract_runs)
 from ._check_band import _BandContext, _check_band_data, _ExtremaCheck, _fast_band, _walk_band
@@ -211,7 +212,7 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
                 nz = nonzero_records(recs)
                 bins = positions_to_items(nz, lo, at)
                 recs = recs[nz]
-                cnt = lay.bin.unpack(recs, ["count"])["count"].astype(np.int64)
+                cnt = record_fields(recs, lay.bin, ["count"])["count"].astype(np.int64)
                 pieces = list(_split_by_soundings(cnt, budget)) if nz.size else [(0, 0)]
                 for i, (a, b) in enumerate(pieces):
                     # the band's positions (for the coverage) reach the next band's first

@@ -14,7 +14,7 @@ from .._numeric import nint, scaled_code_f32
 from .. import validity as V
 from ._header import PfmHeader
 from ._recompute import _USER_FLAGS, grouped_bin_stats
-from ._recompute_kernel import check_sums
+from ._recompute_kernel import check_sums, record_fields
 from ._check_parts import _Layout
 from ._check_walk import _Walker
 from ._problems import _Problems, _bin_where
@@ -146,8 +146,8 @@ def _fast_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
     """A band checked on the assumption that its records and chains are sound (any thread).
 
     Returns ``(records reached, the band's extrema arguments)`` when the bin
-    record checks of :func:`_walk_band` and the chain walk
-    (:meth:`_Walker.walk_clean`) find nothing, with the sounding checks'
+    record checks of :func:`_walk_band` and the chain walk with the sums
+    (:func:`._recompute_kernel.check_sums`) find nothing, with the sounding checks'
     problems in ``pr``; ``None`` whenever the exact walk has anything to say
     (or this fast path cannot tell), and then the caller runs the exact one.
     The records reached are still to be visited (:func:`._chains.visit`) in band order.
@@ -156,7 +156,7 @@ def _fast_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
         return None
     try:
         lay, walker = ctx.lay, ctx.walker
-        u = lay.bin.unpack(recs)
+        u = record_fields(recs, lay.bin)
         cnt = u["count"].astype(np.int64)
         if ((cnt == 0) & recs.any(axis=1)).any():
             return None
@@ -164,22 +164,24 @@ def _fast_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
             return None
         if int(cnt.sum()) > 2 * ctx.budget:   # a heavy bin: validated first by the exact walk
             return None
-        rec_idx = walker.walk_clean(cnt, u["head"].astype(np.int64), u["tail"].astype(np.int64))
-        if rec_idx is None:
+        if walker.words is None and walker.n_phys:   # a pointer over two 64-bit words
             return None
-        walked = {"bidx": bidx, "u": u, "cnt": cnt, "ok": np.ones(cnt.size, dtype=bool),
-                  "cover": cover}
-        # the soundings' tests and the bins' sums straight from the records (one compiled
-        # pass); anything to report there, and the exact path decides
+        # the chains walked, the soundings' tests and the bins' sums straight from the
+        # records, in one compiled pass; anything to report, and the exact walk decides
         h = ctx.h
-        walked["sums"] = check_sums(
-            walker.recs.reshape(-1), lay.phys, lay.L, lay.sounding_bits, rec_idx, cnt,
+        got = check_sums(
+            walker.recs.reshape(-1), lay.phys, lay.L, lay.sounding_bits, cnt,
+            u["head"].astype(np.int64), u["tail"].astype(np.int64),
+            (walker.wstart, walker.wshift, lay.cont_field[1]),
             {k: lay.item_fields[k] for k in ("depth", "validity", "file", "line")},
             depth_scale=h.depth_scale, depth_offset=h.depth_offset, null_depth=ctx.null32,
             class_type=ctx.class_type or 0, user_flags=_USER_FLAGS, n_files=ctx.n_files,
             n_lines=ctx.n_lines, deleted=ctx.deleted)
-        if walked["sums"] is None:
+        if got is None:
             return None
+        rec_idx, sums = got
+        walked = {"bidx": bidx, "u": u, "cnt": cnt, "ok": np.ones(cnt.size, dtype=bool),
+                  "cover": cover, "sums": sums}
         return rec_idx, _check_band_data(walked, ctx, pr)
     except Exception:  # noqa: BLE001 - the exact walk decides what is reported
         return None

@@ -14,7 +14,6 @@ import tempfile
 import numpy as np
 
 from ._bitpack import unpack_records
-from ._chains import chain_records
 from ._check_parts import _Layout
 from ._problems import _MAX_PER_KIND, _Problems, _bin_where
 
@@ -289,34 +288,6 @@ class _Walker:
         rec_step = np.arange(R, dtype=np.int64) - np.repeat(rstart, nrec)
         if not present.all():
             rec_idx, rec_bin, rec_step = rec_idx[present], rec_bin[present], rec_step[present]
-        return self._gather(count, rec_idx, rec_bin, rec_step)
-
-    def walk_clean(self, count: np.ndarray, head: np.ndarray, tail: np.ndarray) -> np.ndarray | None:
-        """The records of a band's chains in (bin, step) order if nothing in them is wrong, else
-        ``None``: every pointer a whole record of the file, no chain ending early, each ending
-        at its tail pointer with a 0 continuation (:func:`._chains.chain_records`; the visited
-        map is neither read nor set). Thread-safe; ``None`` too where the pointer is not in
-        one 64-bit word of its record."""
-        if self.words is None and self.n_phys:
-            return None
-        L = self.lay
-        nrec = (count + L.L - 1) // L.L
-        addr = chain_records(self.recs.reshape(-1), L.phys, self.wstart, self.wshift,
-                             L.cont_field[1], nrec, head)
-        if addr is None:
-            return None
-        has = nrec > 0
-        last = addr[np.cumsum(nrec)[has] - 1]
-        if np.any(last != tail[has]) or np.any(self._pointers(last // L.phys) != 0):
-            return None
-        return addr // L.phys
-
-    def soundings_of_chains(self, count: np.ndarray, rec_idx: np.ndarray) -> dict:
-        """:meth:`soundings` of whole chains given by :meth:`walk_clean`."""
-        nrec = (count + self.lay.L - 1) // self.lay.L
-        R = rec_idx.size
-        rec_bin = np.repeat(np.arange(nrec.size, dtype=np.int64), nrec)
-        rec_step = np.arange(R, dtype=np.int64) - np.repeat(np.cumsum(nrec) - nrec, nrec)
         return self._gather(count, rec_idx, rec_bin, rec_step)
 
     def _gather(self, count, rec_idx, rec_bin, rec_step) -> dict:

@@ -45,7 +45,7 @@ from .._arrays import unique_sorted
 from .._numeric import CompiledKernels
 from ..errors import PfmFormatError
 from .. import validity as V
-from ._recompute_kernel import NdxView, _step, recompute_records
+from ._recompute_kernel import NdxView, _step, record_fields, recompute_records
 
 __all__ = [
     "PRIOR_KEEP",
@@ -617,7 +617,7 @@ def _raw_bands(pfm_file, wanted: np.ndarray | None, budget: int):
     zero kept (:meth:`PfmFile.raw_records_with_data`)."""
     ranges = _wanted_runs(wanted, pfm_file.width * pfm_file.height)
     for bidx, recs in pfm_file.raw_records_with_data(ranges, chunk=_PLAN_BINS, only=wanted):
-        cnt = pfm_file._bin_layout.unpack(recs, ["num_soundings"])["num_soundings"]
+        cnt = record_fields(recs, pfm_file._bin_layout, ["num_soundings"])["num_soundings"]
         sel = np.flatnonzero(cnt > 0)
         bidx, cnt = bidx[sel], cnt[sel].astype(np.int64)
         for i, j in _cuts(cnt, budget):

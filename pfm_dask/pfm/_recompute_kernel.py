@@ -22,7 +22,8 @@ import numpy as np
 from .. import validity as V
 from .._numeric import CompiledKernels
 
-__all__ = ["NdxView", "BAND_FIELDS", "recompute_records", "check_sums"]
+__all__ = ["NdxView", "BAND_FIELDS", "recompute_records", "check_sums", "band_soundings",
+           "record_fields"]
 
 #: Bin record fields the kernel reads or writes, in the order of its offset/width arrays.
 BAND_FIELDS = ("num_soundings", "std", "avg_filtered", "min_filtered", "max_filtered", "avg",
@@ -36,8 +37,10 @@ _GAVE_UP = 1
 
 #: ``_be64(buf, o, n)`` and ``_bits(buf, n, p, nb)``: the big-endian 8-byte load and the
 #: bit-field read of the bit-packing kernels (``pfm._bitpack_kernels._load_be`` and ``_get``,
-#: one implementation), put here compiled by :func:`_shared_helpers` before the kernels compile.
-_be64 = _bits = None
+#: one implementation), and their unaligned byte-swapped 8-byte load and store ``_ld64(buf, o)``
+#: and ``_st64(buf, o, v)``, put here compiled by :func:`_shared_helpers` before the kernels
+#: compile.
+_be64 = _bits = _ld64 = _st64 = None
 
 
 def _shared_helpers(numba) -> dict:
@@ -46,7 +49,7 @@ def _shared_helpers(numba) -> dict:
 
     with B._kernel._lock:
         B._kernel._ready(numba)
-    return {"_be64": B._load_be, "_bits": B._get}
+    return {"_be64": B._load_be, "_bits": B._get, "_ld64": B._ld_be64, "_st64": B._st_be64}
 
 
 def _fld(buf, n, p, nb):
@@ -60,7 +63,16 @@ def _fld(buf, n, p, nb):
 
 
 def _put(buf, p, nb, val):
-    """Write the low ``nb`` bits of ``val`` at bit ``p`` of ``buf`` (other bits kept)."""
+    """Write the low ``nb`` bits of ``val`` at bit ``p`` of ``buf`` (other bits kept); a field
+    of at most 57 bits with 8 bytes from its first byte in ``buf``: one 8-byte read-modify-write
+    (the byte loop below took most of a bin's time)."""
+    o = p >> 3
+    if nb <= 57 and o + 8 <= buf.size:
+        sh = np.uint64(64 - (p & 7) - nb)
+        ones = (np.uint64(1) << np.uint64(nb)) - np.uint64(1)
+        w = _ld64(buf, o) & ~(ones << sh)
+        _st64(buf, o, w | ((val & ones) << sh))
+        return
     end = p + nb
     i = p
     while i < end:
@@ -244,15 +256,20 @@ def _k_recompute_records(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb,
 
 
 
-def _k_check_sums(ndx, rsize, L, slot_bits, rec_idx, cnt, d_off, d_nb, v_off, v_nb, f_off, f_nb,
-                  l_off, l_nb, dscale, doff, null64, user_flag, or_mask, ref_bit, del_ref, inval,
-                  n_files, n_lines, dfl, del_bit, out_f, out_i):
-    """numba kernel: ``_k_group_pass``'s per-bin values (same layout) of the chains whose
-    records ``rec_idx`` (record numbers, in (bin, step) order) the check walked, read straight
-    from the ``.ndx``; and the check's sounding tests: a file number below ``n_files`` and a
-    line number below ``n_lines`` (-1: not tested), DELETED on every sounding of a deleted
-    file (``dfl[min(file, dfl.size - 1)]``; empty: not tested). Returns -1, or 1 at the first
-    sounding that fails a test or a bin with zeros of both signs (the exact path reports)."""
+def _k_check_sums(ndx, rsize, L, slot_bits, head, tail, wstart, wshift, pmask, cnt, d_off, d_nb,
+                  v_off, v_nb, f_off, f_nb, l_off, l_nb, dscale, doff, null64, user_flag, or_mask,
+                  ref_bit, del_ref, inval, n_files, n_lines, dfl, del_bit, rec_idx, out_f, out_i):
+    """numba kernel: the check's walk of a band's chains and ``_k_group_pass``'s per-bin
+    values (same layout) of their soundings, read straight from the ``.ndx``.
+
+    Each chain from ``head`` must run through whole records of the file (the continuation
+    pointer: the big-endian word at ``wstart`` shifted by ``wshift``, masked by ``pmask``)
+    for the ``cnt`` soundings, its last record be ``tail`` and continue to 0; the records
+    reached go to ``rec_idx`` (record numbers, in (bin, step) order) for the visited map.
+    The sounding tests: a file number below ``n_files`` and a line number below ``n_lines``
+    (-1: not tested), DELETED on every sounding of a deleted file (``dfl[min(file,
+    dfl.size - 1)]``; empty: not tested). Returns -1, or 1 at the first chain or sounding
+    that fails or a bin with zeros of both signs (the exact walk then reports)."""
     nbytes = ndx.size
     k = 0
     nd = dfl.size
@@ -262,9 +279,19 @@ def _k_check_sums(ndx, rsize, L, slot_bits, rec_idx, cnt, d_off, d_nb, v_off, v_
         min_f = min_u = np.inf
         max_f = max_u = -np.inf
         n_f = n_u = bits = flags = 0
-        for s in range((c + L - 1) // L):
-            base = rec_idx[k] * rsize * 8
+        cur = head[g]
+        nrec = (c + L - 1) // L
+        for s in range(nrec):
+            if cur < 0 or (cur == 0 and s > 0) or cur % rsize != 0 or cur + rsize > nbytes:
+                return _GAVE_UP
+            rec_idx[k] = cur // rsize
             k += 1
+            base = cur * 8
+            nxt = np.int64((_be64(ndx, cur + wstart, nbytes) >> np.uint64(wshift)) & pmask)
+            if s + 1 == nrec:
+                if nxt != 0 or cur != tail[g]:
+                    return _GAVE_UP
+            cur = nxt
             for j in range(min(L, c - s * L)):
                 p = base + j * slot_bits
                 w = np.int64(_fld(ndx, nbytes, p + v_off, v_nb))
@@ -297,6 +324,54 @@ def _k_check_sums(ndx, rsize, L, slot_bits, rec_idx, cnt, d_off, d_nb, v_off, v_
         out_i[g, 3] = flags & 1
     return _OK
 
+
+def _k_band_soundings(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb, v_off, v_nb,
+                      wstart, wshift, pmask, dscale, doff, bstart, col_of, depth, val, rec, slot):
+    """numba kernel: every sounding of the bins whose raw records are ``recs`` (n, record
+    bytes; ``col_of``: one entry per bin), bin by bin then in chain order, as
+    ``PfmFile.read_soundings`` gives them: the decoded depth, the validity, the record's byte address
+    and the slot. ``bstart[g]``: where bin g's soundings go. Returns -1, or 1 when a chain
+    leaves the file or ends early (the caller's reader then says where)."""
+    n_rec = col_of.size
+    rb = recs.size // max(1, n_rec)
+    rn = recs.size
+    nbytes = ndx.size
+    for g in range(n_rec):
+        r0 = g * rb * 8
+        cnt = np.int64(_fld(recs, rn, r0 + foff[_F_COUNT], fnb[_F_COUNT]))
+        cur = np.int64(_fld(recs, rn, r0 + foff[_F_HEAD], fnb[_F_HEAD]))
+        k = bstart[g]
+        nrec = (cnt + L - 1) // L
+        for s in range(nrec):
+            if cur < 0 or (cur == 0 and s > 0) or cur % rsize != 0 or cur + rsize > nbytes:
+                return _GAVE_UP
+            base = cur * 8
+            here = cur
+            if s + 1 < nrec:
+                cur = np.int64((_be64(ndx, cur + wstart, nbytes) >> np.uint64(wshift)) & pmask)
+            m = min(L, cnt - s * L)
+            for j in range(m):
+                p = base + j * slot_bits
+                depth[k] = np.float64(_fld(ndx, nbytes, p + d_off, d_nb)) / dscale - doff
+                val[k] = np.uint32(_fld(ndx, nbytes, p + v_off, v_nb))
+                rec[k] = here
+                slot[k] = j
+                k += 1
+    return _OK
+
+
+def _k_record_fields(recs, foff, fnb, out):
+    """numba kernel: fields ``foff``/``fnb`` (widths may be 0) of each raw record ``out[f, g]``."""
+    n_rec = out.shape[1]
+    rb = recs.size // max(1, n_rec)
+    rn = recs.size
+    for g in range(n_rec):
+        r0 = g * rb * 8
+        for f in range(foff.size):
+            nb = fnb[f]
+            out[f, g] = _fld(recs, rn, r0 + foff[f], nb) if nb else np.uint64(0)
+
+
 def _signatures(T) -> dict:
     ro = dict(readonly=True)
     i8, f8, f4, u8 = T.int64, T.float64, T.float32, T.uint64
@@ -306,10 +381,20 @@ def _signatures(T) -> dict:
         f8, f8, f8, f4, i8, i8, i8, i8, i8, T.boolean, f4, f4, f4, i8, i8, i8, i8, i8, i8,
         i8, i8, i8, T.Array(T.int64, 1, "C"), T.Array(T.int64, 1, "C"),
         T.Array(T.float32, 2, "C")),
+        "band_soundings": T.int64(
+            T.Array(T.uint8, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro),
+            T.Array(T.int64, 1, "C", **ro), T.Array(T.uint8, 1, "C", **ro), i8, i8, i8, i8, i8,
+            i8, i8, i8, i8, u8, f8, f8, T.Array(T.int64, 1, "C", **ro),
+            T.Array(T.int64, 1, "C", **ro), T.Array(T.float64, 1, "C"),
+            T.Array(T.uint32, 1, "C"), T.Array(T.int64, 1, "C"), T.Array(T.int32, 1, "C")),
+        "record_fields": T.void(
+            T.Array(T.uint8, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro),
+            T.Array(T.int64, 1, "C", **ro), T.Array(T.uint64, 2, "C")),
         "check_sums": T.int64(
             T.Array(T.uint8, 1, "C", **ro), i8, i8, i8, T.Array(T.int64, 1, "C", **ro),
-            T.Array(T.int64, 1, "C", **ro), i8, i8, i8, i8, i8, i8, i8, i8, f8, f8, f8, i8, i8,
-            i8, i8, i8, i8, i8, T.Array(T.uint8, 1, "C", **ro), i8,
+            T.Array(T.int64, 1, "C", **ro), i8, i8, u8, T.Array(T.int64, 1, "C", **ro),
+            i8, i8, i8, i8, i8, i8, i8, i8, f8, f8, f8, i8, i8,
+            i8, i8, i8, i8, i8, T.Array(T.uint8, 1, "C", **ro), i8, T.Array(T.int64, 1, "C"),
             T.Array(T.float64, 2, "C"), T.Array(T.int64, 2, "C"))}
 
 
@@ -411,18 +496,23 @@ def recompute_records(view: NdxView, recs: np.ndarray, *, header, null32, class_
     return out_cnt, out_val, out32
 
 
-def check_sums(buf: np.ndarray, rsize: int, L: int, slot_bits: int, rec_idx: np.ndarray,
-               cnt: np.ndarray, fields: dict, *, depth_scale, depth_offset, null_depth,
-               class_type: int, user_flags: tuple, n_files, n_lines, deleted) -> dict | None:
-    """The check's fast path: ``_recompute._group_pass``'s values (a dict of its keys) for the
-    chains of ``cnt`` whose records the walk found (``rec_idx``), the soundings read straight
-    from the ``.ndx`` bytes ``buf``; ``fields`` maps ``depth``, ``validity``, ``file`` and
-    ``line`` to ``(bit offset, bits)`` in a slot. ``None`` when a sounding names a file or
-    line beyond ``n_files``/``n_lines`` or a ``deleted`` file's sounding is not DELETED, or
-    anything else the exact path must decide."""
+def check_sums(buf: np.ndarray, rsize: int, L: int, slot_bits: int, cnt: np.ndarray,
+               head: np.ndarray, tail: np.ndarray, pointer: tuple, fields: dict, *, depth_scale,
+               depth_offset, null_depth, class_type: int, user_flags: tuple, n_files, n_lines,
+               deleted):
+    """The check's fast path: walks the chains of ``cnt``/``head``/``tail`` through the
+    ``.ndx`` bytes ``buf`` (``pointer``: the continuation pointer's ``(word start, shift,
+    bits)`` in a record) and returns ``(record numbers reached in (bin, step) order,
+    _recompute._group_pass's values as a dict of its keys)``; ``fields`` maps ``depth``,
+    ``validity``, ``file`` and ``line`` to ``(bit offset, bits)`` in a slot. ``None`` when a
+    chain leaves the file's whole records, ends early, goes on past its count or does not end
+    at its tail, a sounding names a file or line beyond ``n_files``/``n_lines`` or a
+    ``deleted`` file's sounding is not DELETED, or anything else the exact walk must decide."""
     G = cnt.size
+    cnt = np.ascontiguousarray(cnt, dtype=np.int64)
     out_f = np.empty((G, 7), dtype=np.float64)
     out_i = np.empty((G, 4), dtype=np.int64)
+    rec_idx = np.empty(int(((cnt + L - 1) // L).sum()), dtype=np.int64)
     user_flag = user_flags[class_type - 1] if class_type else 0
     dfl = (np.asarray(list(deleted) + [False], dtype=np.uint8) if deleted and any(deleted)
            else np.zeros(0, dtype=np.uint8))
@@ -430,17 +520,67 @@ def check_sums(buf: np.ndarray, rsize: int, L: int, slot_bits: int, rec_idx: np.
     (f_off, f_nb), (l_off, l_nb) = fields["file"], fields["line"]
     if max(d_nb, v_nb, f_nb, l_nb) > 57 or min(d_nb, v_nb) <= 0:
         return None
+    wstart, wshift, pbits = pointer
     r = _kernel("check_sums")(
-        buf, int(rsize), int(L), int(slot_bits), np.ascontiguousarray(rec_idx, dtype=np.int64),
-        np.ascontiguousarray(cnt, dtype=np.int64), int(d_off), int(d_nb), int(v_off), int(v_nb),
+        buf, int(rsize), int(L), int(slot_bits), np.ascontiguousarray(head, dtype=np.int64),
+        np.ascontiguousarray(tail, dtype=np.int64), int(wstart), int(wshift),
+        np.uint64((1 << int(pbits)) - 1), cnt, int(d_off), int(d_nb), int(v_off), int(v_nb),
         int(f_off), int(f_nb), int(l_off), int(l_nb), float(np.float32(depth_scale)),
         float(np.float32(depth_offset)), float(np.float32(null_depth)), int(user_flag),
         int(V.VAL_MASK), int(V.REFERENCE), int(V.DELETED | V.REFERENCE), int(V.INVAL),
         -1 if n_files is None else int(n_files), -1 if n_lines is None else int(n_lines),
-        dfl, int(V.DELETED), out_f, out_i)
+        dfl, int(V.DELETED), rec_idx, out_f, out_i)
     if r != _OK:
         return None
-    return {"sum_f": out_f[:, 0], "sum2_f": out_f[:, 1], "sum_u": out_f[:, 2],
-            "min_f": out_f[:, 3], "max_f": out_f[:, 4], "min_u": out_f[:, 5],
-            "max_u": out_f[:, 6], "n_valid": out_i[:, 0], "n_used": out_i[:, 1],
-            "bits": out_i[:, 2], "any_ref": out_i[:, 3] != 0}
+    return rec_idx, {"sum_f": out_f[:, 0], "sum2_f": out_f[:, 1], "sum_u": out_f[:, 2],
+                     "min_f": out_f[:, 3], "max_f": out_f[:, 4], "min_u": out_f[:, 5],
+                     "max_u": out_f[:, 6], "n_valid": out_i[:, 0], "n_used": out_i[:, 1],
+                     "bits": out_i[:, 2], "any_ref": out_i[:, 3] != 0}
+
+
+def band_soundings(view: NdxView, recs: np.ndarray, cols: np.ndarray) -> dict | None:
+    """The soundings of the bins whose raw records are ``recs`` (bins with data, in raster
+    order; ``cols``: their columns), read in one compiled pass over their chains: ``col``
+    (int64), ``depth`` (decoded, float64), ``validity`` (uint32), ``record_offset`` (int64),
+    ``slot`` (int32) and ``start`` (where each bin's soundings begin, and the total), in
+    the order of ``PfmFile.read_soundings``. ``None`` when a chain is broken (the store's
+    reader then raises with the place)."""
+    n = recs.shape[0]
+    flat = np.ascontiguousarray(recs).reshape(-1)
+    cnt = np.empty((1, n), dtype=np.uint64)
+    _kernel("record_fields")(flat, view.foff[_F_COUNT:_F_COUNT + 1], view.fnb[_F_COUNT:_F_COUNT + 1],
+                             cnt)
+    cnt = cnt[0].astype(np.int64)
+    start = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(cnt, out=start[1:])
+    total = int(start[-1])
+    out = {"col": np.repeat(np.asarray(cols, dtype=np.int64), cnt),
+           "depth": np.empty(total, np.float64), "validity": np.empty(total, np.uint32),
+           "record_offset": np.empty(total, np.int64), "slot": np.empty(total, np.int32)}
+    r = _kernel("band_soundings")(
+        flat, view.foff, view.fnb, view.buf, view.rsize, view.L, view.slot_bits,
+        view.depth[0], view.depth[1], view.validity[0], view.validity[1], *view.word,
+        view.dscale, view.doff, start, np.ascontiguousarray(cols, dtype=np.int64),
+        out["depth"], out["validity"], out["record_offset"], out["slot"])
+    if r != _OK:
+        return None
+    out["start"] = start
+    return out
+
+
+def record_fields(recs: np.ndarray, layout, keys=None) -> dict:
+    """Fields (uint64, as ``layout.unpack``) of the raw records ``recs`` (n, record bytes):
+    one compiled pass of one-load reads over the bytes, not the bit-packing kernels' copy to
+    words and unpack. ``layout``: a ``BitLayout`` (its ``fields``' offsets and widths)."""
+    keys = list(layout.fields if keys is None else keys)
+    recs = np.ascontiguousarray(recs, dtype=np.uint8)
+    n = recs.shape[0]
+    if recs.ndim != 2 or (n and recs.shape[1] * 8 < max(
+            (layout.fields[k].offset + layout.fields[k].nbits for k in keys), default=0)):
+        raise ValueError(f"expected (n, {layout.record_bytes}) uint8 records, got {recs.shape}")
+    out = np.empty((len(keys), n), dtype=np.uint64)
+    if n and keys:
+        fs = [layout.fields[k] for k in keys]
+        _kernel("record_fields")(recs.reshape(-1), np.array([f.offset for f in fs], np.int64),
+                                 np.array([f.nbits for f in fs], np.int64), out)
+    return {k: out[j] for j, k in enumerate(keys)}

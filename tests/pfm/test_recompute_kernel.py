@@ -100,3 +100,24 @@ def test_a_broken_chain_is_reported_by_the_general_path(tmp_path, monkeypatch):
     with P.open_pfm(a, "r+") as f, pytest.raises(PfmFormatError) as err:
         P.recompute(f)
     assert "a.pfm.ndx" in str(err.value)
+
+
+@pytest.mark.parametrize("widths", [(1, 7, 22, 57, 64, 0, 33), (64, 63, 58, 9), (3,) * 30])
+def test_record_fields_reads_what_the_bit_packing_unpacks(widths):
+    """The one-load field reads (record_fields) against BitLayout.unpack, on random bytes,
+    fields of 1 to 64 bits (and 0) at every bit phase, the last field at the record's end."""
+    from pfm_dask.pfm._bitpack import BitLayout
+    from pfm_dask.pfm._recompute_kernel import record_fields
+
+    rng = np.random.default_rng(len(widths))
+    for shift in range(8):
+        fields, off = [], shift
+        for i, nb in enumerate(widths):
+            fields.append((f"f{i}", off, nb))
+            off += nb
+        lay = BitLayout(fields)
+        recs = rng.integers(0, 256, (257, lay.record_bytes), dtype=np.uint8)
+        want = lay.unpack(recs)
+        got = record_fields(recs, lay)
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k], err_msg=f"{k} {shift}")
