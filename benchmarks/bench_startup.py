@@ -5,8 +5,9 @@ costs beyond starting Python matters. Each case below runs as a fresh process, t
 runs it (``pfm-dask ...`` is ``python -c 'from pfm_dask.cli import main; main()'``), once
 unmeasured (byte-code and numba caches warm) and then ``--repeats`` times; the JSON keeps the
 best and median wall time, the best CPU time (user + system, children included), the ratio of
-the best wall time to the floor's measured in the same run, and which heavy packages the
-process imported.
+the best wall time to the floor's measured in the same run, which heavy packages the process
+imported, and for a load the seconds it spent making its kernels ready (its report's
+``kernels``: numba's import and the kernels read from the cache).
 
 Cases: the floor ``python -c pass``; ``pfm-dask --help``; ``info`` of a small PFM (the EX1811
 sample at 25 m bins) and of the 2 m PFM of the default load; ``gsf-info`` and ``check``; the
@@ -68,10 +69,24 @@ def _run(argv: list[str], env: dict, before=None, cwd=None) -> dict:
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     imported = [ln.split()[1:] for ln in p.stderr.splitlines() if ln.startswith("IMPORTED")]
-    return {"wall": wall, "cpu": cpu, "rc": p.returncode,
+    return {"wall": wall, "cpu": cpu, "rc": p.returncode, "kernels": _kernel_seconds(argv, cwd),
             "imported": imported[-1] if imported else None,
             "said": [ln for ln in p.stderr.splitlines() if "no cluster" in ln],
             "stderr": p.stderr[-2000:] if p.returncode not in (0, 3) else ""}
+
+
+def _kernel_seconds(argv: list[str], cwd) -> float | None:
+    """A load's seconds making its kernels ready (numba's import, cache loads, compilations),
+    from its report; None for other commands."""
+    import json
+
+    if "load" not in argv or "-o" not in argv:
+        return None
+    report = Path(cwd or ".") / (argv[argv.index("-o") + 1] + ".data") / "load-report.json"
+    try:
+        return json.loads(report.read_text())["timings"]["kernels"]
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def _cases(work: Path, sample: Path, small_pfm: Path, big_pfm: Path) -> dict:
@@ -99,8 +114,10 @@ def _argv(args) -> list[str]:
 
 def _summary(runs: list[dict]) -> dict:
     walls = [r["wall"] for r in runs]
+    kernels = [r["kernels"] for r in runs if r.get("kernels") is not None]
     return {"wall_best_s": min(walls), "wall_median_s": statistics.median(walls),
             "cpu_best_s": min(r["cpu"] for r in runs), "runs": len(runs),
+            "kernels_best_s": min(kernels) if kernels else None,
             "exit_codes": sorted({r["rc"] for r in runs}), "imported": runs[-1]["imported"],
             "said": runs[-1]["said"][:1]}
 

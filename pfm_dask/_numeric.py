@@ -25,8 +25,11 @@ one set of options (no fastmath), one on-disk cache and one fallback when it is 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import threading
+import time
 
 import numpy as np
 
@@ -40,6 +43,8 @@ __all__ = [
     "njit_cached",
     "njit_helper",
     "CompiledKernels",
+    "kernel_seconds",
+    "loading_kernel",
 ]
 
 
@@ -144,6 +149,39 @@ def _jit_options(numba, options: dict) -> dict:
     return opts
 
 
+_loads = threading.local()          # .depth: this thread is making a kernel ready
+_loads_lock = threading.Lock()
+_load_seconds = [0.0]                # over all threads, since the process started
+
+
+@contextlib.contextmanager
+def _timed_load():
+    """Counts the seconds of making one kernel ready (numba's import, a cache load or a
+    compilation) into :func:`kernel_seconds`, once when nested."""
+    depth = getattr(_loads, "depth", 0)
+    _loads.depth = depth + 1
+    t = time.perf_counter()
+    try:
+        yield
+    finally:
+        _loads.depth = depth
+        if depth == 0:
+            with _loads_lock:
+                _load_seconds[0] += time.perf_counter() - t
+
+
+def kernel_seconds() -> float:
+    """Seconds this process has spent making kernels ready in :func:`njit_cached` and
+    :class:`CompiledKernels` (numba's import, cache loads, compilations), all threads."""
+    return _load_seconds[0]
+
+
+def loading_kernel() -> bool:
+    """Whether this thread is making a kernel ready in :func:`njit_cached` or
+    :class:`CompiledKernels` now."""
+    return getattr(_loads, "depth", 0) > 0
+
+
 def njit_cached(fn, sig=None, **options):
     """``fn`` compiled by numba: the one way a kernel of this package is compiled.
 
@@ -153,23 +191,24 @@ def njit_cached(fn, sig=None, **options):
     From the on-disk cache when a cache directory is writable (``pfm_dask.__init__`` chooses
     it; :func:`_kernel_cache` says how an entry is keyed and loaded), else compiled in memory.
     """
-    import numba
-    from numba.core import typeinfer
-    from numba.core.dispatcher import Dispatcher
+    with _timed_load():
+        import numba
+        from numba.core import typeinfer
+        from numba.core.dispatcher import Dispatcher
 
-    disp = numba.njit(**_jit_options(numba, options))(fn)
-    if not isinstance(disp, Dispatcher):  # NUMBA_DISABLE_JIT: the plain function
+        disp = numba.njit(**_jit_options(numba, options))(fn)
+        if not isinstance(disp, Dispatcher):  # NUMBA_DISABLE_JIT: the plain function
+            return disp
+        try:
+            disp._cache = _kernel_cache()(fn)
+        except RuntimeError as exc:  # "cannot cache function ...: no locator available"
+            if "cannot cache" not in str(exc):
+                raise
+        if sig is not None:  # as numba.njit(sig) does: compile now, no other types later
+            with typeinfer.register_dispatcher(disp):
+                disp.compile(sig)
+            disp.disable_compile()
         return disp
-    try:
-        disp._cache = _kernel_cache()(fn)
-    except RuntimeError as exc:  # "cannot cache function ...: no locator available"
-        if "cannot cache" not in str(exc):
-            raise
-    if sig is not None:  # as numba.njit(sig) does: compile now, no other types later
-        with typeinfer.register_dispatcher(disp):
-            disp.compile(sig)
-        disp.disable_compile()
-    return disp
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -303,8 +342,6 @@ class CompiledKernels:
 
     def __init__(self, namespace: dict, signatures, helpers: tuple = (), *, prepare=None,
                  helper_options: dict | None = None, **options):
-        import threading
-
         self._namespace, self._signatures, self._helpers = namespace, signatures, tuple(helpers)
         self._prepare, self._options = prepare, options
         self._helper_options = {**options, **(helper_options or {})}
@@ -330,10 +367,11 @@ class CompiledKernels:
             with self._lock:
                 k = self.compiled.get(name)
                 if k is None:
-                    import numba
+                    with _timed_load():
+                        import numba
 
-                    sig = self._ready(numba)[name]
-                    k = njit_cached(self._namespace["_k_" + name], sig, **self._options)
+                        sig = self._ready(numba)[name]
+                        k = njit_cached(self._namespace["_k_" + name], sig, **self._options)
                     self.compiled[name] = k
         return k
 

@@ -119,6 +119,9 @@ class CompileWatch:
         self._lock = threading.Lock()
         self.compiled = 0
         self.seconds = 0.0
+        #: the part of ``seconds`` not inside ``_numeric``'s timed kernel loads (a kernel
+        #: compiled for new argument types at its call)
+        self.seconds_outside_loads = 0.0
         watch = self
 
         class _Listener(event.Listener):
@@ -134,7 +137,10 @@ class CompileWatch:
         depth = getattr(self._local, "depth", 0)
         self._local.depth = depth + 1
         if depth == 0:
+            from ._numeric import loading_kernel
+
             self._local.t0 = time.perf_counter()
+            self._local.in_load = loading_kernel()
             with self._lock:
                 first = self.compiled == 0
                 self.compiled += 1
@@ -147,8 +153,11 @@ class CompileWatch:
             return
         self._local.depth = depth - 1
         if depth == 1:
+            dt = time.perf_counter() - self._local.t0
             with self._lock:
-                self.seconds += time.perf_counter() - self._local.t0
+                self.seconds += dt
+                if not self._local.in_load:
+                    self.seconds_outside_loads += dt
 
     def __enter__(self) -> "CompileWatch":
         self._event.register("numba:compile", self._listener)

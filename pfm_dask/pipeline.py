@@ -60,7 +60,7 @@ from .planning import (SMALL_LOAD_BYTES, SMALL_LOAD_BYTES_SWATH, _estimate_bytes
                        prescan_file)
 from .report import LoadResult, _finalise, write_report
 from .writer import PfmWriter
-from .warmup import warm_here, warm_workers
+from .warmup import KernelWatch, warm_workers
 from .progress import follow, relay
 
 __all__ = ["prescan_file", "area_from_scans", "plan_pieces", "run_load", "LoadResult",
@@ -133,11 +133,10 @@ def _static(job: _Job, pieces: list[Piece]) -> dict | None:
             "input_problems": job.input_problems, "created": time.time()}
 
 
-def _run_serial(job: _Job) -> LoadResult:
+def _run_serial(job: _Job, kernels: KernelWatch) -> LoadResult:
     files, output, cfg, append, progress = job.files, job.output, job.cfg, job.append, job.progress
     checkpoint_seconds = job.options.checkpoint_seconds
     t0 = time.perf_counter()
-    kernels = warm_here(job.say, cfg)
     if job.resume:
         scans: list[dict] = []
         t_scan = time.perf_counter()
@@ -169,7 +168,7 @@ def _run_serial(job: _Job) -> LoadResult:
         raise
     t_end = time.perf_counter()
     timings = {"compile": kernels.compile_seconds, "kernels": kernels.seconds,
-               "prescan": t_scan - t0 - kernels.seconds, "load": t_load - t_scan,
+               "prescan": t_scan - t0, "load": t_load - t_scan,
                "final": t_end - t_load, "total": t_end - t0}
     return _finalise(rw, scans, "serial" + (" (resumed)" if job.resume else ""),
                      writer.pfm.grid, timings, 1, extra_problems=job.input_problems)
@@ -603,7 +602,8 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
         mode = "local"
     job.files, job.output, job.cfg, job.append = files, output, cfg, append
     if mode == "serial":
-        res = _run_serial(job)
+        with KernelWatch(say) as kernels:  # each kernel loaded on its first use
+            res = _run_serial(job, kernels)
     elif client is not None:
         res = _run_dask(client, job, mode)
     else:

@@ -1,5 +1,7 @@
-"""A load's kernels made ready before its work: in this process for ``--serial``, once on every
-Dask worker during the pre-scan, so that no task (and not the writer) stalls on a compilation.
+"""A load's kernels: on Dask made ready once on every worker during the pre-scan, so that no
+task (and not the writer) stalls on a compilation; in this process (``--serial``, a small
+input) each loaded from numba's cache on its first use, so that a small load reads only the
+kernels it runs (:class:`KernelWatch`).
 
 When numba really compiles (a first run, or an unusable cache), one line says so before the
 wait; an unusable cache is said once, in one line, for the whole load (all workers together).
@@ -9,9 +11,11 @@ from __future__ import annotations
 
 from typing import Callable
 
+from . import kernel_cache
 from .kernel_cache import CompileWatch, WarmResult, warm
 
-__all__ = ["COMPILING", "TOPIC", "describe", "warm_here", "warm_workers", "WorkerWarmup"]
+__all__ = ["COMPILING", "TOPIC", "describe", "warm_here", "warm_workers", "WorkerWarmup",
+           "KernelWatch"]
 
 #: the line said when numba starts compiling
 COMPILING = "compiling kernels (first run only; `pfm-dask warmup` does it ahead of a batch job)"
@@ -44,6 +48,39 @@ def warm_here(say: Callable[[str], None], cfg=None, *, everything: bool = False)
     if res.cache_problem:
         say(res.cache_problem)
     return res
+
+
+class KernelWatch:
+    """The kernels of a load in this process, each loaded from numba's cache (or compiled) on
+    its first use rather than all before the work: says the compiling line once, when numba
+    starts compiling, and an unusable cache once, at the start. A context manager;
+    ``compile_seconds``: numba's compilations so far, ``seconds``: the kernels made ready so
+    far, compilations included (both over all threads of the process)."""
+
+    def __init__(self, say: Callable[[str], None]):
+        from ._numeric import kernel_seconds
+
+        self._kernel_seconds = kernel_seconds
+        self._start = kernel_seconds()
+        self._watch = CompileWatch(lambda: say(_compiling_line(self._cache)))
+        self._cache, problem = kernel_cache.cache_location()
+        if problem:
+            say(problem)
+
+    @property
+    def compile_seconds(self) -> float:
+        return self._watch.seconds
+
+    @property
+    def seconds(self) -> float:
+        return (self._kernel_seconds() - self._start) + self._watch.seconds_outside_loads
+
+    def __enter__(self) -> "KernelWatch":
+        self._watch.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._watch.__exit__(*exc)
 
 
 def _warm_task(args: dict) -> dict:

@@ -1,7 +1,8 @@
-"""Kernel compilation made visible (issue 20): a load warms every kernel it uses before its work
-(in this process, or once on each Dask worker), says "compiling kernels (first run only)" when
-numba really compiles, reports compile time apart from the write, says an unusable cache once,
-and ``pfm-dask warmup`` fills the cache for batch jobs and says where it is.
+"""Kernel compilation made visible (issue 20): a Dask load warms every kernel it uses on each
+worker before its work, a load in this process reads each kernel on its first use; both say
+"compiling kernels (first run only)" when numba really compiles, report compile time apart
+from the write, say an unusable cache once, and ``pfm-dask warmup`` fills the cache for batch
+jobs and says where it is.
 
 A real first run compiles for minutes on a shared machine, so the compilations seen here are
 those of a tiny kernel module added to the warm-up (numba's own ``numba:compile`` events); the
@@ -145,7 +146,19 @@ def test_warm_compiles_every_kernel_a_load_uses(survey, tmp_path):
     assert "NEW []" in r.stdout, r.stdout
 
 
-def test_a_serial_load_says_compiling_and_reports_compile_apart(survey, tmp_path, cold_module):
+def test_a_serial_load_says_compiling_and_reports_compile_apart(survey, tmp_path, cold_module,
+                                                               monkeypatch):
+    """In this process a kernel is made ready on its first use: one that compiles midway (the
+    cold module's, during the planning) is said once and timed apart."""
+    import importlib
+
+    cold, real = importlib.import_module(cold_module), pipeline._plan
+
+    def plan_that_compiles(*a, **kw):
+        cold.load_kernels()
+        return real(*a, **kw)
+
+    monkeypatch.setattr(pipeline, "_plan", plan_that_compiles)
     r = CliRunner().invoke(app, ["load", str(survey), "-o", str(tmp_path / "s.pfm"),
                                  "--bin-size", "25", "--serial", "--json"])
     assert r.exit_code == 0, r.output
@@ -153,6 +166,35 @@ def test_a_serial_load_says_compiling_and_reports_compile_apart(survey, tmp_path
     timings = json.loads(r.stdout)["timings"]
     assert timings["compile"] > 0 and timings["kernels"] >= timings["compile"]
     assert "write" in timings
+
+
+def test_a_load_in_this_process_makes_ready_only_the_kernels_it_runs(survey, tmp_path):
+    """A fresh process loading without filters reads no area-filter or swath kernel, and not
+    every bit-packing kernel; the report's ``kernels`` counts the ones it read."""
+    code = textwrap.dedent(f"""
+        import gc, sys
+        from pfm_dask import pipeline
+        from pfm_dask._numeric import CompiledKernels
+        from pfm_dask.config import LoadConfig
+        from pfm_dask.inputs import expand_inputs
+        res = pipeline.run_load(expand_inputs([{str(survey)!r}]), {str(tmp_path / 'k.pfm')!r},
+                                LoadConfig(bin_size_m=25.0), mode="serial")
+        assert res.exit_code == 0 and res.timings["kernels"] > 0, res.timings
+        for reg in gc.get_objects():
+            if isinstance(reg, CompiledKernels):
+                print(reg._namespace["__name__"], len(reg.compiled), len(reg._signatures(
+                    __import__("numba").types)))
+        print("SWATH", "pfm_dask.filters._swath_kernel" in sys.modules)
+        """)
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)},
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    lines = dict(ln.split(" ", 1) for ln in r.stdout.splitlines())
+    loaded = {m: tuple(map(int, v.split())) for m, v in lines.items() if m != "SWATH"}
+    assert lines["SWATH"] == "False"
+    assert loaded.get("pfm_dask.filters._area", (0, 0))[0] == 0, loaded
+    assert 0 < loaded["pfm_dask.pfm._bitpack_kernels"][0] < loaded["pfm_dask.pfm._bitpack_kernels"][1]
+    assert loaded["pfm_dask.gsf._kernels"][0] > 0
 
 
 def dask_load(survey: Path, out: Path, workers: int):
