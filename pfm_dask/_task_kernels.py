@@ -29,6 +29,10 @@ PINGS_READ, SOUNDINGS_READ, PING_SKIPPED, BEAM_REJECTED = 0, 1, 2, 3
 OUTSIDE_AREA, LOADED, DEPTH_OUT_OF_RANGE, INVALID_BY_GSF_FLAGS = 4, 5, 6, 7
 N_COUNTS = 8
 
+# the placement's and the bin assignment's compiled helpers, bound by _linked before the first
+# kernel compiles (they live in geodesy and pfm._grid, compiled by those modules' registries)
+_place_run = _place_scratch = _assign_points = None
+
 _INVAL = np.uint32(V.INVAL)
 _LIMIT_FLAGS = np.uint32(V.FILTER_INVAL | V.MODIFIED)
 _NULL_BEAM = 0x01
