@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import zlib
 
 import numpy as np
@@ -20,7 +21,7 @@ from . import pfm
 from ._faults import crash_point
 from ._fileio import pwrite_all
 from .errors import LoadError
-from .pfm._recompute_kernel import NdxView, band_soundings
+from .pfm._recompute_kernel import NdxView, band_soundings, record_fields
 
 __all__ = ["run_area_filter", "area_bands", "apply_redo", "AREA_BAND_SOUNDINGS",
            "AREA_HALO_ROWS"]
@@ -101,13 +102,14 @@ def run_area_filter(f, touched_bins: np.ndarray, cfg, redo_path,
                 crash_point("area-filter-row")
             truth["end"], truth["post"] = y1, out["post"]
             if view is not None:
-                view.drop_pages()
+                view.drop_pages(out["soundings"])
         os.fsync(fd)
     finally:
         bands.close()
         os.close(fd)
         if view is not None:
             view.close()
+        _BUFFERS.__dict__.clear()    # this thread's; the pool's threads are gone
     filt.summary = summary
     out = summary.as_dict()
     out["flagged"] = out.get("cut", 0)
@@ -118,6 +120,7 @@ def run_area_filter(f, touched_bins: np.ndarray, cfg, redo_path,
 #: rows a band filters before its own, from a guess, when bands run at once (_filter_band)
 AREA_HALO_ROWS = 2
 _FIELDS = ("row", "col", "depth", "validity", "record_offset", "slot")
+_BUFFERS = threading.local()    # each thread's arrays for its bands' soundings (reused)
 
 
 def _read_rows(f, view, r0: int, r1: int) -> dict:
@@ -131,7 +134,10 @@ def _read_rows(f, view, r0: int, r1: int) -> dict:
         bidx = np.concatenate([b for b, _ in got]) if got else np.zeros(0, np.int64)
         recs = (np.concatenate([r for _, r in got]) if got
                 else np.zeros((0, f.bin_record_size), np.uint8))
-        s = band_soundings(view, recs, bidx % W)
+        bufs = getattr(_BUFFERS, "arrays", None)
+        if bufs is None:
+            bufs = _BUFFERS.arrays = {}
+        s = band_soundings(view, recs, bidx % W, bufs)
         if s is not None:
             first = np.searchsorted(bidx // W, np.arange(r0, r1 + 1))
             s["cut"] = s.pop("start")[first]
@@ -194,7 +200,7 @@ def _filter_band(f, filt, touched, needed, y0: int, y1: int, halo: int | None, a
             rec[:, 2] = r.validity
             redo.append(rec)
     return {"rows": (y0, y1), "redo": redo, "summary": res["summary"], "post": res["post"],
-            "guess": guess}
+            "guess": guess, "soundings": int(cut[-1])}
 
 
 def area_bands(f, needed: np.ndarray):
@@ -209,8 +215,12 @@ def area_bands(f, needed: np.ndarray):
         if not needed[r0:r1].any():
             per_row = np.zeros(r1 - r0, np.int64)
         else:
-            cnt = f.read_bin_records(r0, r1, fields=("num_soundings",))["num_soundings"]
-            per_row = cnt.reshape(r1 - r0, w).sum(axis=1, dtype=np.int64)
+            # the records that hold data, their counts read straight from the bytes
+            per_row = np.zeros(r1 - r0, np.int64)
+            for bidx, recs in f.raw_records_with_data([(r0 * w, r1 * w)]):
+                cnt = record_fields(recs, f._bin_layout, ["num_soundings"])["num_soundings"]
+                per_row += np.bincount(bidx // w - r0, weights=cnt.astype(np.float64),
+                                       minlength=r1 - r0).astype(np.int64)
         for y in range(r0, r1):
             if not needed[y]:
                 if start is not None:

@@ -600,9 +600,9 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
         for result in ordered_imap(work, bands, threads):
             if result is not None:
                 ext.update(*result, null32)
-            if view is not None:
-                # the pages the bands read so far: resident memory stays at the bands in flight
-                view.drop_pages()
+            if view is not None and result is not None:
+                # the pages the bands read: resident memory stays at a few bands' worth
+                view.drop_pages(int(result[1]["num_soundings"].sum()))
     finally:
         if view is not None:
             view.close()

@@ -326,10 +326,11 @@ def _k_check_sums(ndx, rsize, L, slot_bits, head, tail, wstart, wshift, pmask, c
 
 
 def _k_band_soundings(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb, v_off, v_nb,
-                      wstart, wshift, pmask, dscale, doff, bstart, col_of, depth, val, rec, slot):
+                      wstart, wshift, pmask, dscale, doff, bstart, col_of, col, depth, val, rec,
+                      slot):
     """numba kernel: every sounding of the bins whose raw records are ``recs`` (n, record
     bytes; ``col_of``: one entry per bin), bin by bin then in chain order, as
-    ``PfmFile.read_soundings`` gives them: the decoded depth, the validity, the record's byte address
+    ``PfmFile.read_soundings`` gives them: the bin's column, the decoded depth, the validity, the record's byte address
     and the slot. ``bstart[g]``: where bin g's soundings go. Returns -1, or 1 when a chain
     leaves the file or ends early (the caller's reader then says where)."""
     n_rec = col_of.size
@@ -341,6 +342,7 @@ def _k_band_soundings(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb, v_
         cnt = np.int64(_fld(recs, rn, r0 + foff[_F_COUNT], fnb[_F_COUNT]))
         cur = np.int64(_fld(recs, rn, r0 + foff[_F_HEAD], fnb[_F_HEAD]))
         k = bstart[g]
+        c = col_of[g]
         nrec = (cnt + L - 1) // L
         for s in range(nrec):
             if cur < 0 or (cur == 0 and s > 0) or cur % rsize != 0 or cur + rsize > nbytes:
@@ -352,6 +354,7 @@ def _k_band_soundings(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb, v_
             m = min(L, cnt - s * L)
             for j in range(m):
                 p = base + j * slot_bits
+                col[k] = c
                 depth[k] = np.float64(_fld(ndx, nbytes, p + d_off, d_nb)) / dscale - doff
                 val[k] = np.uint32(_fld(ndx, nbytes, p + v_off, v_nb))
                 rec[k] = here
@@ -385,7 +388,7 @@ def _signatures(T) -> dict:
             T.Array(T.uint8, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro),
             T.Array(T.int64, 1, "C", **ro), T.Array(T.uint8, 1, "C", **ro), i8, i8, i8, i8, i8,
             i8, i8, i8, i8, u8, f8, f8, T.Array(T.int64, 1, "C", **ro),
-            T.Array(T.int64, 1, "C", **ro), T.Array(T.float64, 1, "C"),
+            T.Array(T.int64, 1, "C", **ro), T.Array(T.int64, 1, "C"), T.Array(T.float64, 1, "C"),
             T.Array(T.uint32, 1, "C"), T.Array(T.int64, 1, "C"), T.Array(T.int32, 1, "C")),
         "record_fields": T.void(
             T.Array(T.uint8, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro),
@@ -407,6 +410,11 @@ _kernel = CompiledKernels(globals(), _signatures, ("_fld", "_put", "_nint", "_st
                           refcounts=False)
 
 
+#: soundings read between two drops of the ``.ndx`` map's pages (:meth:`NdxView.drop_pages`):
+#: about 100 MB of records resident at most, besides the bands in flight
+DROP_SOUNDINGS = 4_000_000
+
+
 class NdxView:
     """The ``.ndx`` of an open PFM mapped read-only once for a whole recompute, with the
     layout numbers the kernel needs; ``None`` fields mean the kernel cannot read this file
@@ -416,6 +424,7 @@ class NdxView:
     def __init__(self, pfm_file):
         self.ok = False
         self._mm = None
+        self._since = 0
         self.buf = np.zeros(0, dtype=np.uint8)
         word = pfm_file._continuation_word()
         NL = pfm_file._ndx_layout
@@ -449,10 +458,17 @@ class NdxView:
                        (1 << int(h.count_bits)) - 1, (1 << int(h.validity_bits)) - 1)
         self.ok = True
 
-    def drop_pages(self) -> None:
+    def drop_pages(self, soundings: int | None = None) -> None:
         """Unmap the pages of the ``.ndx`` read so far from this process (they stay in the page
         cache, and come back on the next touch, even on a thread reading meanwhile): without
-        it the whole ``.ndx`` ends up resident (file-backed pages count in RSS)."""
+        it the whole ``.ndx`` ends up resident (file-backed pages count in RSS). With
+        ``soundings`` (those read since the last call), only once :data:`DROP_SOUNDINGS` have
+        been read: each call walks the page tables of the whole map."""
+        if soundings is not None:
+            self._since += int(soundings)
+            if self._since < DROP_SOUNDINGS:
+                return
+        self._since = 0
         if self._mm is not None and hasattr(mmap, "MADV_DONTNEED"):
             self._mm.madvise(mmap.MADV_DONTNEED)
 
@@ -538,30 +554,38 @@ def check_sums(buf: np.ndarray, rsize: int, L: int, slot_bits: int, cnt: np.ndar
                      "bits": out_i[:, 2], "any_ref": out_i[:, 3] != 0}
 
 
-def band_soundings(view: NdxView, recs: np.ndarray, cols: np.ndarray) -> dict | None:
+def band_soundings(view: NdxView, recs: np.ndarray, cols: np.ndarray,
+                   buffers: dict | None = None) -> dict | None:
     """The soundings of the bins whose raw records are ``recs`` (bins with data, in raster
     order; ``cols``: their columns), read in one compiled pass over their chains: ``col``
     (int64), ``depth`` (decoded, float64), ``validity`` (uint32), ``record_offset`` (int64),
     ``slot`` (int32) and ``start`` (where each bin's soundings begin, and the total), in
     the order of ``PfmFile.read_soundings``. ``None`` when a chain is broken (the store's
-    reader then raises with the place)."""
+    reader then raises with the place). ``buffers``: a dict the caller keeps (one per
+    thread) whose arrays are reused from call to call (fresh memory costs a page fault per
+    page); the result is then views of them, valid until the next call."""
     n = recs.shape[0]
     flat = np.ascontiguousarray(recs).reshape(-1)
     cnt = np.empty((1, n), dtype=np.uint64)
     _kernel("record_fields")(flat, view.foff[_F_COUNT:_F_COUNT + 1], view.fnb[_F_COUNT:_F_COUNT + 1],
                              cnt)
-    cnt = cnt[0].astype(np.int64)
     start = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(cnt, out=start[1:])
+    np.cumsum(cnt[0], out=start[1:])
     total = int(start[-1])
-    out = {"col": np.repeat(np.asarray(cols, dtype=np.int64), cnt),
-           "depth": np.empty(total, np.float64), "validity": np.empty(total, np.uint32),
-           "record_offset": np.empty(total, np.int64), "slot": np.empty(total, np.int32)}
+    kinds = {"col": np.int64, "depth": np.float64, "validity": np.uint32,
+             "record_offset": np.int64, "slot": np.int32}
+    if buffers is None:
+        buffers = {}
+    if buffers.get("size", -1) < total:
+        size = max(total, int(buffers.get("size", 0) * 1.25))
+        buffers.clear()
+        buffers.update({k: np.empty(size, dtype=t) for k, t in kinds.items()}, size=size)
+    out = {k: buffers[k][:total] for k in kinds}
     r = _kernel("band_soundings")(
         flat, view.foff, view.fnb, view.buf, view.rsize, view.L, view.slot_bits,
         view.depth[0], view.depth[1], view.validity[0], view.validity[1], *view.word,
         view.dscale, view.doff, start, np.ascontiguousarray(cols, dtype=np.int64),
-        out["depth"], out["validity"], out["record_offset"], out["slot"])
+        out["col"], out["depth"], out["validity"], out["record_offset"], out["slot"])
     if r != _OK:
         return None
     out["start"] = start
