@@ -207,7 +207,12 @@ def _serial_here(paths, out, cfg) -> dict:
     return {"peak_rss_bytes": _maxrss_bytes(), "rss_before_bytes": base,
             **_phase_peaks(samples, t0, res.timings),
             "wall_s": wall, "soundings_loaded": res.totals["loaded"],
-            "peak_backlog_bytes": res.peak_backlog_bytes}
+            "peak_backlog_bytes": res.peak_backlog_bytes, "timings": _timings(res)}
+
+
+def _timings(res) -> dict:
+    """The load's phases and the writer's own time: writing, and (Dask) waiting for pieces."""
+    return {k: res.timings.get(k) for k in ("prescan", "load", "final", "write", "wait_pieces")}
 
 
 def _worker_memory() -> dict:
@@ -254,7 +259,7 @@ def _dask_here(paths, out: Path, cfg, workers: int) -> dict:
             "compute_peak_rss_bytes": max(others) if others else None,
             "driver": {"peak_rss_bytes": _maxrss_bytes(), **driver},
             "workers": per, "wall_s": wall, "soundings_loaded": res.totals["loaded"],
-            "peak_backlog_bytes": res.peak_backlog_bytes}
+            "peak_backlog_bytes": res.peak_backlog_bytes, "timings": _timings(res)}
 
 
 def fixed_grid(cfg, survey_json: Path):
@@ -321,7 +326,9 @@ def summary(res: dict, workers: int = 2) -> str:
         for i, (addr, w) in enumerate(sorted(d["workers"].items())):
             lines.append(row(f"worker {i}" + (" (writer)" if w["writer"] else ""), w))
         lines.append(f"dask peak backlog {mb(d['peak_backlog_bytes'])} MB, "
-                     f"wall {d['wall_s']:.1f} s")
+                     f"wall {d['wall_s']:.1f} s, writer writing "
+                     f"{d['timings']['write'] or 0:.1f} s, waiting for pieces "
+                     f"{d['timings']['wait_pieces'] or 0:.1f} s")
     if res.get("serial"):
         lines.append(f"serial peak backlog {mb(res['serial']['peak_backlog_bytes'])} MB, "
                      f"wall {res['serial']['wall_s']:.1f} s")

@@ -47,6 +47,7 @@ from .config import LoadConfig, RunOptions
 from . import journal as J
 from ._faults import kill_compute_worker_once
 from .auto_area import position_problems
+from .backlog import hold_bytes
 from .errors import ConfigError, LoadError, PfmDaskError
 from .pieces import Piece
 from .soundings import prepare_piece
@@ -405,6 +406,8 @@ def _run_dask(client, job: _Job, mode: str) -> LoadResult:
     last_progress = 0.0
     transfer = 0.0
     slots, slots_at = _compute_slots(client, task_res), time.monotonic()
+    hold = hold_bytes(cfg.max_backlog_bytes, PfmWriter.default_group_bytes(cfg),
+                      max(est.values(), default=0))
     try:
         while status["watermark"] < len(pieces):
             if status.get("error"):
@@ -419,7 +422,7 @@ def _run_dask(client, job: _Job, mode: str) -> LoadResult:
             window = min(job.options.max_window, 2 * slots)
             while pending and len(in_flight) < window:
                 nxt = pending[-1]
-                room = cfg.max_backlog_bytes - status["backlog_bytes"] - in_flight_bytes
+                room = hold - status["backlog_bytes"] - in_flight_bytes
                 # Over budget: wait, unless nothing at all is in flight or waiting (a piece
                 # larger than the budget must still go through, alone). Waiting cannot
                 # deadlock: the piece the writer needs next is in flight or already buffered.

@@ -45,6 +45,7 @@ from . import _faults
 from ._faults import crash_planned, crash_point
 from ._writer_area import apply_redo, run_area_filter
 from ._writer_journal import WriterJournal
+from .heap import release_free_heap
 from .bins import BinGrid
 from .config import LoadConfig
 from .errors import LoadError, PfmDaskError
@@ -260,6 +261,7 @@ class PfmWriter(WriterJournal):
                         self._next = end
                         self._lock.notify_all()
                 n += len(group)
+                release_free_heap()   # the group's merge and packing memory, back to the system
                 for _ in group:
                     crash_point("piece")
                 if self._journal_on and time.monotonic() - self._last_ckpt >= self.checkpoint_seconds:
@@ -361,8 +363,11 @@ class PfmWriter(WriterJournal):
         try:
             while True:
                 with self._lock:
+                    t_wait = time.perf_counter()   # the writer idle: its next group incomplete
                     while not self._stop and self._group_end() is None:
                         self._lock.wait(0.5)
+                    if self._next < self.n_pieces:
+                        self.timings["wait_pieces"] += time.perf_counter() - t_wait
                     if self._stop and self._group_end() is None:
                         return
                 self.write_ready()
@@ -452,6 +457,7 @@ class PfmWriter(WriterJournal):
             raise LoadError(f"finish() called with {self.n_pieces - self._next} pieces "
                             "not yet written", path=self.path)
         self._merge_bufs.clear()    # the groups are written: their buffers are not needed
+        release_free_heap()
         self.pfm.flush()
         if self.jphase == "loading":
             self._checkpoint("loaded")
