@@ -174,7 +174,7 @@ def peak_rss_dask(paths, cfg, out: Path, workers: int = 2) -> dict:
 
     remove_pfm(out)
     with make_local_cluster(workers) as cluster, Client(cluster) as client:
-        client.wait_for_workers(workers, timeout=120)
+        client.wait_for_workers(len(cluster.worker_spec), timeout=120)
         before = client.run(_worker_memory)
         client.run(_start_sampler)
         t0, t = time.time(), time.perf_counter()
