@@ -232,7 +232,7 @@ def _dask_here(paths, out: Path, cfg, workers: int) -> dict:
     from pfm_dask.cluster import make_local_cluster
 
     with make_local_cluster(workers) as cluster, Client(cluster) as client:
-        client.wait_for_workers(workers, timeout=120)
+        client.wait_for_workers(len(cluster.worker_spec), timeout=120)
         before = client.run(_worker_memory)
         client.run(_start_sampler)
         _start_sampler()

@@ -3,6 +3,7 @@
     python -m benchmarks.thread_cpu               # bench_load's survey, 2 workers, no filter
     python -m benchmarks.thread_cpu --filters     # the swath and area filters on
     python -m benchmarks.thread_cpu --serial      # the same in one process (the baseline)
+    python -m benchmarks.thread_cpu --shape few-large --layout processes   # 8 files, worker processes
 
 A sampler thread in each process reads every thread's user and system time from
 ``/proc/self/task`` every 0.1 s, so the threads that end during the load (the writer's,
@@ -109,8 +110,15 @@ def main(argv=None) -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--filters", action="store_true")
     ap.add_argument("--serial", action="store_true")
+    ap.add_argument("--layout", default="threads", choices=["threads", "processes", "apart"],
+                    help="the embedded cluster's layout (cluster_local.LAYOUTS)")
+    ap.add_argument("--shape", choices=list(bench_load.SHAPES), default="many",
+                    help="bench_load's survey shape (many: --gb and --files)")
     args = ap.parse_args(argv)
-    paths = expand_inputs([bench_load.survey(args.gb, args.files)])
+    shape = bench_load.SHAPES[args.shape]
+    data = (bench_load.survey(args.gb, args.files) if shape is None
+            else bench_load.survey(0.0, shape[0], seed=shape[2], pings=shape[1]))
+    paths = expand_inputs([data])
     cfg = LoadConfig(bin_size_m=50.0, area_filter=args.filters,
                      swath=SwathFilterConfig(enabled=args.filters))
     bench_load.WORK.mkdir(parents=True, exist_ok=True)
@@ -126,15 +134,19 @@ def main(argv=None) -> None:
         time.sleep(2 * _EVERY)
         per_process["this process"] = get_samples()
     else:
-        with make_local_cluster(args.workers) as cluster, Client(cluster) as client:
-            client.wait_for_workers(args.workers)
-            client.run(start_sampler)
+        with make_local_cluster(args.workers, layout=args.layout) as cluster, \
+                Client(cluster) as client:
+            client.wait_for_workers(len(cluster.worker_spec))
+            if args.layout != "threads":  # the default layout's worker is this process
+                client.run(start_sampler)
             time.sleep(0.3)
             t = time.perf_counter()
             res = pipeline.run_load(paths, out, cfg, client=client)
             time.sleep(2 * _EVERY)
-            per_process.update(client.run(get_samples))
-            per_process["driver (scheduler, nannies, client)"] = get_samples()
+            if args.layout != "threads":
+                per_process.update(client.run(get_samples))
+            per_process["driver (scheduler, nannies, client; the threads layout's worker)"] = (
+                get_samples())
     wall = time.perf_counter() - t
     t_split = t + wall - res.timings["final"]
     print(f"{'serial' if args.serial else f'{args.workers} workers'}, "

@@ -38,14 +38,16 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
-from .cluster_local import LOCAL_DISK_WORKER, local_worker_specs, make_local_cluster, worker_environment
+from .cluster_local import (LAYOUTS, LOCAL_DISK_WORKER, LOCAL_WORKER, local_worker_specs,
+                            make_local_cluster, worker_environment)
 from .errors import ConfigError, LoadError
 from .security import LOOPBACK, TlsFiles, dashboard_address_problem, scratch_folder, tls_files
 
 __all__ = ["make_local_cluster", "worker_environment",
            "ClusterProfile", "ComputeJobs", "DiskJob", "SchedulerSettings", "KINDS",
            "load_profile", "render_job_scripts", "compute_job_kwargs", "disk_job_kwargs",
-           "start_cluster", "PfmCluster", "local_worker_specs", "LOCAL_DISK_WORKER"]
+           "start_cluster", "PfmCluster", "local_worker_specs", "LOCAL_DISK_WORKER", "LOCAL_WORKER",
+           "LAYOUTS"]
 
 log = logging.getLogger("pfm_dask")
 
@@ -130,6 +132,7 @@ class ClusterProfile:
     kind: str
     source: str | None = None
     workers: int = 2  # local only
+    layout: str = "threads"  # local only: cluster_local.LAYOUTS
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     python: str | None = None  # default: the Python running pfm-dask
     job_script_prologue: tuple[str, ...] = ()
@@ -278,7 +281,7 @@ class _Parser:
         top = self.section(data, "", ("kind", "workers", "scheduler", "python",
                                       "job_script_prologue", "interface", "log_directory",
                                       "local_directory", "death_timeout", "wait_timeout",
-                                      "tls", "compute", "disk"))
+                                      "tls", "compute", "disk", "layout"))
         if "kind" not in top:
             self.fail("kind", "missing: say which cluster this profile is for "
                       f"({', '.join(KINDS)})")
@@ -290,6 +293,8 @@ class _Parser:
         for key, fn in conv.items():
             if key in top:
                 kw[key] = fn(*top[key])
+        if "layout" in top:
+            kw["layout"] = self.choice(*top["layout"], LAYOUTS)
         if "scheduler" in top:
             kw["scheduler"] = self.scheduler(top["scheduler"][1], top["scheduler"][0])
         if "compute" in top:
@@ -308,6 +313,9 @@ class _Parser:
             if prof.tls is not None:
                 self.fail("tls", "a local cluster listens on 127.0.0.1 only and does not use "
                           "TLS; this section is for slurm and pbs profiles")
+        if prof.kind != "local" and "layout" in kw:
+            self.fail("layout", "a local profile's key (how the embedded cluster runs its "
+                      "workers); a batch profile's layout is its compute and disk sections")
         if prof.kind != "local" and kw.get("compute") is None:
             self.fail("compute", f"missing: a {prof.kind} profile needs a compute section "
                       "(queue, cores, memory, walltime, jobs or minimum_jobs/maximum_jobs)")
@@ -595,7 +603,7 @@ class PfmCluster:
 
         p = self.profile
         if p.kind == "local":
-            self.cluster = make_local_cluster(p.workers,
+            self.cluster = make_local_cluster(p.workers, layout=p.layout,
                                               dashboard_address=p.scheduler.dashboard_for(p.kind))
             self.client = Client(self.cluster)
             return

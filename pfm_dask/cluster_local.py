@@ -1,5 +1,6 @@
-"""The embedded cluster: its worker layout (compute processes and the writer's own disk
-process), the Dask settings it runs with, and the factory ``pfm-dask load`` starts.
+"""The embedded cluster: its worker layout (compute threads beside the writer in the driver's
+process, or worker processes), the Dask settings it runs with, and the factory ``pfm-dask
+load`` starts.
 
 Every server listens on loopback (pfm_dask.security); :mod:`pfm_dask.cluster` re-exports
 these names beside the Slurm and PBS clusters.
@@ -12,52 +13,70 @@ import logging
 from .errors import ConfigError
 from .security import LOOPBACK, scratch_folder
 
-__all__ = ["LOCAL_DISK_WORKER", "local_worker_specs", "make_local_cluster", "worker_environment"]
+__all__ = ["LAYOUTS", "LOCAL_DISK_WORKER", "LOCAL_WORKER", "local_worker_specs", "make_local_cluster",
+           "worker_environment"]
 
 LOCAL_DISK_WORKER = "pfm-disk"  #: the embedded cluster's disk worker (the writer's process)
 
 
-def local_worker_specs(workers: int, *, scratch: str, host: str, processes: bool = True,
-                       memory_limit: str | int = "auto", writer_apart: bool = False) -> dict:
+#: The embedded cluster's layouts (``make_local_cluster(layout=...)``).
+LAYOUTS = ("threads", "processes", "apart")
+LOCAL_WORKER = "pfm-local"  #: the threads layout's one worker (in the driver's process)
+
+
+def local_worker_specs(workers: int, *, scratch: str, host: str, layout: str = "threads",
+                       processes: bool = True, memory_limit: str | int = "auto") -> dict:
     """The embedded cluster's worker layout, as :class:`distributed.SpecCluster` specs.
 
-    ``workers`` compute workers (one thread, ``compute=1`` each); the first also holds
-    ``disk=1``, so the writer actor runs beside its tasks and the pieces made there are
-    handed over in memory. ``writer_apart=True`` adds a process that holds ``disk=1`` and
-    computes nothing instead, as on a disk node. On two cores the shared layout is the
-    faster: 8 files of 37 MB, 2 workers against ``--serial`` in one run, 1.06-1.10x shared
-    against 0.95-0.97x apart, which spends 2.8 CPU-s more on a third process and the
-    pieces' transfers (docs/performance.md, "The embedded cluster's layout").
+    ``threads`` (the default): one worker in this process with ``workers`` threads
+    (``compute=workers``) that also holds ``disk=1``: the writer actor and every task share
+    the driver's process, so no worker process starts, no kernel is loaded twice, and every
+    piece reaches the writer in memory. The task kernels and the writer's packing are numba
+    kernels that release the GIL and numpy calls on whole arrays, so the threads run side by
+    side; on two cores this layout spends 7-8 CPU-s less than ``processes`` on 8 files of 37 MB
+    (docs/performance.md, "The embedded cluster's layout").
+
+    ``processes``: ``workers`` worker processes (one thread, ``compute=1`` each), the first
+    also holding ``disk=1``; ``apart``: the same plus a process that holds ``disk=1`` and
+    computes nothing, as on a disk node. ``processes=False`` runs those workers in this process
+    instead (tests that patch code).
     """
     from distributed import Nanny, Worker
+
+    if layout not in LAYOUTS:
+        raise ConfigError(f"unknown layout {layout!r} of the embedded cluster (one of "
+                          f"{', '.join(LAYOUTS)})")
+    in_process = layout == "threads" or not processes
 
     def spec(resources: dict, nthreads: int = 1) -> dict:
         opts = {"nthreads": nthreads, "resources": resources, "memory_limit": memory_limit,
                 "host": host, "dashboard_address": f"{host}:0", "local_directory": scratch}
-        if processes:
+        if not in_process:
             opts["silence_logs"] = logging.WARNING
             opts["preload"] = ["pfm_dask._worker_signals"]  # Ctrl-C is the driver's
-        return {"cls": Nanny if processes else Worker, "options": opts}
+        return {"cls": Worker if in_process else Nanny, "options": opts}
 
+    if layout == "threads":
+        return {LOCAL_WORKER: spec({"compute": workers, "disk": 1}, nthreads=workers)}
     specs = {}
-    if writer_apart:
+    if layout == "apart":
         specs[LOCAL_DISK_WORKER] = spec({"disk": 1})
     for i in range(workers):
-        specs[f"pfm-worker-{i}"] = spec({"compute": 1, **({} if writer_apart or i else {"disk": 1})})
+        specs[f"pfm-worker-{i}"] = spec({"compute": 1, **({} if layout == "apart" or i else {"disk": 1})})
     return specs
 
 
 # ------------------------------------------------------------------ the embedded cluster
 def make_local_cluster(workers: int, *, dashboard_address: str | None = None,
-                       memory_limit: str | int = "auto", processes: bool = True,
-                       writer_apart: bool = False):
-    """An embedded cluster of ``workers`` compute processes, the first also holding the
-    writer, or with ``writer_apart`` a disk process of its own (:func:`local_worker_specs`).
+                       memory_limit: str | int = "auto", layout: str = "threads",
+                       processes: bool = True):
+    """An embedded cluster of ``workers`` compute threads beside the writer in this process,
+    or with ``layout="processes"``/``"apart"`` of worker processes (:func:`local_worker_specs`).
 
     Every server (scheduler, nannies, workers, their HTTP servers) listens on 127.0.0.1
     only; ``dashboard_address`` (default ``127.0.0.1:0``) may open the dashboard. Their
     scratch space is a temporary folder removed when the cluster closes (pfm_dask.security).
-    ``processes=False`` runs the workers in this process (tests that patch code).
+    ``processes=False`` runs a process layout's workers in this process (tests that patch code).
     """
     from distributed import Scheduler
 
@@ -66,8 +85,8 @@ def make_local_cluster(workers: int, *, dashboard_address: str | None = None,
     if workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {workers}")
     scratch = scratch_folder()
-    specs = local_worker_specs(workers, scratch=scratch, host=LOOPBACK, processes=processes,
-                               memory_limit=memory_limit, writer_apart=writer_apart)
+    specs = local_worker_specs(workers, scratch=scratch, host=LOOPBACK, layout=layout,
+                               processes=processes, memory_limit=memory_limit)
     # The scheduler runs in this process: the preload adds the "PFM writer" page and plugin.
     scheduler = {"cls": Scheduler, "options": {
         "host": LOOPBACK, "dashboard_address": dashboard_address or LOCAL_DASHBOARD,

@@ -266,17 +266,16 @@ def _on_compute_worker() -> bool:
 
 
 def _local_writer(cls, address: str, key: str):
-    """The writer actor object itself when this task runs on the worker that holds it, else None."""
-    from distributed import get_worker
+    """The writer actor object itself when this task runs in the process that holds it (on its
+    worker, or on another worker of the same process: the embedded cluster's threads), else
+    None."""
+    from distributed import Worker
 
-    try:
-        worker = get_worker()
-    except ValueError:  # not in a worker (a test calling the task directly)
-        return None
-    if worker.address != address:
-        return None
-    actor = worker.state.actors.get(key)
-    return actor if isinstance(actor, cls) else None
+    for worker in list(Worker._instances):
+        if worker.address == address:
+            actor = worker.state.actors.get(key)
+            return actor if isinstance(actor, cls) else None
+    return None
 
 
 def _piece_task(piece: Piece, grid: BinGrid, cfg: LoadConfig, writer) -> dict:
@@ -295,8 +294,9 @@ def _piece_task(piece: Piece, grid: BinGrid, cfg: LoadConfig, writer) -> dict:
     prepared = prepare_piece(piece, grid, cfg)
     kill_compute_worker_once("before", _on_compute_worker)
     t0 = time.perf_counter()
-    # On the writer's own worker the piece is handed over in memory: a call through the
-    # actor would pickle it and send it to this same process over TCP.
+    # In the writer's own process (its worker, or another worker of the embedded cluster's
+    # threads) the piece is handed over in memory: a call through the actor would pickle it
+    # and send it to this same process over TCP.
     accepted = local.put(prepared) if local is not None else writer.put(prepared).result()
     kill_compute_worker_once("after", _on_compute_worker)
     timings = dict(prepared.timings, transfer=time.perf_counter() - t0)

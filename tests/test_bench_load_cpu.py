@@ -43,7 +43,8 @@ def test_serial_run_spends_cpu_in_this_process_only(tiny_survey, tmp_path):
 
 
 def test_dask_run_counts_the_worker_processes(tiny_survey, tmp_path):
-    one = bench_load.run_once(tiny_survey, "local", 1, LoadConfig(bin_size_m=25.0), "dask",
+    """The embedded cluster's ``processes`` layout (its default runs in this process)."""
+    one = bench_load.run_once(tiny_survey, "processes", 1, LoadConfig(bin_size_m=25.0), "dask",
                               work=tmp_path)
     cpu = one["cpu_s"]
     # the worker process imported numpy, pyarrow and the kernels and decoded every file:

@@ -118,8 +118,10 @@ def test_slow_writer_keeps_the_backlog_under_its_limit(survey, tmp_path, monkeyp
 
 
 def test_pieces_made_on_the_disk_worker_reach_the_writer_in_memory(survey, tmp_path, monkeypatch):
-    """A task on the writer's own worker hands its piece over directly (no pickling, no TCP);
-    tasks elsewhere go through the actor. Either way the output is the serial one."""
+    """A task in the writer's own process hands its piece over directly (no pickling, no TCP),
+    from the writer's worker or another worker of that process (the embedded cluster's
+    threads); the output is the serial one. (Tasks in other processes go through the actor:
+    tests/test_worker_loss.py, tests/test_multiprocess_cluster.py.)"""
     from distributed import Client
 
     from pfm_dask.pipeline import WriterActor
@@ -137,12 +139,12 @@ def test_pieces_made_on_the_disk_worker_reach_the_writer_in_memory(survey, tmp_p
     real_put = WriterActor.put
     monkeypatch.setattr(WriterActor, "put", lambda self, p: puts.append(p.piece.seq) or real_put(self, p))
     cfg = LoadConfig(bin_size_m=25.0, split_pings=6)
-    with make_local_cluster(2, processes=False, writer_apart=False) as cluster, Client(cluster) as client:
+    with make_local_cluster(2, processes=False, layout="processes") as cluster, Client(cluster) as client:
         res = pipeline.run_load(expand_inputs([survey]), tmp_path / "local.pfm", cfg,
                                 mode="scheduler", client=client)
     assert res.exit_code == 0, res.summary()
     n_pieces = sum(r["pieces"] for r in res.files)
-    assert len(calls) == n_pieces and any(calls) and not all(calls)
+    assert len(calls) == n_pieces and all(calls)
     assert sorted(puts) == list(range(n_pieces))
     ser = pipeline.run_load(expand_inputs([survey]), tmp_path / "ser.pfm",
                             LoadConfig(bin_size_m=25.0), mode="serial")
@@ -168,7 +170,7 @@ def test_a_faster_worker_gets_more_pieces(survey, tmp_path, monkeypatch):
 
     monkeypatch.setattr(pipeline, "prepare_piece", slow_on_disk_worker)
     cfg = LoadConfig(bin_size_m=25.0, split_pings=10)
-    with make_local_cluster(2, processes=False, writer_apart=False) as cluster, Client(cluster) as client:
+    with make_local_cluster(2, processes=False, layout="processes") as cluster, Client(cluster) as client:
         res = pipeline.run_load(expand_inputs([survey]), tmp_path / "bal.pfm", cfg,
                                 mode="scheduler", client=client)
     assert res.exit_code == 0, res.summary()
@@ -199,7 +201,7 @@ def test_embedded_workers_start_without_malloc_trim_and_profiler():
     its statistical profiler (both measured to cost CPU the --serial baseline does not pay)."""
     from distributed import Client
 
-    with make_local_cluster(1) as cluster, Client(cluster) as client:
+    with make_local_cluster(1, layout="processes") as cluster, Client(cluster) as client:
         got = client.run(_worker_settings)
         # and with fewer event-loop wake-ups, in the worker process and in this one
         # (scheduler, nanny): the periodic callbacks' periods in ms
@@ -212,6 +214,11 @@ def test_embedded_workers_start_without_malloc_trim_and_profiler():
     assert worker_cb["memory_monitor"] == 500
     assert sched_cb["tick"] == 1000 and sched_cb["monitor"] == 1000
     assert [n["memory_monitor"] for n in nanny_cb] == [500]
+    # the default layout's worker runs in this process: the same profiler and loop settings
+    with make_local_cluster(1) as cluster, Client(cluster) as client:
+        worker_cb = list(client.run(_callback_periods).values())[0]
+    assert "profile" not in worker_cb and "profile-cycle" not in worker_cb
+    assert worker_cb["tick"] == 1000 and worker_cb["memory_monitor"] == 500
 
 
 def test_plain_dask_workers_compute_when_none_declares_compute(survey, tmp_path):
