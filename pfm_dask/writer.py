@@ -347,9 +347,11 @@ class PfmWriter(WriterJournal):
             # depths out of range carry the settings' null (max + 1, a double); the PFM's
             # is that value as a float, which may round below it (e.g. max 1364.475)
             nulls = (self.cfg.null_depth, self.pfm.null_depth)
+        ping = batch.column("ping").to_numpy()
         return {"bin_index": batch.column("bin_index").to_numpy(), "file": fnum,
-                "pings": p, "lines": global_lines, "nulls": nulls, "nbytes": batch.nbytes,
-                **{k: batch.column(k).to_numpy() for k in ("ping", "beam", "depth", *_PLAIN_COLUMNS)}}
+                "line": _lookup(p, global_lines, ping), "ping": ping, "nulls": nulls,
+                "nbytes": batch.nbytes,
+                **{k: batch.column(k).to_numpy() for k in ("beam", "depth", *_PLAIN_COLUMNS)}}
 
     # --------------------------------------------------------- background mode
     def start(self) -> None:
@@ -557,16 +559,14 @@ class PfmWriter(WriterJournal):
 
 def _sounding_columns(part: dict, a: int, b: int) -> dict:
     """Soundings ``a .. b - 1`` of a piece (:meth:`PfmWriter._columns`) as the columns
-    ``add_sorted`` takes: the file number repeated, line numbers from the pings, the PFM's
-    null depth; the other columns are views."""
-    ping = part["ping"][a:b]
+    ``add_sorted`` takes: the file number repeated, the PFM's null depth; the other columns
+    are views."""
     depth = part["depth"][a:b]
     if part["nulls"] is not None:
         depth = np.where(depth == part["nulls"][0], part["nulls"][1], depth)
     return {"bin_index": part["bin_index"][a:b],
             "file": np.full(b - a, part["file"], dtype=np.uint32),
-            "line": _lookup(part["pings"], part["lines"], ping), "ping": ping,
-            "beam": part["beam"][a:b], "depth": depth,
+            **{k: part[k][a:b] for k in ("line", "ping", "beam")}, "depth": depth,
             **{k: part[k][a:b] for k in _PLAIN_COLUMNS}}
 
 
