@@ -111,13 +111,34 @@ def _disk_use(path: Path) -> dict:
 
 
 def _digest(path: Path) -> str:
-    """SHA-256 of the .bin and .cvg (holes read as zeros)."""
+    """SHA-256 of the .bin and .cvg with holes read as zeros: every aligned 1 MiB block that
+    holds data and is not all zero, with its place (only the allocated parts are read, so a
+    sparse 14 GB .bin costs what it holds)."""
     h = hashlib.sha256()
     stem = Path(str(path) + ".data") / path.name
+    blk = 1 << 20
     for ext in (".bin", ".cvg"):
-        with open(str(stem) + ext, "rb") as fh:
-            for blk in iter(lambda: fh.read(64 << 20), b""):
-                h.update(blk)
+        fd = os.open(str(stem) + ext, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            h.update(f"{ext} {size}".encode())
+            pos = 0
+            while pos < size:
+                try:
+                    start = os.lseek(fd, pos, os.SEEK_DATA)
+                    end = os.lseek(fd, start, os.SEEK_HOLE)
+                except OSError:          # no more data (ENXIO), or no SEEK_DATA: read it all
+                    start, end = (pos, size) if pos == 0 and not hasattr(os, "SEEK_DATA") else (size, size)
+                b = start // blk * blk
+                while b < end:
+                    data = os.pread(fd, min(blk, size - b), b)
+                    if data.strip(b"\0"):
+                        h.update(b.to_bytes(8, "little"))
+                        h.update(data)
+                    b += blk
+                pos = max(end, b)
+        finally:
+            os.close(fd)
     return h.hexdigest()
 
 
