@@ -218,7 +218,8 @@ def test_embedded_workers_start_without_malloc_trim_and_profiler():
     with make_local_cluster(1) as cluster, Client(cluster) as client:
         worker_cb = list(client.run(_callback_periods).values())[0]
     assert "profile" not in worker_cb and "profile-cycle" not in worker_cb
-    assert worker_cb["tick"] == 1000 and worker_cb["memory_monitor"] == 500
+    assert worker_cb["tick"] == 1000 and worker_cb["monitor"] == 1000
+    assert "memory_monitor" not in worker_cb  # no Dask memory limit in the load's process
 
 
 def test_plain_dask_workers_compute_when_none_declares_compute(survey, tmp_path):
