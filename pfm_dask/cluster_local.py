@@ -57,7 +57,13 @@ def local_worker_specs(workers: int, *, scratch: str, host: str, layout: str = "
         return {"cls": Worker if in_process else Nanny, "options": opts}
 
     if layout == "threads":
-        return {LOCAL_WORKER: spec({"compute": workers, "disk": 1}, nthreads=workers)}
+        # No memory limit of Dask's: the worker's process is the load's, whose memory the
+        # driver's window bounds; a limit of Dask's ("auto": the machine's memory times its
+        # share of the cores) would pause the tasks whenever the whole load's memory passed
+        # 80 % of it, and a process's memory need not fall while its tasks wait.
+        threads = spec({"compute": workers, "disk": 1}, nthreads=workers)
+        threads["options"]["memory_limit"] = 0 if memory_limit == "auto" else memory_limit
+        return {LOCAL_WORKER: threads}
     specs = {}
     if layout == "apart":
         specs[LOCAL_DISK_WORKER] = spec({"disk": 1})

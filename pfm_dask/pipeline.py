@@ -304,6 +304,18 @@ def _piece_task(piece: Piece, grid: BinGrid, cfg: LoadConfig, writer) -> dict:
             "timings": timings}
 
 
+def _writer_has_work(status: dict, delivered: set, est: dict, here) -> bool:
+    """True when the pieces handed to the in-process writer from its watermark on make a whole
+    group (``PfmWriter.group_bytes``, or up to the last piece): it is writing, or about to."""
+    seq, acc, last = status["watermark"], 0, status["pieces_total"] - 1
+    while seq in delivered:
+        acc += est.get(seq, 0)
+        if acc >= here.writer.group_bytes or seq >= last:
+            return True
+        seq += 1
+    return False
+
+
 def _check_disk_worker(client) -> dict | None:
     """Refuse a cluster without a ``disk`` worker; return the resources the load's tasks ask
     for: ``{"compute": 1}`` when some worker declares ``compute`` (the work goes to those),
@@ -397,11 +409,17 @@ def _run_dask(client, job: _Job, mode: str) -> LoadResult:
     log.info("writer actor on %s", writer_addr)
     # the tasks get the actor's address, not the actor: no dependency on the disk worker
     writer_ref = (WriterActor, writer._address, writer.key)
+    # In the embedded cluster the actor is in this process: the driver asks it directly. Its
+    # status, asked after every finished piece and every 0.25 s, through the actor was a
+    # message to the worker and back on the event loop the tasks' and writer's threads share.
+    here = _local_writer(*writer_ref)
+    writer_status = here.status if here is not None else lambda: writer.status().result()
 
     pending = list(reversed(pieces))
     in_flight: dict = {}
+    delivered: set[int] = set()  # pieces whose task handed them to the writer
     est = {p.seq: _estimate_bytes(p) for p in pieces}
-    status = writer.status().result()
+    status = writer_status()
     pending = [p for p in pending if p.seq >= status["watermark"]]
     last_progress = 0.0
     transfer = 0.0
@@ -420,6 +438,12 @@ def _run_dask(client, job: _Job, mode: str) -> LoadResult:
             # keeps its share while the others idle. At most one task waits per slot, so
             # the next piece goes to whichever worker frees first.
             window = min(job.options.max_window, 2 * slots)
+            if here is not None and slots > 1:
+                # The writer shares these cores: while it has a group to write, one slot
+                # is its own and the tasks run on the others; when it waits for its next
+                # piece, every slot computes. No task waits in a queue here: a task is
+                # submitted to this process in milliseconds, and a piece takes far longer.
+                window = slots - 1 if _writer_has_work(status, delivered, est, here) else slots
             while pending and len(in_flight) < window:
                 nxt = pending[-1]
                 room = hold - status["backlog_bytes"] - in_flight_bytes
@@ -436,13 +460,15 @@ def _run_dask(client, job: _Job, mode: str) -> LoadResult:
                 in_flight_bytes += est[nxt.seq]
             if in_flight:
                 try:
-                    done, _ = wait(list(in_flight), timeout=0.25, return_when="FIRST_COMPLETED")
+                    done, _ = wait(list(in_flight), timeout=0.25 if here is None else 0.05,
+                                   return_when="FIRST_COMPLETED")
                 except TimeoutError:  # nothing finished in this slice; poll the writer
                     done = ()
                 for fut in done:
                     piece = in_flight.pop(fut)
                     if fut.status == "finished":
                         transfer += fut.result()["timings"]["transfer"]
+                        delivered.add(piece.seq)
                     if fut.status == "error":
                         err = fut.exception()
                         if _actor_lost(err):  # the task could not reach the writer: it is gone
@@ -455,7 +481,7 @@ def _run_dask(client, job: _Job, mode: str) -> LoadResult:
                 time.sleep(0.05)
             if actor_fut.status == "error":  # the scheduler saw the disk worker die: no call
                 raise RuntimeError("Worker holding Actor was lost")  # (it would wait 30 s)
-            status = writer.status().result()
+            status = writer_status()
             now = time.perf_counter()
             if progress and now - last_progress > 0.5:
                 last_progress = now

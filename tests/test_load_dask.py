@@ -144,7 +144,7 @@ def test_pieces_made_on_the_disk_worker_reach_the_writer_in_memory(survey, tmp_p
                                 mode="scheduler", client=client)
     assert res.exit_code == 0, res.summary()
     n_pieces = sum(r["pieces"] for r in res.files)
-    assert len(calls) == n_pieces and all(calls)
+    assert len(calls) == n_pieces + 1 and all(calls)  # each task, and the driver once
     assert sorted(puts) == list(range(n_pieces))
     ser = pipeline.run_load(expand_inputs([survey]), tmp_path / "ser.pfm",
                             LoadConfig(bin_size_m=25.0), mode="serial")
@@ -218,7 +218,8 @@ def test_embedded_workers_start_without_malloc_trim_and_profiler():
     with make_local_cluster(1) as cluster, Client(cluster) as client:
         worker_cb = list(client.run(_callback_periods).values())[0]
     assert "profile" not in worker_cb and "profile-cycle" not in worker_cb
-    assert worker_cb["tick"] == 1000 and worker_cb["memory_monitor"] == 500
+    assert worker_cb["tick"] == 1000 and worker_cb["monitor"] == 1000
+    assert "memory_monitor" not in worker_cb  # no Dask memory limit in the load's process
 
 
 def test_plain_dask_workers_compute_when_none_declares_compute(survey, tmp_path):
@@ -239,3 +240,20 @@ def test_plain_dask_workers_compute_when_none_declares_compute(survey, tmp_path)
     s, b = _dump_tables(tmp_path / "plain.pfm", tmp_path)
     rs, rb = _dump_tables(tmp_path / "ser.pfm", tmp_path)
     assert s.equals(rs) and b.equals(rb)
+
+
+def test_the_writer_has_work_when_a_whole_group_from_its_watermark_is_delivered():
+    """The driver leaves one slot of the writer's process to the writer while it has a group
+    to write (the pieces handed over from its watermark on reach ``group_bytes``, or the last
+    piece), and gives it to the tasks while the writer waits for its next piece."""
+    from types import SimpleNamespace
+
+    here = SimpleNamespace(writer=SimpleNamespace(group_bytes=100))
+    est = {0: 60, 1: 60, 2: 60, 3: 10}
+    status = {"watermark": 1, "pieces_total": 4}
+    has_work = pipeline._writer_has_work
+    assert not has_work(status, set(), est, here)
+    assert not has_work(status, {0, 1}, est, here)           # 60 of 100 bytes: it waits for 2
+    assert not has_work(status, {0, 2}, est, here)           # its next piece is not there
+    assert has_work(status, {0, 1, 2}, est, here)            # 120 bytes: a whole group
+    assert has_work({"watermark": 3, "pieces_total": 4}, {3}, est, here)  # the last piece

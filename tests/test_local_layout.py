@@ -24,6 +24,8 @@ def test_by_default_one_in_process_worker_has_every_compute_thread_and_the_write
     assert _resources(specs) == {LOCAL_WORKER: {"compute": 3, "disk": 1}}
     assert specs[LOCAL_WORKER]["options"]["nthreads"] == 3
     assert specs[LOCAL_WORKER]["cls"] is Worker  # no process of its own
+    # no Dask memory limit: it would pause the tasks on the whole load's memory
+    assert specs[LOCAL_WORKER]["options"]["memory_limit"] == 0
 
 
 def test_with_the_writer_apart_the_disk_worker_computes_nothing():
