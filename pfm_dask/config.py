@@ -238,7 +238,7 @@ class RunOptions:
     """How one load runs; nothing here changes the output PFM (docs/usage.md)."""
 
     mode: str = _setting("local", RUN)  # serial, local, scheduler, cluster or auto (run_load)
-    workers: int = _setting(2, RUN, ("--workers",), "embedded cluster: worker processes")
+    workers: int = _setting(2, RUN, ("--workers",), "embedded cluster: compute workers (threads by default)")
     scheduler: str | None = _setting(None, RUN, ("--scheduler",), "use an existing Dask scheduler")
     dashboard_address: str | None = _setting(
         None, RUN, ("--dashboard-address",), "where the dashboard of the cluster pfm-dask starts "
