@@ -21,7 +21,7 @@ from . import pfm
 from ._faults import crash_point
 from ._fileio import pwrite_all
 from .errors import LoadError
-from .pfm._recompute_kernel import NdxView, band_soundings, record_fields
+from .pfm._recompute_kernel import NdxView, band_soundings
 
 __all__ = ["run_area_filter", "area_bands", "apply_redo", "AREA_BAND_SOUNDINGS",
            "AREA_HALO_ROWS"]
@@ -215,12 +215,8 @@ def area_bands(f, needed: np.ndarray):
         if not needed[r0:r1].any():
             per_row = np.zeros(r1 - r0, np.int64)
         else:
-            # the records that hold data, their counts read straight from the bytes
-            per_row = np.zeros(r1 - r0, np.int64)
-            for bidx, recs in f.raw_records_with_data([(r0 * w, r1 * w)]):
-                cnt = record_fields(recs, f._bin_layout, ["num_soundings"])["num_soundings"]
-                per_row += np.bincount(bidx // w - r0, weights=cnt.astype(np.float64),
-                                       minlength=r1 - r0).astype(np.int64)
+            cnt = f.read_bin_records(r0, r1, fields=("num_soundings",))["num_soundings"]
+            per_row = cnt.reshape(r1 - r0, w).sum(axis=1, dtype=np.int64)
         for y in range(r0, r1):
             if not needed[y]:
                 if start is not None:
