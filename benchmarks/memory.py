@@ -234,13 +234,17 @@ def _dask_here(paths, out: Path, cfg, workers: int) -> dict:
     with make_local_cluster(workers) as cluster, Client(cluster) as client:
         client.wait_for_workers(len(cluster.worker_spec), timeout=120)
         before = client.run(_worker_memory)
-        client.run(_start_sampler)
+        # the default layout's worker is a thread pool of this process: one sampler serves both
+        in_process = all(m["pid"] == os.getpid() for m in before.values())
+        if not in_process:
+            client.run(_start_sampler)
         _start_sampler()
         t0, t = time.time(), time.perf_counter()
         res = pipeline.run_load(paths, out, cfg, mode="local", client=client)
         wall = time.perf_counter() - t
-        driver = _phase_peaks(_stop_sampler(), t0, res.timings)
-        samples = client.run(_stop_sampler)
+        own = _stop_sampler()
+        driver = _phase_peaks(own, t0, res.timings)
+        samples = ({a: own for a in before} if in_process else client.run(_stop_sampler))
         after = client.run(_worker_memory)
     if res.exit_code != 0:
         raise RuntimeError(res.summary())

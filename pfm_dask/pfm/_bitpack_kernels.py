@@ -605,7 +605,7 @@ def _k_merge_runs(keys, bounds, head, out):
     for j in range(k):
         head[j] = bounds[j]
     o = 0
-    big = np.iinfo(np.int64).max
+    big = 9223372036854775807  # int64 max (np.iinfo would link numba.np.arraymath)
     while o < out.size:
         m = big
         for j in range(k):
