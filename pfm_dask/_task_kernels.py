@@ -77,7 +77,8 @@ def _k_screen(ping, lat, lon, pflags, depth, depth_ok, bflags, flags_ok, start, 
         lo = lon[pi]
         ping_ok = (la <= 90.0 and lo <= 180.0 and (pflags[pi] & 1) == 0
                    and math.isfinite(la) and math.isfinite(lo))
-        for r in range(i, j):
+        for ri in range(i, j):
+            r = np.uint64(ri)     # unsigned indices: no negative-index fix-up per access
             d = depth[r] if depth_ok[r] else 0.0
             f = bflags[r] if flags_ok[r] else np.uint8(0)
             d32 = np.float32(d)
@@ -156,12 +157,13 @@ def _k_place_emit(ping, keep, start, stop, lat, lon, heading, across, across_ok,
         # the kept beams: placement inputs, and the output columns that do not depend on the
         # position written at once (rows k..k+m; moved down below if some fall outside)
         m = 0
-        for r in range(i, j):
+        for ri in range(i, j):
+            r = np.uint64(ri)     # unsigned indices: no negative-index fix-up per access
             if keep[r]:
                 p_across[m] = across[r] if across_ok[r] else 0.0
                 p_along[m] = along[r] if along_ok[r] else 0.0
                 p_present[m] = along_ok[r]
-                q = k + m
+                q = np.uint64(k + m)
                 o_ping[q] = p
                 o_beam[q] = beam[r]
                 z = zlim[r]
@@ -190,9 +192,10 @@ def _k_place_emit(ping, keep, start, stop, lat, lon, heading, across, across_ok,
             kept += p_in[q]
         if kept == m:    # all inside the area: the position columns as they are
             for q in range(m):
-                o_bin[k + q] = p_bin[q]
-                o_x[k + q] = p_x[q]
-                o_y[k + q] = p_y[q]
+                w = np.uint64(k + q)
+                o_bin[w] = p_bin[q]
+                o_x[w] = p_x[q]
+                o_y[w] = p_y[q]
                 n_bad += p_bad[q]
                 n_limit += p_limit[q]
         else:            # drop the soundings outside, keeping the order
@@ -285,7 +288,7 @@ def _k_bin_count(bins, width, inv_w, r0, c0, span_c, counts):  # pragma: no cove
     """``counts[key + 1] += 1`` for each bin's key in the box (row-major, as the bin index)."""
     for k in range(bins.size):
         r, c = _row_col(bins[k], width, inv_w)
-        counts[(r - r0) * span_c + (c - c0) + 1] += 1
+        counts[np.uint64((r - r0) * span_c + (c - c0) + 1)] += 1
 
 
 def _k_bin_scatter(bins, ping, beam, depth, x_off, y_off, validity, herr, verr, width, inv_w, r0,
