@@ -77,7 +77,8 @@ def _k_screen(ping, lat, lon, pflags, depth, depth_ok, bflags, flags_ok, start, 
         lo = lon[pi]
         ping_ok = (la <= 90.0 and lo <= 180.0 and (pflags[pi] & 1) == 0
                    and math.isfinite(la) and math.isfinite(lo))
-        for r in range(i, j):
+        for ri in range(i, j):
+            r = np.uint64(ri)     # unsigned indices: no negative-index fix-up per access
             d = depth[r] if depth_ok[r] else 0.0
             f = bflags[r] if flags_ok[r] else np.uint8(0)
             d32 = np.float32(d)
@@ -127,7 +128,7 @@ def _k_place_emit(ping, keep, start, stop, lat, lon, heading, across, across_ok,
         j = _ping_end(ping, i)
         widest = max(widest, j - i)
         i = j
-    rows = np.empty(widest, dtype=np.int64)     # one ping's kept beams at a time
+    # one ping's kept beams at a time
     p_across = np.empty(widest)
     p_along = np.empty(widest)
     p_present = np.empty(widest, dtype=np.bool_)
@@ -139,6 +140,8 @@ def _k_place_emit(ping, keep, start, stop, lat, lon, heading, across, across_ok,
     p_bin = np.empty(widest, dtype=np.int64)
     p_x = np.empty(widest, dtype=np.uint16)
     p_y = np.empty(widest, dtype=np.uint16)
+    p_bad = np.empty(widest, dtype=np.int64)
+    p_limit = np.empty(widest, dtype=np.int64)
     k = 0
     gp = 0
     n_outside = n_bad = n_limit = 0   # local: the compiler keeps them in registers
@@ -151,13 +154,26 @@ def _k_place_emit(ping, keep, start, stop, lat, lon, heading, across, across_ok,
         if not (p > start and p <= stop):
             i = j
             continue
+        # the kept beams: placement inputs, and the output columns that do not depend on the
+        # position written at once (rows k..k+m; moved down below if some fall outside)
         m = 0
-        for r in range(i, j):
+        for ri in range(i, j):
+            r = np.uint64(ri)     # unsigned indices: no negative-index fix-up per access
             if keep[r]:
-                rows[m] = r
                 p_across[m] = across[r] if across_ok[r] else 0.0
                 p_along[m] = along[r] if along_ok[r] else 0.0
                 p_present[m] = along_ok[r]
+                q = np.uint64(k + m)
+                o_ping[q] = p
+                o_beam[q] = beam[r]
+                z = zlim[r]
+                o_depth[q] = z
+                o_val[q] = validity[r]
+                o_h[q] = np.float32(herr[r] if herr_ok[r] else default_h)
+                o_v[q] = np.float32(verr[r] if verr_ok[r] else default_v)
+                f = bflags[r] if flags_ok[r] else np.uint8(0)
+                p_bad[m] = (table[f] & _INVAL) != 0
+                p_limit[m] = z == null_depth
                 m += 1
         if m == 0:
             i = j
@@ -171,35 +187,42 @@ def _k_place_emit(ping, keep, start, stop, lat, lon, heading, across, across_ok,
         _assign_points(p_lat, p_lon, 0, m, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin,
                        width, height, scale, poly_lat, poly_lon, rect, rect_box, p_col, p_row,
                        p_in, p_bin, p_x, p_y)
-        first = True
+        kept = 0
         for q in range(m):
-            if not p_in[q]:
-                n_outside += 1
-                continue
-            r = rows[q]
-            o_bin[k] = p_bin[q]
-            o_ping[k] = p
-            o_beam[k] = beam[r]
-            z = zlim[r]
-            o_depth[k] = z
-            o_x[k] = p_x[q]
-            o_y[k] = p_y[q]
-            o_val[k] = validity[r]
-            o_h[k] = np.float32(herr[r] if herr_ok[r] else default_h)
-            o_v[k] = np.float32(verr[r] if verr_ok[r] else default_v)
-            f = bflags[r] if flags_ok[r] else np.uint8(0)
-            if table[f] & _INVAL:
-                n_bad += 1
-            if z == null_depth:
-                n_limit += 1
-            if first:
-                first = False
-                g_ping[gp] = p
-                g_head[gp] = heading[pi]
-                g_sec[gp] = time_sec[pi]
-                g_nsec[gp] = time_nsec[pi]
-                gp += 1
-            k += 1
+            kept += p_in[q]
+        if kept == m:    # all inside the area: the position columns as they are
+            for q in range(m):
+                w = np.uint64(k + q)
+                o_bin[w] = p_bin[q]
+                o_x[w] = p_x[q]
+                o_y[w] = p_y[q]
+                n_bad += p_bad[q]
+                n_limit += p_limit[q]
+        else:            # drop the soundings outside, keeping the order
+            w = k
+            for q in range(m):
+                if not p_in[q]:
+                    n_outside += 1
+                    continue
+                o_bin[w] = p_bin[q]
+                o_x[w] = p_x[q]
+                o_y[w] = p_y[q]
+                o_ping[w] = o_ping[k + q]
+                o_beam[w] = o_beam[k + q]
+                o_depth[w] = o_depth[k + q]
+                o_val[w] = o_val[k + q]
+                o_h[w] = o_h[k + q]
+                o_v[w] = o_v[k + q]
+                n_bad += p_bad[q]
+                n_limit += p_limit[q]
+                w += 1
+        if kept:
+            g_ping[gp] = p
+            g_head[gp] = heading[pi]
+            g_sec[gp] = time_sec[pi]
+            g_nsec[gp] = time_nsec[pi]
+            gp += 1
+            k += kept
         i = j
     counts[OUTSIDE_AREA] += n_outside
     counts[LOADED] += k
@@ -220,7 +243,7 @@ def _k_gather(order, bins, ping, beam, depth, x_off, y_off, validity, herr, verr
               o_beam, o_depth, o_x, o_y, o_val, o_h, o_v):  # pragma: no cover - compiled
     """The output columns in ``order``, all in one pass."""
     for k in range(order.size):
-        i = order[k]
+        i = np.uint64(order[k])     # unsigned: no negative-index fix-up
         o_bin[k] = bins[i]
         o_ping[k] = ping[i]
         o_beam[k] = beam[i]
@@ -233,6 +256,61 @@ def _k_gather(order, bins, ping, beam, depth, x_off, y_off, validity, herr, verr
 
 
 _k_in_order64 = _k_in_order   # the same test for int64 columns (callers other than the task)
+
+
+def _row_col(b, width, inv_w):
+    """Row and column of bin index ``b`` (``row * width + col``, below 2**31) without an
+    integer division: the float quotient is off by one at most, which the remainder corrects."""
+    r = np.int64(np.float64(b) * inv_w)
+    c = b - r * width
+    if c < 0:
+        r -= 1
+        c += width
+    elif c >= width:
+        r += 1
+        c -= width
+    return r, c
+
+
+def _k_bin_box(bins, width, inv_w, box):  # pragma: no cover - compiled
+    """``box`` (first row, last row, first column, last column) widened to hold ``bins``."""
+    r0, r1, c0, c1 = box[0], box[1], box[2], box[3]
+    for k in range(bins.size):
+        r, c = _row_col(bins[k], width, inv_w)
+        r0 = min(r0, r)
+        r1 = max(r1, r)
+        c0 = min(c0, c)
+        c1 = max(c1, c)
+    box[0], box[1], box[2], box[3] = r0, r1, c0, c1
+
+
+def _k_bin_count(bins, width, inv_w, r0, c0, span_c, counts):  # pragma: no cover - compiled
+    """``counts[key + 1] += 1`` for each bin's key in the box (row-major, as the bin index)."""
+    for k in range(bins.size):
+        r, c = _row_col(bins[k], width, inv_w)
+        counts[np.uint64((r - r0) * span_c + (c - c0) + 1)] += 1
+
+
+def _k_bin_scatter(bins, ping, beam, depth, x_off, y_off, validity, herr, verr, width, inv_w, r0,
+                   c0, span_c, nxt, o_bin, o_ping, o_beam, o_depth, o_x, o_y, o_val, o_h,
+                   o_v):  # pragma: no cover - compiled
+    """Each row to the next free place of its bin (``nxt``: the first place of each key, moved
+    on as rows arrive): a stable counting sort, written straight into the output columns."""
+    for i in range(bins.size):
+        b = bins[i]
+        r, c = _row_col(b, width, inv_w)
+        key = np.uint64((r - r0) * span_c + (c - c0))   # unsigned: no negative-index fix-up
+        k = np.uint64(nxt[key])
+        nxt[key] = k + 1
+        o_bin[k] = b
+        o_ping[k] = ping[i]
+        o_beam[k] = beam[i]
+        o_depth[k] = depth[i]
+        o_x[k] = x_off[i]
+        o_y[k] = y_off[i]
+        o_val[k] = validity[i]
+        o_h[k] = herr[i]
+        o_v[k] = verr[i]
 
 
 def _signatures(T) -> dict:
@@ -257,6 +335,11 @@ def _signatures(T) -> dict:
         "in_order64": b1(a(i8), a(i8)),
         "gather": T.void(a(i8), a(i8), a(u4), a(u2), a(f8), a(u2), a(u2), a(u4), a(f4), a(f4),
                          a(i8), a(u4), a(u2), a(f8), a(u2), a(u2), a(u4), a(f4), a(f4)),
+        "bin_box": T.void(a(i8), i8, f8, a(i8)),
+        "bin_count": T.void(a(i8), i8, f8, i8, i8, i8, a(i8)),
+        "bin_scatter": T.void(a(i8), a(u4), a(u2), a(f8), a(u2), a(u2), a(u4), a(f4), a(f4), i8,
+                              f8, i8, i8, i8, a(i8), a(i8), a(u4), a(u2), a(f8), a(u2), a(u2),
+                              a(u4), a(f4), a(f4)),
     }
 
 
@@ -275,4 +358,4 @@ def _linked(numba) -> dict:
             "_assign_points": _grid._assign_points}
 
 
-kernel = CompiledKernels(globals(), _signatures, helpers=("_ping_end",), prepare=_linked)
+kernel = CompiledKernels(globals(), _signatures, helpers=("_ping_end", "_row_col"), prepare=_linked)

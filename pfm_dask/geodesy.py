@@ -350,7 +350,8 @@ def _place_run(lat0, lon0, h, across, along, present, i, j, ta, ma, ta2, ma2, tb
         k_lon = deg * math.sqrt(w) / (_AXIS * math.cos(lat0 / deg))
         cl = _coef(coef, 0)
         co = _coef(coef, 1)
-        for r in range(i, j):  # no branch: vectorised
+        for ri in range(i, j):  # no branch: vectorised
+            r = np.uint64(ri)   # unsigned indices: no negative-index fix-up per access
             b = along[r]
             b = b if present[r] else 0.0  # (loaded first: a conditional load is not)
             pm = 1.0 if present[r] else 0.0
@@ -358,7 +359,8 @@ def _place_run(lat0, lon0, h, across, along, present, i, j, ta, ma, ta2, ma2, tb
             u = b * inv_b
             out_lat[r] = lat0 + _series(cl, t, u, pm)
             out_lon[r] = lon0 + _series(co, t, u, pm)
-    for r in range(i, j):
+    for ri in range(i, j):
+        r = np.uint64(ri)
         a = across[r]
         has_along = present[r]
         b = along[r] if has_along else 0.0

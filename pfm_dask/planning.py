@@ -118,12 +118,25 @@ def prescan_file(path: str, exact_beams: bool = False) -> dict:
                 out["max_beams"] = int(every.max()) if every.size else out["max_beams"]
             out["n_beams"] = int(round(mean_beams * n))
             if lats:
-                out["extent"] = extent_of(np.concatenate(lats), np.concatenate(lons))
+                out["extent"] = _extent(np.concatenate(lats), np.concatenate(lons))
     except GsfError as err:
         out["error"] = err.to_dict()
     except OSError as err:
         out["error"] = GsfError(f"cannot read file: {err.strerror or err}", path=path).to_dict()
     return out
+
+
+def _extent(lat: np.ndarray, lon: np.ndarray) -> list[float] | None:
+    """:func:`extent_of` of the positions, from their corners alone when every longitude
+    lies in [-180, 180) within less than half a turn: the shortest arc holding them is then
+    [min, max] (the largest gap, over 180 degrees, is the one across the meridian opposite),
+    which :func:`extent_of` finds from those two longitudes as from all of them."""
+    fin = np.isfinite(lat) & np.isfinite(lon)
+    if fin.all() and lat.size:
+        lo_min, lo_max = lon.min(), lon.max()
+        if -180.0 <= lo_min and lo_max < 180.0 and lo_max - lo_min < 180.0:
+            return extent_of(np.array([lat.min(), lat.max()]), np.array([lo_min, lo_max]))
+    return extent_of(lat, lon)
 
 
 def area_from_scans(scans: list[dict], cfg: LoadConfig) -> BinGrid:

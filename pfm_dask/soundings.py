@@ -102,7 +102,7 @@ def prepare_piece(piece: Piece, grid: BinGrid, cfg: LoadConfig) -> PreparedPiece
         return _nothing(piece, empty_counts(), GsfError(f"cannot read file: {err.strerror or err}",
                                                          path=piece.path))
     t_bin = _time.perf_counter()
-    batch, pings = _sorted_batch(parts)
+    batch, pings = _sorted_batch(parts, grid)
     del parts
     t_end = _time.perf_counter()
     timings = {"decode": t_read, "place_filter_bin": t_bin - t0 - t_read,
@@ -193,19 +193,69 @@ def _place_chunk(cols: dict, start: int, stop: int, grid: BinGrid, cfg: LoadConf
             "pings": {name: v[:g] for name, v in pings.items()}}
 
 
-def _sorted_batch(parts: list) -> tuple[pa.RecordBatch, pa.Table]:
+#: a piece whose soundings' bins fit in a box of at most this many bins per sounding (plus
+#: _BOX_SLACK) is sorted by counting (one pass to size the box, one to count, one to place);
+#: others by numpy's stable sort and a gather
+_BOX_PER_SOUNDING = 4
+_BOX_SLACK = 1 << 16
+
+
+def _sorted_batch(parts: list, grid: BinGrid | None = None) -> tuple[pa.RecordBatch, pa.Table]:
     """The chunks' soundings as one batch sorted by (bin, ping, beam), and their pings."""
-    cols = _concat(parts, _OUT)
     ping_cols = _concat(parts, _PINGS, key="pings")
-    order = _bin_order(cols["bin_index"], cols["ping"], cols["beam"])
-    out = [np.empty_like(cols[name]) for name in _OUT]
-    K.kernel("gather")(order, *(cols[name] for name in _OUT), *out)
-    del order, cols
+    out = _counting_sort(parts, grid.width) if grid is not None else None
+    if out is None:
+        cols = _concat(parts, _OUT)
+        order = _bin_order(cols["bin_index"], cols["ping"], cols["beam"])
+        out = [np.empty_like(cols[name]) for name in _OUT]
+        K.kernel("gather")(order, *(cols[name] for name in _OUT), *out)
+        del order, cols
     batch = pa.RecordBatch.from_arrays([_arrow(v, BATCH_SCHEMA.field(name).type)
                                         for name, v in zip(_OUT, out)], schema=BATCH_SCHEMA)
     pings = pa.table([_arrow(ping_cols[k], PING_SCHEMA.field(k).type) for k in _PINGS],
                      schema=PING_SCHEMA)
     return batch, pings
+
+
+def _counting_sort(parts: list, width: int) -> list | None:
+    """The chunks' soundings in (bin, ping, beam) order by a stable counting sort on the bin,
+    as the output columns; None when that does not apply (soundings not in (ping, beam) order,
+    or their bins spread over too large a box of rows and columns of the grid)."""
+    soundings = [p["soundings"] for p in parts]
+    n = sum(s["bin_index"].size for s in soundings)
+    if n == 0:
+        return None
+    last = None
+    for s in soundings:
+        ping, beam = s["ping"], s["beam"]
+        if ping.size == 0:
+            continue
+        if (ping.dtype != np.uint32 or beam.dtype != np.uint16
+                or not K.kernel("in_order")(ping, beam)):
+            return None
+        if last is not None and (last[0], last[1]) > (int(ping[0]), int(beam[0])):
+            return None
+        last = (int(ping[-1]), int(beam[-1]))
+    width = int(width)
+    inv_w = 1.0 / width
+    box = np.array([2**62, -1, 2**62, -1], dtype=np.int64)
+    for s in soundings:
+        K.kernel("bin_box")(s["bin_index"], width, inv_w, box)
+    r0, r1, c0, c1 = (int(v) for v in box)
+    span_c = c1 - c0 + 1
+    span = (r1 - r0 + 1) * span_c
+    if span > _BOX_PER_SOUNDING * n + _BOX_SLACK:
+        return None
+    nxt = np.zeros(span + 1, dtype=np.int64)
+    for s in soundings:
+        K.kernel("bin_count")(s["bin_index"], width, inv_w, r0, c0, span_c, nxt)
+    np.cumsum(nxt, out=nxt)
+    out = [np.empty(n, dtype=soundings[0][name].dtype) for name in _OUT]
+    for p, s in zip(parts, soundings):
+        K.kernel("bin_scatter")(*(s[name] for name in _OUT), width, inv_w, r0, c0, span_c, nxt,
+                                *out)
+        p["soundings"] = {}      # the chunk's copy is no longer needed
+    return out
 
 
 def _arrow(values: np.ndarray, typ: pa.DataType) -> pa.Array:

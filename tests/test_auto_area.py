@@ -185,3 +185,21 @@ def test_far_pings_finds_the_one_bad_fix_and_nothing_on_a_good_track():
     assert auto_area.far_pings(h, offs, "x.gsf").pings.tolist() == [5]
     fast = _track(knots=40.0)     # a fast but real track is never damage
     assert auto_area.far_pings(fast, offs, "x.gsf").pings.size == 0
+
+
+def test_prescan_extent_from_corners_equals_extent_of():
+    """The pre-scan takes a sample's extent from its corner longitudes when they lie within
+    half a turn in [-180, 180): the same as extent_of over every position, anywhere on the
+    circle, near and across the meridian, with NaN positions."""
+    from pfm_dask.planning import _extent
+
+    rng = np.random.default_rng(1)
+    for _ in range(3000):
+        n = int(rng.integers(1, 50))
+        width = rng.choice([0.001, 1.0, 90.0, 179.9, 180.0, 200.0, 359.0])
+        lon = rng.uniform(-180, 180) + rng.uniform(-width / 2, width / 2, n)
+        lon = np.where(rng.random(n) < 0.5, (lon + 180.0) % 360.0 - 180.0, lon)
+        if rng.random() < 0.1:
+            lon[0] = np.nan
+        lat = rng.uniform(-80, 80, n)
+        assert _extent(lat, lon) == auto_area.extent_of(lat, lon)

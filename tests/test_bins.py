@@ -443,3 +443,24 @@ def test_rectangle_detection():
                      [(0, 0), (1, 0), (1, 2), (0, 2), (0, 1)],    # five distinct points
                      [(0, 0), (1e-300, 0), (1e-300, 2), (0, 2)]):  # too thin for the shortcut
         assert _rectangle(np.array(not_rect, dtype=float)) is None
+
+
+@pytest.mark.parametrize("bits", [12, 20])
+def test_assign_mixed_points_match_reference(bits):
+    """The assignment's branch-free pass and its point-by-point pass for the others (outside,
+    not finite, on bin edges) mixed in one call, rectangle and dateline grids:
+    each point as the slow reference says, whatever its neighbours."""
+    rng = np.random.default_rng(bits)
+    for grid in (BinGrid.from_mbr(36.0, -123.0, 36.5, -122.2, bin_size_m=50.0, offset_bits=bits),
+                 BinGrid.from_mbr(-16.8, 179.7, -16.3, -179.6, bin_size_m=25.0,
+                                  offset_bits=bits)):
+        n = 3000
+        lat = rng.uniform(grid.min_y - 0.05, grid.max_y + 0.05, n)
+        lon = rng.uniform(grid.min_x - 0.05, grid.max_x + 0.05, n)
+        lon = np.where(lon > 180.0, lon - 360.0, lon)
+        cols, rows = rng.integers(1, grid.width, 200), rng.integers(1, grid.height, 200)
+        lat[:200] = grid.min_y + rows * grid.y_bin          # on bin edges
+        lon[200:400] = grid.min_x + cols * grid.x_bin
+        lon[200:400] = np.where(lon[200:400] > 180.0, lon[200:400] - 360.0, lon[200:400])
+        lat[400:410], lon[410:420] = np.nan, np.inf
+        assert check_against_reference(grid, lat, lon) > n // 2

@@ -223,3 +223,29 @@ def test_gsf_pieces_equal_numpy_path(tmp_path, swath):
 def test_real_sample_equals_numpy_path(gsf_sample, swath):
     cfg = LoadConfig(bin_size_m=10.0, split_pings=41, swath=SwathFilterConfig(enabled=swath))
     _pieces_equal([gsf_sample], cfg)
+
+
+def test_counting_sort_and_stable_sort_both_equal_numpy_path(tmp_path, monkeypatch):
+    """A piece is sorted by counting when its bins fit a small box of the grid, else by numpy's
+    stable sort: both give the numpy path's bytes (each path checked to have run)."""
+    from pfm_dask import synth
+
+    synth.generate(tmp_path, files=1, pings=150, beams=64, seed=6)
+    files = sorted(tmp_path.glob("*.gsf"))
+    cfg = LoadConfig(bin_size_m=20.0, split_pings=37)
+    used = []
+    counting = soundings._counting_sort
+
+    def spy(parts, width):
+        out = counting(parts, width)
+        used.append(out is not None)
+        return out
+
+    monkeypatch.setattr(soundings, "_counting_sort", spy)
+    _pieces_equal(files, cfg)
+    assert used and all(used)
+    used.clear()
+    monkeypatch.setattr(soundings, "_BOX_PER_SOUNDING", 0)
+    monkeypatch.setattr(soundings, "_BOX_SLACK", 0)
+    _pieces_equal(files, cfg)
+    assert used and not any(used)

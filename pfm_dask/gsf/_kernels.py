@@ -294,7 +294,7 @@ def _k_decode(u8, doffs, nb, pos, width, mult, off, signed, per_ping, t, tsec, t
         heading[h0:h1] = hv
         pflags[h0:h1] = pf
         for b in range(n):
-            beam[r + b] = b + 1
+            beam[np.uint64(r + b)] = b + 1
         a = 0
         for k in range(pos.shape[1]):
             q = pos[i, k]
@@ -324,30 +324,30 @@ def _k_decode(u8, doffs, nb, pos, width, mult, off, signed, per_ping, t, tsec, t
                 if sg:
                     c = u8[q:q + n].view(np.int8)
                     for b in range(n):
-                        out[r + b] = np.float64(np.int32(c[b])) / m - o
+                        out[np.uint64(r + b)] = np.float64(np.int32(c[np.uint64(b)])) / m - o
                 else:
                     for b in range(n):
-                        out[r + b] = np.float64(np.int32(u8[q + b])) / m - o
+                        out[np.uint64(r + b)] = np.float64(np.int32(u8[np.uint64(q + b)])) / m - o
             elif w == 2:
                 h = u8[q:q + 2 * n].view(np.uint16)
                 if sg:
                     for b in range(n):
-                        x = np.int32(h[b])
+                        x = np.int32(h[np.uint64(b)])
                         v = np.int32(np.int16(((x >> 8) | (x << 8)) & 0xFFFF))
-                        out[r + b] = np.float64(v) / m - o
+                        out[np.uint64(r + b)] = np.float64(v) / m - o
                 else:
                     for b in range(n):
-                        x = np.int32(h[b])
-                        out[r + b] = np.float64(((x >> 8) | (x << 8)) & 0xFFFF) / m - o
+                        x = np.int32(h[np.uint64(b)])
+                        out[np.uint64(r + b)] = np.float64(((x >> 8) | (x << 8)) & 0xFFFF) / m - o
             else:
                 g = u8[q:q + 4 * n].view(np.uint32)
                 if sg:
                     for b in range(n):
-                        out[r + b] = np.float64(np.int32(_bswap32(g[b]))) / m - o
+                        out[np.uint64(r + b)] = np.float64(np.int32(_bswap32(g[np.uint64(b)]))) / m - o
                 else:
                     for b in range(n):
-                        v = np.int32(_bswap32(g[b]) ^ np.uint32(0x80000000))
-                        out[r + b] = (np.float64(v) + 2147483648.0) / m - o
+                        v = np.int32(_bswap32(g[np.uint64(b)]) ^ np.uint32(0x80000000))
+                        out[np.uint64(r + b)] = (np.float64(v) + 2147483648.0) / m - o
         r += n
 
 

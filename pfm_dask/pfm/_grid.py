@@ -133,43 +133,93 @@ def _k_assign(lat, lon, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin, widt
 def _assign_points(lat, lon, lo, hi, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin, width,
                    height, scale, poly_lat, poly_lon, rect, rect_box, col, row, inside, bin_index,
                    x_code, y_code):
-    """Points ``lo:hi`` of :meth:`BinGrid.assign` (see there), one at a time. ``rect``: the
-    polygon is the axis-parallel rectangle ``rect_box`` (south, west, north, east), so a point
-    well inside it is inside the polygon without the test (:func:`_rectangle`). Shared with the
-    load's task kernel (``pfm_dask._task_kernels``), which calls it once per ping."""
+    """Points ``lo:hi`` of :meth:`BinGrid.assign` (see there). ``rect``: the polygon is the
+    axis-parallel rectangle ``rect_box`` (south, west, north, east), so a point well inside it
+    is inside the polygon without the test (:func:`_rectangle`). Shared with the load's task
+    kernel (``pfm_dask._task_kernels``), which calls it once per ping.
+
+    Two passes: the first, without a branch (so the compiler vectorises it), computes every
+    point as a finite point well inside a rectangle grid, with offset codes below 2**51, and
+    marks in ``inside`` the points that are so; the second redoes the others one at a time by
+    :func:`_assign_one`, the library's path written out. Both do the same IEEE operations."""
     ry0, rx0, ry1, rx1 = rect_box[0], rect_box[1], rect_box[2], rect_box[3]
+    magic = 6755399441055744.0      # 1.5 * 2**52: adding it to an integer below 2**51 is exact
+    magic_bits = np.float64(magic).view(np.int64)
+    lim = 2.0**51
+    n_slow = 0
     for k in range(lo, hi):
         y = lat[k]
-        x = lon[k]
-        if dateline and x < 0.0:
-            x = x + 360.0
+        x0 = lon[k]
+        x = x0 + 360.0 if (dateline and x0 < 0.0) else x0
         fx = (x - min_x) / x_bin
         fy = (y - min_y) / y_bin
-        finite = np.isfinite(fx) and np.isfinite(fy)
-        vx = fx if finite else -1.0
-        vy = fy if finite else -1.0
-        vx = min(max(vx, -2.0**31), 2.0**31 - 1)
-        vy = min(max(vy, -2.0**31), 2.0**31 - 1)
-        c = np.int32(math.trunc(vx))
-        r = np.int32(math.trunc(vy))
+        # NaN fails every comparison: such points are not simple (and never reach a conversion)
+        vx = min(fx if fx >= 0.0 else -1.0, 2.0**31 - 1)
+        vy = min(fy if fy >= 0.0 else -1.0, 2.0**31 - 1)
+        c = np.int32(vx)
+        r = np.int32(vy)
+        xo = np.float64(np.float32(x - (min_x + np.float64(c) * x_bin)))
+        yo = np.float64(np.float32(y - (min_y + np.float64(r) * y_bin)))
+        vxc = (xo / x_bin) * scale
+        vyc = (yo / y_bin) * scale
+        sx = vxc - 0.5 if vxc < 0.0 else vxc + 0.5
+        sy = vyc - 0.5 if vyc < 0.0 else vyc + 0.5
+        simple = (rect & (fx >= 0.0) & (fy >= 0.0) & (x >= min_x) & (x <= max_x) & (y >= min_y)
+                  & (y <= max_y) & (c < width) & (r < height) & (y > ry0) & (y < ry1)
+                  & (x - rx0 > _CLEAR) & (rx1 - x > _CLEAR) & (abs(sx) < lim) & (abs(sy) < lim))
+        cx = np.float64(np.trunc(sx) + magic).view(np.int64) - magic_bits
+        cy = np.float64(np.trunc(sy) + magic).view(np.int64) - magic_bits
         col[k] = c
         row[k] = r
-        ok = (finite and x >= min_x and x <= max_x and y >= min_y and y <= max_y
-              and c >= 0 and c < width and r >= 0 and r < height)
-        if ok and not (rect and y > ry0 and y < ry1 and x - rx0 > _CLEAR and rx1 - x > _CLEAR):
-            ok = _inside_polygon(poly_lat, poly_lon, y, x)
-        inside[k] = ok
-        if ok:
-            bin_index[k] = np.int64(r) * width + c
-            # the offset from the bin corner is held in a C float before scaling
-            xo = np.float64(np.float32(x - (min_x + np.float64(c) * x_bin)))
-            yo = np.float64(np.float32(y - (min_y + np.float64(r) * y_bin)))
-            x_code[k] = _nint((xo / x_bin) * scale)
-            y_code[k] = _nint((yo / y_bin) * scale)
-        else:
-            bin_index[k] = -1
-            x_code[k] = 0
-            y_code[k] = 0
+        inside[k] = simple
+        bin_index[k] = np.int64(r) * width + c
+        x_code[k] = cx
+        y_code[k] = cy
+        n_slow += 0 if simple else 1
+    if n_slow:
+        for k in range(lo, hi):
+            if not inside[k]:
+                _assign_one(lat, lon, k, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin,
+                            width, height, scale, poly_lat, poly_lon, rect, rect_box, col, row,
+                            inside, bin_index, x_code, y_code)
+
+
+def _assign_one(lat, lon, k, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin, width,
+                height, scale, poly_lat, poly_lon, rect, rect_box, col, row, inside, bin_index,
+                x_code, y_code):
+    """Point ``k`` of :meth:`BinGrid.assign`: the library's path, with every check."""
+    ry0, rx0, ry1, rx1 = rect_box[0], rect_box[1], rect_box[2], rect_box[3]
+    y = lat[k]
+    x = lon[k]
+    if dateline and x < 0.0:
+        x = x + 360.0
+    fx = (x - min_x) / x_bin
+    fy = (y - min_y) / y_bin
+    finite = np.isfinite(fx) and np.isfinite(fy)
+    vx = fx if finite else -1.0
+    vy = fy if finite else -1.0
+    vx = min(max(vx, -2.0**31), 2.0**31 - 1)
+    vy = min(max(vy, -2.0**31), 2.0**31 - 1)
+    c = np.int32(math.trunc(vx))
+    r = np.int32(math.trunc(vy))
+    col[k] = c
+    row[k] = r
+    ok = (finite and x >= min_x and x <= max_x and y >= min_y and y <= max_y
+          and c >= 0 and c < width and r >= 0 and r < height)
+    if ok and not (rect and y > ry0 and y < ry1 and x - rx0 > _CLEAR and rx1 - x > _CLEAR):
+        ok = _inside_polygon(poly_lat, poly_lon, y, x)
+    inside[k] = ok
+    if ok:
+        bin_index[k] = np.int64(r) * width + c
+        # the offset from the bin corner is held in a C float before scaling
+        xo = np.float64(np.float32(x - (min_x + np.float64(c) * x_bin)))
+        yo = np.float64(np.float32(y - (min_y + np.float64(r) * y_bin)))
+        x_code[k] = _nint((xo / x_bin) * scale)
+        y_code[k] = _nint((yo / y_bin) * scale)
+    else:
+        bin_index[k] = -1
+        x_code[k] = 0
+        y_code[k] = 0
 
 
 #: how far (degrees) inside a rectangle polygon's sides a point skips the polygon test: there
@@ -217,7 +267,7 @@ def _signatures(T) -> dict:
 #: no fastmath: each operation is the IEEE double or float operation written)
 _k_assign16 = _k_assign
 _kernel = CompiledKernels(globals(), _signatures,
-                          helpers=("_inside_polygon", "_nint", "_assign_points"))
+                          helpers=("_inside_polygon", "_nint", "_assign_one", "_assign_points"))
 
 
 @dataclass(frozen=True, eq=False)
