@@ -34,12 +34,14 @@ Results go to ``bench_final_step_survey.json``.
 ``--survey --pfm PATH`` times the final step's phases on a PFM already loaded without filters
 (``pfm-dask load <the 74 files> -o PATH --serial --bin-size 50``; keep it under /tmp, it is
 3 GB): the area filter (the writer's step, every bin with data touched; its redo file is
-compared, not applied), the recompute with the header, and the check, each by this code and by
-the code of ``--baseline`` (default f3ca986), alternating, for each of ``--thread-counts``
+compared, not applied), the recompute with the header, the check, and ``final``: the
+writer's recompute, header and check in a row (where the code has it, one walk of the chains
+for both: ``recompute(walk=)``, ``check(walked=)``), each by this code and by the code of
+``--baseline`` (default f3ca986), alternating, for each of ``--thread-counts``
 (default 1,2), every run in a fresh warmed-up process: wall time, CPU seconds and the phase's
 peak RSS (VmHWM, reset when the phase starts). Both codes must give the same redo file,
-summary, extrema, problems and bytes. The final step without filters is recompute + check,
-with the area filter all three; percentages refer to ``--load-s`` (default: the PFM's load
+summary, extrema, problems and bytes. The final step without filters is ``final``, with the
+area filter ``area`` + ``final``; percentages refer to ``--load-s`` (default: the PFM's load
 report, compile time taken out). Results go to ``bench_final_step_pfm.json``.
 
     python -m benchmarks.bench_final_step --survey --pfm /tmp/x.pfm [--thread-counts 2] [--load-s 95.1]
@@ -188,6 +190,17 @@ elif op == "area":
                                     area_filter=True), touched, threads)
     out = (summary, redo["count"], redo["crc"])
     f.close()
+elif op == "final":                    # the writer's recompute, header and check
+    try:                               # one walk of the chains for both, where the code has it
+        from pfm_dask.pfm._chains import ChainWalk
+        w = {"walk": ChainWalk()}
+    except ImportError:
+        w = {}
+    with pfm.open_pfm(path, "r+") as f:
+        ext = pfm.recompute(f, None, threads=threads, **w)
+        f.write_header(**ext)
+    probs = pfm.check(path, threads=threads, **({"walked": w["walk"]} if w else {}))
+    out = (ext, [str(p) for p in probs])
 else:
     with pfm.open_pfm(path, "r+") as f:
         if op == "recompute":          # as the load's final step: the header takes the extrema
@@ -298,7 +311,7 @@ def run_pfm(path: Path, thread_counts, repeat: int, baseline: str, load_s: float
     new_tree = BENCH_DIR.parent
     redo = Path(str(path) + ".bench-redo")
     digest = _digest(path)
-    ops = ("area", "recompute", "check")
+    ops = ("area", "recompute", "check", "final")
     runs: dict = {op: {} for op in ops}
     seen: dict = {op: set() for op in ops}
     seen["area_redo"] = set()
@@ -316,6 +329,7 @@ def run_pfm(path: Path, thread_counts, repeat: int, baseline: str, load_s: float
     for op, v in seen.items():
         assert len(v) == 1, f"{op}: the old and new code disagree: {v}"
     assert seen["check"] == {"[]"}, seen["check"]
+    assert next(iter(seen["final"])).endswith("[])"), seen["final"]
     out = {"pfm": str(path), "baseline_commit": old_sha, "thread_counts": list(thread_counts),
            "repeat": repeat, "serial_load_s": load_s, "load_average_1m": os.getloadavg()[0],
            "area_filter": next(iter(seen["area"])), "phases": {}, "final_step": {}}
@@ -326,7 +340,7 @@ def run_pfm(path: Path, thread_counts, repeat: int, baseline: str, load_s: float
             out["phases"][op][key] = {"wall_s": best["seconds"], "cpu_s": best["cpu_s"],
                                       "peak_rss_mb": max(r["peak_rss_mb"] or 0 for r in rs),
                                       "runs_s": [r["seconds"] for r in rs]}
-    for setup, phases in (("none", ("recompute", "check")), ("area", ops)):
+    for setup, phases in (("none", ("final",)), ("area", ("area", "final"))):
         for key in runs["check"]:
             wall = sum(out["phases"][op][key]["wall_s"] for op in phases)
             cpu = sum(out["phases"][op][key]["cpu_s"] for op in phases)
@@ -359,8 +373,7 @@ def _serial_load(paths, cfg, out: Path, final_threads: int | None) -> dict:
     orig = PfmWriter.finish
 
     def finish(self):
-        if final_threads is not None:
-            self.threads = final_threads
+        self.threads = final_threads or 1     # None: one thread (the CLI's --final-threads 1)
         return orig(self)
 
     PfmWriter.finish = finish

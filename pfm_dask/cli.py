@@ -587,6 +587,7 @@ def load(
         "(inputs and settings come from its journal; docs/reliability.md)"),
     strict: bool = _setting_option("strict"),
     checkpoint_seconds: float = _setting_option("checkpoint-seconds"),
+    final_threads: Optional[int] = _setting_option("final-threads"),
     dashboard_address: Optional[str] = _setting_option("dashboard-address"),
     tls_ca_file: Optional[str] = typer.Option(
         None, "--tls-ca-file", help="TLS: the CA certificate (PEM) of a tls:// scheduler or a batch profile"),

@@ -251,6 +251,9 @@ class RunOptions:
     force: bool = _setting(False, RUN, ("--force",),
                            "make a grid past the size limit (250,000,000 bins) anyway; "
                            "with --png, draw it even from a PFM failing the quick checks")
+    final_threads: int | None = _setting(
+        None, RUN, ("--final-threads",), "threads of the final step (area filter, recompute, "
+        "check) with --serial (default: up to 4 of the machine's cores; 1: one thread)")
     quiet: bool = _setting(False, RUN, ("--quiet", "-q"), "no progress display")
     max_window: int = _setting(16, RUN)  # pieces in flight at most (and two per compute slot)
     journal: bool = _setting(True, RUN)  # False: no crash safety, only to measure its cost
@@ -263,6 +266,8 @@ class RunOptions:
                               f"{self.checkpoint_seconds}")
         if self.workers < 1:
             raise ConfigError(f"--workers must be at least 1, got {self.workers}")
+        if self.final_threads is not None and self.final_threads < 1:
+            raise ConfigError(f"--final-threads must be at least 1, got {self.final_threads}")
         if self.max_window < 1:
             raise ConfigError("the window must hold at least one file")
 

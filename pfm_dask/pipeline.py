@@ -49,6 +49,7 @@ from ._faults import kill_compute_worker_once
 from .auto_area import position_problems
 from .backlog import hold_bytes
 from .errors import ConfigError, LoadError, PfmDaskError
+from .pfm import THREADS as FINAL_THREADS
 from .pieces import Piece
 from .soundings import prepare_piece
 from .outputs import (Complete, _dedupe, _existing, _given, _inspect_output, _new_files,
@@ -160,6 +161,8 @@ def _run_serial(job: _Job, kernels: KernelWatch) -> LoadResult:
             if progress:
                 progress(writer.status())
         t_load = time.perf_counter()
+        # the final step on the machine's cores (--final-threads; the load above used one)
+        writer.threads = job.options.final_threads or FINAL_THREADS
         with follow(writer.status, progress):
             rw = writer.finish()
         if progress:

@@ -44,6 +44,7 @@ from . import pfm
 from . import _faults
 from ._faults import crash_planned, crash_point
 from ._writer_area import apply_redo, run_area_filter
+from .pfm._chains import ChainWalk
 from ._writer_journal import WriterJournal
 from .heap import release_free_heap
 from .bins import BinGrid
@@ -493,7 +494,9 @@ class PfmWriter(WriterJournal):
         else:
             # a new PFM holds only what this load wrote: every bin with data was
             # touched, and the band plan needs no bin list (faster than one)
-            extrema = pfm.recompute(self.pfm, None, threads=self.threads)
+            # the same pass walks the chains for the check (one walk instead of two)
+            self._walk = ChainWalk()
+            extrema = pfm.recompute(self.pfm, None, threads=self.threads, walk=self._walk)
         self.pfm.write_header(**(extrema or {}))
         self.timings["recompute"] = time.perf_counter() - t0
         t_close = time.perf_counter()
@@ -503,7 +506,8 @@ class PfmWriter(WriterJournal):
         self.phase = "check"
         self._checkpoint("check")
         t0 = time.perf_counter()
-        problems = pfm.check(self.path, journal=False, threads=self.threads)
+        problems = pfm.check(self.path, journal=False, threads=self.threads,
+                             walked=getattr(self, "_walk", None))
         self.timings["check"] = time.perf_counter() - t0
         self._check = {"sound": not problems, "problems": [str(p) for p in problems]}
         result = {

@@ -212,9 +212,11 @@ def test_cli_load_serial_prints_report_and_exit_code(survey, tmp_path):
     assert r.exit_code == 0, r.output
 
 
-def test_serial_load_runs_on_one_thread(survey, tmp_path, monkeypatch):
-    """``--serial`` is the speedup baseline: no pack threads, recompute and check on one thread
-    (only the store's write-behind thread may run beside it)."""
+@pytest.mark.parametrize("final_threads", [1, None])
+def test_serial_load_runs_on_one_thread(survey, tmp_path, monkeypatch, final_threads):
+    """``--serial`` is the speedup baseline: no pack threads, the load on one thread (only the
+    store's write-behind thread may run beside it); the final step (recompute and check) on
+    ``--final-threads`` threads, by default the machine's (``pfm.THREADS``), the same bytes."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
@@ -236,10 +238,12 @@ def test_serial_load_runs_on_one_thread(survey, tmp_path, monkeypatch):
     monkeypatch.setattr(pfm, "recompute", lambda *a, **k: asked.append(("recompute", k.get("threads")))
                         or real_recompute(*a, **k))
     res = pipeline.run_load(expand_inputs([survey]), tmp_path / "one.pfm",
-                            LoadConfig(bin_size_m=25.0, max_backlog_bytes=1 << 20), mode="serial")
+                            LoadConfig(bin_size_m=25.0, max_backlog_bytes=1 << 20), mode="serial",
+                            final_threads=final_threads)
     assert res.exit_code == 0, res.summary()
-    assert pools == []
-    assert asked == [("recompute", 1), ("check", 1)]
+    n = final_threads or pfm.THREADS
+    assert pools == ([] if n == 1 else ["pfm-band", "pfm-check"])
+    assert asked == [("recompute", n), ("check", n)]
 
 
 def test_cli_reports_a_file_named_twice_and_loads_it_once(survey, tmp_path):

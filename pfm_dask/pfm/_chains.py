@@ -26,7 +26,7 @@ import numpy as np
 
 from .._numeric import CompiledKernels
 
-__all__ = ["visit", "chain_records", "item_positions", "chain_plan"]
+__all__ = ["visit", "chain_records", "item_positions", "chain_plan", "ChainWalk"]
 
 
 def _k_visit(bits, idx):
@@ -225,3 +225,50 @@ def chain_plan(start: np.ndarray, n: int, old_count: np.ndarray, L: int, base: i
                                            int(L), int(base), int(rsize), *out.values())
     out.update(M=int(M), max_total=int(tmax), n_tail=int(ntail))
     return out
+
+
+class ChainWalk:
+    """The chain walk of a load's recompute, kept for the check that follows it.
+
+    The recompute of a new PFM follows every bin's chain through the ``.ndx`` in raster
+    order; given one of these, it also does what the check's walk does (the records each
+    chain reaches marked on a visited map in band order, each chain's end compared with its
+    tail, the largest file and line numbers of its soundings), so that ``check(...,
+    walked=this)`` need not walk the chains again. :attr:`clean` is True only when every
+    bin with soundings was walked that way and nothing was out of place: no record reached
+    twice, every chain ending at its tail. Otherwise the check walks everything itself.
+    """
+
+    def __init__(self):
+        self.clean = False
+        self.bits = np.zeros(0, dtype=np.uint8)
+        self.n_phys = 0
+        self.rsize = 0
+        self.file_hi = -1
+        self.line_hi = -1
+
+    def begin(self, n_phys: int, rsize: int) -> None:
+        """A new walk over an ``.ndx`` of ``n_phys`` records of ``rsize`` bytes."""
+        self.clean = True
+        self.n_phys, self.rsize = int(n_phys), int(rsize)
+        self.bits = np.zeros((self.n_phys + 7) // 8, dtype=np.uint8)
+        self.file_hi = self.line_hi = -1
+
+    def spoil(self) -> None:
+        """Some bins were not walked this way: the check walks everything."""
+        self.clean = False
+        self.bits = np.zeros(0, dtype=np.uint8)
+
+    def add(self, rec_idx: np.ndarray, ends_ok: bool, file_hi: int, line_hi: int) -> None:
+        """A band's walk, in band order (raster order)."""
+        if not self.clean:
+            return
+        if not ends_ok or (rec_idx.size and (int(rec_idx.min()) < 0
+                                             or int(rec_idx.max()) >= self.n_phys)):
+            self.spoil()
+            return
+        if not visit(self.bits, rec_idx):
+            self.spoil()
+            return
+        self.file_hi = max(self.file_hi, int(file_hi))
+        self.line_hi = max(self.line_hi, int(line_hi))

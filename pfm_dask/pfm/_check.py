@@ -31,7 +31,8 @@ from ._recompute import THREADS
 from ._recompute_kernel import record_fields
 from ._sparse import (gather_runs, nonzero_records, positions_to_items, record_runs,
                       subtract_runs)
-from ._check_band import _BandContext, _check_band_data, _ExtremaCheck, _fast_band, _walk_band
+from ._check_band import (_BandContext, _check_band_data, _ExtremaCheck, _fast_band,
+                          _walk_band, _walked_band)
 from ._check_parts import (_COV_HEADER_SIZE, _Layout, _check_ctl, _check_cvg_header,
                            _check_handle, _check_header, _check_journal, _check_lin, _file_size,
                            _parts, _read_header)
@@ -56,8 +57,12 @@ def _split_by_soundings(cnt: np.ndarray, budget: int):
         a = b
 
 
+class _NotWalked(Exception):
+    """A band the recompute's walk (``walked``) cannot answer for: check walks everything."""
+
+
 def check(path, *, journal: bool = True, threads: int | None = None,
-          band_soundings: int | None = None, bins: bool = True) -> list[Problem]:
+          band_soundings: int | None = None, bins: bool = True, walked=None) -> list[Problem]:
     """Full validity check of the PFM whose handle is ``path``; returns the problems found.
 
     See the module docstring and docs/pfm-format.md ("What check verifies").
@@ -78,6 +83,15 @@ def check(path, *, journal: bool = True, threads: int | None = None,
     per ``.ndx`` record (in a temporary file of the data directory when large).
     The resident memory does not grow with the number of soundings. The
     problems do not depend on ``band_soundings`` either.
+
+    ``walked``: the :class:`._chains.ChainWalk` of the recompute that just rewrote every bin
+    of this PFM (the load's final step). When it is ``clean`` and fits this ``.ndx``, the
+    chains are not walked again: the visited map is the recompute's, its largest file and
+    line numbers are tested against the ``.ctl`` and ``.lin``, and the bin statistics are
+    not recomputed (they are what the same pass just wrote); every bin record, coverage
+    byte, orphan and the header extrema are still checked from the bytes. Anything that pass
+    cannot answer for (a deleted file, a dirty empty bin, ...) and the check runs whole, so
+    the problems are those of the full check.
     """
     parts = _parts(path)
     if not os.path.exists(parts["handle"]) and not os.path.isdir(parts["data"]):
@@ -106,6 +120,15 @@ def check(path, *, journal: bool = True, threads: int | None = None,
         return pr.finish()
     threads = THREADS if threads is None else max(1, int(threads))
     budget = _BAND_SOUNDINGS if band_soundings is None else max(1, int(band_soundings))
+    if _walk_fits(walked, sizes, lay, n_files, n_lines, deleted):
+        trial = pr.copy()
+        try:
+            _check_bins(parts, h, lay, sizes, n_files, n_lines, deleted, trial, threads, budget,
+                        walked=walked)
+        except Exception:  # noqa: BLE001 - checked whole below
+            pass
+        else:
+            return trial.finish()
     if threads > 1:
         # Pipelined; on any error the sequential pass below decides what is reported
         # (where it stops and what it found before), so the answer never depends on threads.
@@ -125,8 +148,20 @@ def check(path, *, journal: bool = True, threads: int | None = None,
     return pr.finish()
 
 
+def _walk_fits(walked, sizes, lay: _Layout, n_files, n_lines, deleted) -> bool:
+    """Can the recompute's walk stand for this check's (see :func:`check`)?"""
+    if walked is None or not walked.clean or sizes[".ndx"] is None or any(deleted):
+        return False
+    if walked.rsize != lay.phys or walked.n_phys != sizes[".ndx"] // lay.phys:
+        return False
+    if n_files is not None and walked.file_hi >= n_files:
+        return False
+    return n_lines is None or walked.line_hi < n_lines
+
+
 def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, deleted,
-                pr: _Problems, threads: int = 1, budget: int | None = None) -> None:
+                pr: _Problems, threads: int = 1, budget: int | None = None,
+                walked=None) -> None:
     """The bin pass: bands of bins in raster order, then orphans and header extrema.
 
     Each band is first checked by :func:`_fast_band` (on a thread pool of
@@ -156,13 +191,25 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
             cvg_fd = os.open(parts[".cvg"], os.O_RDONLY)
         ctx = _BandContext(h, lay, walker, cvg_fd, n_files, n_lines, deleted, budget)
         ext = _ExtremaCheck(W, ctx.null32)
+        if walked is not None:      # the recompute's walk: its visited map, no walk here
+            if walker.visited.bits.size != walked.bits.size:
+                raise _NotWalked()
+            walker.visited.bits[:] = walked.bits
+            ctx.walked = True
+        prewalked = walked is not None
+        band_fn = _walked_band if prewalked else _fast_band
         if threads > 1:
             pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pfm-check")
 
         def merge_one() -> None:
             band, bidx, recs, cover, local, fut = pending.popleft()
             fast = fut.result() if pool is not None else fut
-            if fast is not None and visit(walker.visited.bits, fast[0]):
+            if prewalked:
+                if fast is None:
+                    raise _NotWalked()
+                pr.merge(local, 2 * band + 1)
+                ext.update(*fast[1])
+            elif fast is not None and visit(walker.visited.bits, fast[0]):
                 pr.merge(local, 2 * band + 1)
                 ext.update(*fast[1])
             else:
@@ -224,8 +271,8 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
                                  cbuf[p0:p1].copy())
                     bidx = bins[a:b]
                     local = _Problems()
-                    fut = (pool.submit(_fast_band, bidx, recs[a:b], cover, ctx, local)
-                           if pool is not None else _fast_band(bidx, recs[a:b], cover, ctx, local))
+                    fut = (pool.submit(band_fn, bidx, recs[a:b], cover, ctx, local)
+                           if pool is not None else band_fn(bidx, recs[a:b], cover, ctx, local))
                     pending.append((band, bidx, recs[a:b], cover, local, fut))
                     while len(pending) > (threads if pool is not None else 0):
                         merge_one()

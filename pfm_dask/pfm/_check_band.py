@@ -39,6 +39,7 @@ class _BandContext:
         self.compute_average = h.average_filtered_name in _AVERAGE_NAMES
         self.class_type = int(h.class_type) if 0 <= int(h.class_type) <= 10 else None
         self.budget = budget  # soundings per band (check's band_soundings)
+        self.walked = False   # the chains were walked by the recompute (check's ``walked``)
 
 
 class _ExtremaCheck:
@@ -187,6 +188,24 @@ def _fast_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
         return None
 
 
+def _walked_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
+    """A band whose chains the recompute walked (check's ``walked``), on any thread: the
+    bin record checks of :func:`_walk_band`, the coverage and the extrema; ``None`` when a
+    record needs the exact walk (the whole check then runs without ``walked``)."""
+    try:
+        u = record_fields(recs, ctx.lay.bin)
+        cnt = u["count"].astype(np.int64)
+        if ((cnt == 0) & recs.any(axis=1)).any():
+            return None
+        if ctx.walker.n_phys and (cnt > ctx.walker.n_phys * ctx.lay.L).any():
+            return None
+        walked = {"bidx": bidx, "u": u, "cnt": cnt, "ok": np.ones(cnt.size, dtype=bool),
+                  "cover": cover, "walked": True}
+        return None, _check_band_data(walked, ctx, pr)
+    except Exception:  # noqa: BLE001 - the whole check decides what is reported
+        return None
+
+
 def _check_band_data(walked: dict, ctx: _BandContext, pr: _Problems) -> tuple:
     """A band's sounding checks: file and line numbers, statistics, coverage.
 
@@ -199,7 +218,9 @@ def _check_band_data(walked: dict, ctx: _BandContext, pr: _Problems) -> tuple:
     class_type = ctx.class_type
     validity = u["validity"].astype(np.int64)
     sums = walked.get("sums")       # the fast path's: its soundings passed these tests
-    snd = None if sums is not None else ctx.walker.soundings(walked["reached"])
+    by_recompute = walked.get("walked", False)   # and the recompute's walk passed them too
+    snd = (None if sums is not None or by_recompute
+           else ctx.walker.soundings(walked["reached"]))
     has = cnt > 0
     # file and line numbers
     if snd is not None and snd["b"].size:
@@ -219,7 +240,9 @@ def _check_band_data(walked: dict, ctx: _BandContext, pr: _Problems) -> tuple:
                 pr.add("deleted file", ".ndx", _bin_where(bidx[snd['b'][j]], W),
                        f"a sounding of deleted file {int(snd['file'][j])} is not flagged DELETED")
     # statistics: recompute the bins whose chain was walked cleanly
-    good = np.flatnonzero(has & ok) if class_type is not None else np.zeros(0, np.int64)
+    # (after the recompute's walk: the statistics are the ones that same pass wrote)
+    good = (np.flatnonzero(has & ok) if class_type is not None and not by_recompute
+            else np.zeros(0, np.int64))
     depth_q = 1.0 / float(scale32)
     std_q = 1.0 / float(std32)
     stored_code = {k: u[k].astype(np.int64) for k in ("std", "avg_filtered", "min_filtered",

@@ -488,7 +488,7 @@ def _data_bands(pfm_file, wanted: np.ndarray | None, rows_per_band: int | None, 
 
 def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_mask: int = 0,
               extrema: dict | None = None, band_soundings: int = BAND_SOUNDINGS,
-              threads: int | None = None) -> dict:
+              threads: int | None = None, walk=None) -> dict:
     """Recompute bins of an open (``"r+"``) :class:`PfmFile` and return the header extrema.
 
     ``bin_index``: the bins to recompute (``row * width + col``), or ``None``
@@ -506,6 +506,10 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
     once on a thread pool (numpy, numba and ``os.pread`` release the GIL; bands
     are disjoint, so are the bytes they write); the extrema are folded in band
     order on the calling thread, so the result does not depend on the thread count.
+
+    ``walk``: a :class:`._chains.ChainWalk` that the same pass fills with the check's chain
+    walk (``check(..., walked=walk)`` then does not walk the chains again); it stays not
+    ``clean`` unless every bin with soundings took the compiled band pass.
 
     Returns pfmLoader's header extrema over the recomputed bins, in raster
     order from ``extrema`` (default :data:`EXTREMA_START`), as a dict of
@@ -572,6 +576,11 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
         if not view.ok:
             view.close()
             view = None
+    if walk is not None:
+        walk.spoil()
+        if view is not None and wanted is None:
+            walk.begin(view.buf.size // view.rsize, view.rsize)
+    walking = walk is not None and walk.clean
     if view is None:
         bands = _data_bands(pfm_file, wanted, rows_per_band, int(band_soundings), rec_fields)
         work = compute
@@ -585,24 +594,33 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
             got = recompute_records(view, new, header=h, null32=null32, class_type=int(h.class_type),
                                     keep_mask=int(keep_mask), clear_mask=int(clear_mask),
                                     compute_average=compute_average, user_flags=_USER_FLAGS,
-                                    prior_keep=PRIOR_KEEP)
+                                    prior_keep=PRIOR_KEEP, walk=walking)
             if got is None:     # something out of the ordinary: the general path says what
                 return compute(pfm_file._decode_bins(bidx, raw, fields=rec_fields))
-            cnt, val, f32 = got
+            cnt, val, f32 = got[:3]
             _write_runs(fd, bidx, new, pfm_file.bin_header_size, pfm_file.bin_path)
             pfm_file._touch(bidx)
             pfm_file.update_coverage(bidx, val)
             return bidx, {"num_soundings": cnt, "validity": val, "std": f32[:, 0],
                           "min_filtered": f32[:, 1], "max_filtered": f32[:, 2],
-                          "min": f32[:, 3], "max": f32[:, 4]}
+                          "min": f32[:, 3], "max": f32[:, 4]}, (got[3] if walking else None)
     try:
         # the extrema are folded in band order on this thread: raster order, as pfmLoader
         for result in ordered_imap(work, bands, threads):
             if result is not None:
-                ext.update(*result, null32)
+                ext.update(result[0], result[1], null32)
+                if walking:     # the general path's bands leave the check to walk them
+                    if len(result) > 2 and result[2] is not None:
+                        walk.add(*result[2])
+                    else:
+                        walk.spoil()
             if view is not None and result is not None:
                 # the pages the bands read: resident memory stays at a few bands' worth
                 view.drop_pages(int(result[1]["num_soundings"].sum()))
+    except BaseException:
+        if walk is not None:
+            walk.spoil()
+        raise
     finally:
         if view is not None:
             view.close()

@@ -27,9 +27,9 @@ __all__ = ["NdxView", "BAND_FIELDS", "recompute_records", "check_sums", "band_so
 
 #: Bin record fields the kernel reads or writes, in the order of its offset/width arrays.
 BAND_FIELDS = ("num_soundings", "std", "avg_filtered", "min_filtered", "max_filtered", "avg",
-               "min", "max", "num_valid", "validity", "head")
-_F_COUNT, _F_STD, _F_AVGF, _F_MINF, _F_MAXF, _F_AVG, _F_MIN, _F_MAX, _F_NV, _F_VAL, _F_HEAD = \
-    range(len(BAND_FIELDS))
+               "min", "max", "num_valid", "validity", "head", "tail")
+_F_COUNT, _F_STD, _F_AVGF, _F_MINF, _F_MAXF, _F_AVG, _F_MIN, _F_MAX, _F_NV, _F_VAL, _F_HEAD, \
+    _F_TAIL = range(len(BAND_FIELDS))
 
 _OK = -1
 _GAVE_UP = 1
@@ -135,7 +135,8 @@ def _k_recompute_records(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb,
                          wstart, wshift, pmask, dscale, doff, null64, null32, user_flag, or_mask,
                          prior_keep, keep_mask, clear_mask, compute_average, off32, scale32,
                          std_scale32, depth_lim, std_lim, count_lim, val_lim, ref_bit, data_bit,
-                         del_ref, inval, val_mask, out_cnt, out_val, out32):
+                         del_ref, inval, val_mask, out_cnt, out_val, out32, f_off, f_nb, l_off,
+                         l_nb, rec_out, walk_out):
     """numba kernel: recompute every record of ``recs`` (n, record bytes) in place.
 
     Per bin, as ``_k_group_pass`` and ``grouped_bin_stats`` then ``write_bin_records``: the
@@ -145,8 +146,15 @@ def _k_recompute_records(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb,
     scale)`` clamped to its field) packed into the record. ``out_cnt``/``out_val``/``out32``
     (std, min filtered, max filtered, min, max as floats) feed the header extrema. Returns
     -1, or 1 when it gave up on the band (the record bytes are then not to be used).
+
+    With ``rec_out`` not empty, the same walk is also the check's (``_k_check_sums``): the
+    records reached go to ``rec_out`` (record numbers, (bin, step) order), and
+    ``walk_out`` gets 0 in ``[0]`` when a chain's last record is not its ``tail`` or
+    continues, and the largest file (``[1]``) and line (``[2]``) number of a sounding.
     """
     n_rec = out_cnt.size
+    collect = rec_out.size > 0
+    kr = 0
     rb = recs.size // max(1, n_rec)
     rn = recs.size
     nbytes = ndx.size
@@ -166,13 +174,31 @@ def _k_recompute_records(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb,
             if cur < 0 or (cur == 0 and s > 0) or cur % rsize != 0 or cur + rsize > nbytes:
                 return _GAVE_UP
             base = cur * 8
-            if s + 1 < nrec:
+            if collect:
+                rec_out[kr] = cur // rsize
+                kr += 1
+                nxt = np.int64((_be64(ndx, cur + wstart, nbytes) >> np.uint64(wshift)) & pmask)
+                if s + 1 == nrec and (nxt != 0 or
+                                      cur != np.int64(_fld(recs, rn, r0 + foff[_F_TAIL],
+                                                           fnb[_F_TAIL]))):
+                    walk_out[0] = 0
+                cur = nxt
+            elif s + 1 < nrec:
                 cur = np.int64((_be64(ndx, cur + wstart, nbytes) >> np.uint64(wshift)) & pmask)
             m = min(L, cnt - s * L)
             for j in range(m):
                 p = base + j * slot_bits
                 code = _fld(ndx, nbytes, p + d_off, d_nb)
                 w = np.int64(_fld(ndx, nbytes, p + v_off, v_nb))
+                if collect:
+                    if f_nb:
+                        fnum = np.int64(_fld(ndx, nbytes, p + f_off, f_nb))
+                        if fnum > walk_out[1]:
+                            walk_out[1] = fnum
+                    if l_nb:
+                        lnum = np.int64(_fld(ndx, nbytes, p + l_off, l_nb))
+                        if lnum > walk_out[2]:
+                            walk_out[2] = lnum
                 x = np.float64(code) / dscale - doff
                 s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags = _step(
                     x, w, null64, user_flag, or_mask, ref_bit, del_ref, inval,
@@ -383,7 +409,8 @@ def _signatures(T) -> dict:
         T.Array(T.uint8, 1, "C", **ro), i8, i8, i8, i8, i8, i8, i8, i8, i8, u8,
         f8, f8, f8, f4, i8, i8, i8, i8, i8, T.boolean, f4, f4, f4, i8, i8, i8, i8, i8, i8,
         i8, i8, i8, T.Array(T.int64, 1, "C"), T.Array(T.int64, 1, "C"),
-        T.Array(T.float32, 2, "C")),
+        T.Array(T.float32, 2, "C"), i8, i8, i8, i8, T.Array(T.int64, 1, "C"),
+        T.Array(T.int64, 1, "C")),
         "band_soundings": T.int64(
             T.Array(T.uint8, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro),
             T.Array(T.int64, 1, "C", **ro), T.Array(T.uint8, 1, "C", **ro), i8, i8, i8, i8, i8,
@@ -436,7 +463,7 @@ class NdxView:
             return
         for k in BAND_FIELDS:
             nb = BL.fields[k].nbits
-            if not 0 < nb <= 64 or (k != "head" and nb > 62):
+            if not 0 < nb <= 64 or (k not in ("head", "tail") and nb > 62):
                 return
         size = os.fstat(pfm_file._fd("ndx")).st_size
         if size:
@@ -448,6 +475,10 @@ class NdxView:
         self.slot_bits = int(pfm_file._single_bits)
         self.depth = (int(d.offset), int(d.nbits))
         self.validity = (int(v.offset), int(v.nbits))
+        # the file and line numbers the check's walk looks at (0 bits: not read)
+        fl = [NL.fields.get((k, 0)) for k in ("file", "line")]
+        self.file_line = tuple((int(x.offset), int(x.nbits)) if x is not None and x.nbits <= 57
+                               else (0, 0) for x in fl)
         self.word = (int(word[0]), int(word[1]),
                      np.uint64((1 << NL.fields["continuation"].nbits) - 1))
         self.foff = np.array([BL.fields[k].offset for k in BAND_FIELDS], dtype=np.int64)
@@ -484,14 +515,26 @@ class NdxView:
 
 def recompute_records(view: NdxView, recs: np.ndarray, *, header, null32, class_type: int,
                       keep_mask: int, clear_mask: int, compute_average: bool,
-                      user_flags: tuple, prior_keep: int):
+                      user_flags: tuple, prior_keep: int, walk: bool = False):
     """Recompute the (n, record bytes) bin records ``recs`` in place (see the module doc).
 
     Returns ``(counts, validity, floats)`` for the header extrema (floats: std, min
     filtered, max filtered, min, max as float32 columns), or ``None`` when the kernel gave
-    up on the band (``recs`` is then partly changed: pass it a copy).
+    up on the band (``recs`` is then partly changed: pass it a copy). With ``walk``, a fourth
+    item: the check's view of the same walk, ``(record numbers reached in (bin, step) order,
+    every chain ends at its tail, largest file number, largest line number)``.
     """
     n = recs.shape[0]
+    if walk:
+        cnt = np.empty((1, n), dtype=np.uint64)
+        _kernel("record_fields")(recs.reshape(-1), view.foff[_F_COUNT:_F_COUNT + 1],
+                                 view.fnb[_F_COUNT:_F_COUNT + 1], cnt)
+        c = cnt[0].astype(np.int64)
+        total = int(((c + view.L - 1) // view.L).sum())
+        rec_out = np.empty(max(1, total), dtype=np.int64)
+    else:
+        total, rec_out = 0, np.empty(0, dtype=np.int64)
+    walk_out = np.array([1, -1, -1], dtype=np.int64)
     out_cnt = np.empty(n, dtype=np.int64)
     out_val = np.empty(n, dtype=np.int64)
     out32 = np.empty((n, 5), dtype=np.float32)
@@ -506,9 +549,12 @@ def recompute_records(view: NdxView, recs: np.ndarray, *, header, null32, class_
         bool(compute_average), np.float32(h.depth_offset), np.float32(h.depth_scale),
         np.float32(h.std_scale), depth_lim, std_lim, count_lim, val_lim, int(V.REFERENCE),
         int(V.DATA), int(V.DELETED | V.REFERENCE), int(V.INVAL), int(V.VAL_MASK),
-        out_cnt, out_val, out32)
+        out_cnt, out_val, out32, *view.file_line[0], *view.file_line[1], rec_out, walk_out)
     if r != _OK:
         return None
+    if walk:
+        return out_cnt, out_val, out32, (rec_out[:total], bool(walk_out[0]),
+                                         int(walk_out[1]), int(walk_out[2]))
     return out_cnt, out_val, out32
 
 
