@@ -127,6 +127,8 @@ class PfmWriter(WriterJournal):
         self._undo: J.UndoLog | None = None
         self._touched_log: J.TouchedLog | None = None
         self._last_ckpt = time.monotonic()
+        self._ckpt_thread: threading.Thread | None = None   # a checkpoint published behind
+        self._ckpt_error: BaseException | None = None
         self._filter_stats = None
         self._redo: dict | None = None
         self._check: dict | None = None
@@ -265,7 +267,7 @@ class PfmWriter(WriterJournal):
                 for _ in group:
                     crash_point("piece")
                 if self._journal_on and time.monotonic() - self._last_ckpt >= self.checkpoint_seconds:
-                    self._checkpoint()
+                    self._checkpoint(behind=True)     # made durable on a thread of its own
             except OSError as err:
                 if J.is_disk_full(err):
                     raise self._disk_full(err) from err
