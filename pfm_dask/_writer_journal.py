@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 
 import numpy as np
@@ -77,31 +78,77 @@ class WriterJournal:
             "pid": os.getpid(), "host": socket.gethostname(), "time": time.time(),
         }
 
-    def _checkpoint(self, phase: str | None = None) -> None:
-        """Make everything written so far durable and publish it as the new checkpoint."""
+    def _checkpoint(self, phase: str | None = None, *, behind: bool = False) -> None:
+        """Make everything written so far durable and publish it as the new checkpoint.
+
+        ``behind`` (the periodic checkpoints while loading): the state is taken and the next
+        undo interval started now, in the undo log's other file, but the fsyncs and the
+        publishing run on a thread of their own while the writer goes on; until the
+        checkpoint is published, the previous interval's pre-images stay in place, so a crash
+        meanwhile rolls back to the previous checkpoint through both intervals' entries. One
+        such checkpoint is in flight at a time; every other checkpoint waits for it first.
+        """
         if not self._journal_on:
             if phase:
                 self.jphase = phase
             return
+        self._join_checkpoint()
         t0 = time.perf_counter()
         if phase:
             self.jphase = phase
         if not self.pfm.closed:
             self.pfm.flush()
-        if self._dirty:
-            for p in self._part_paths().values():
-                J.fsync_path(p)
-            self._touched_log.sync()
-            self._dirty = False
+        dirty, self._dirty = self._dirty, False
         self._epoch += 1
-        J.atomic_write(self._jp["journal"], json.dumps(self._state()).encode())
-        self._undo.begin(self._epoch, {"bin": os.path.getsize(self._part_paths()["bin"]),
-                                       "ndx": int(self.pfm.ndx_size)})
+        state = json.dumps(self._state()).encode()
+        limits = {"bin": os.path.getsize(self._part_paths()["bin"]), "ndx": int(self.pfm.ndx_size)}
+        parts = list(self._part_paths().values()) if dirty else []
+        phase_now = self.jphase
+        if behind:
+            self._undo.begin(self._epoch, limits, keep_previous=True)
+            self._ckpt_error = None
+            self.timings["journal_checkpoint_behind"] += 0.0   # the key exists before the thread
+            self._ckpt_thread = threading.Thread(
+                target=self._publish_behind, args=(parts, state, phase_now),
+                name="pfm-checkpoint", daemon=True)
+            self._ckpt_thread.start()
+        else:
+            self._publish(parts, state, phase_now)
+            self._undo.begin(self._epoch, limits)
         self._last_ckpt = time.monotonic()
         self.timings["journal_checkpoint"] += time.perf_counter() - t0
         self.checkpoints += 1
+
+    def _publish(self, parts: list, state: bytes, phase: str, behind: bool = False) -> None:
+        """fsync ``parts`` and the touched log, then publish ``state`` as ``journal.json``."""
+        for p in parts:
+            J.fsync_path(p)
+        if parts:
+            self._touched_log.sync()
+        if behind:
+            crash_point("checkpoint-behind")    # durable, not yet published; the writer goes on
+        J.atomic_write(self._jp["journal"], state)
         crash_point("checkpoint")
-        crash_point(f"checkpoint-{self.jphase}")
+        crash_point(f"checkpoint-{phase}")
+
+    def _publish_behind(self, parts: list, state: bytes, phase: str) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._publish(parts, state, phase, behind=True)
+        except BaseException as err:  # noqa: BLE001 - raised by the next _join_checkpoint
+            self._ckpt_error = err
+        self.timings["journal_checkpoint_behind"] += time.perf_counter() - t0
+
+    def _join_checkpoint(self) -> None:
+        """Wait for the checkpoint being published behind the writer, if any; raise its error."""
+        th = getattr(self, "_ckpt_thread", None)
+        if th is None:
+            return
+        th.join()
+        self._ckpt_thread = None
+        err, self._ckpt_error = self._ckpt_error, None
+        if err is not None:
+            raise err
 
     def _resume(self) -> None:
         """Roll the PFM back to the last checkpoint and take up the writer's state from it."""
@@ -161,6 +208,10 @@ class WriterJournal:
 
     def _close_journal(self, *, remove: bool = False) -> None:
         """Close the journal's files and release the lock; ``remove`` deletes the scratch files."""
+        th = getattr(self, "_ckpt_thread", None)
+        if th is not None:      # a checkpoint still being published: let it end first
+            th.join()
+            self._ckpt_thread = None
         for obj in (self._undo, self._touched_log):
             if obj is not None:
                 try:
@@ -168,7 +219,7 @@ class WriterJournal:
                 except OSError:
                     pass
         if remove:
-            for key in ("undo", "touched", "redo"):
+            for key in ("undo", "undo_alt", "touched", "redo"):
                 try:
                     os.unlink(self._jp[key])
                 except OSError:
@@ -190,8 +241,11 @@ class WriterJournal:
         undo = self._undo.seconds if self._undo is not None else 0.0
         tl = self._touched_log.seconds if self._touched_log is not None else 0.0
         ck = self.timings.get("journal_checkpoint", 0.0)
+        behind = self.timings.get("journal_checkpoint_behind", 0.0)
         return {"seconds": ck + undo + tl, "checkpoint_seconds": ck, "undo_seconds": undo,
                 "touched_seconds": tl, "checkpoints": self.checkpoints,
+                # the fsyncs and publishing of checkpoints made behind the writer (own thread)
+                "checkpoint_behind_seconds": behind,
                 # the undo log's fsyncs on the store's write-behind thread (not the writer's)
                 "undo_fsync_behind_seconds": (self._undo.fsync_seconds_behind
                                               if self._undo is not None else 0.0),

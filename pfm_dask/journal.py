@@ -10,10 +10,11 @@ final check passes. Beside the PFM parts, ``X.pfm.data/`` holds:
     the last checkpoint: epoch, phase, the durable watermark (the next piece
     ``seq`` to write), the sizes of the parts, and the writer's state (per-file
     counts, line trackers). Published atomically (:func:`atomic_write`).
-``undo.log``
+``undo.log``, ``undo.log.b``
     pre-images of the in-place overwrites made since the last checkpoint
     (bin records and chain tail records), each entry fsynced before its
-    overwrite is issued (:class:`UndoLog`).
+    overwrite is issued (:class:`UndoLog`); while a checkpoint is being made
+    durable behind the writer, the next interval's entries go to the other file.
 ``touched.log``
     the bins that received soundings, each once, appended as int64; the
     checkpoint records its length (:class:`TouchedLog`).
@@ -77,6 +78,7 @@ PHASES = ("append-pending", "loading", "loaded", "area-filter", "filtered", "rec
 JOURNAL_NAME = "journal.json"
 STATIC_NAME = "load.json"
 UNDO_NAME = "undo.log"
+UNDO_ALT_SUFFIX = ".b"           # the undo log's second file (intervals alternate between the two)
 TOUCHED_NAME = "touched.log"
 REDO_NAME = "filter-redo.bin"
 LOCK_NAME = "lock"
@@ -144,7 +146,8 @@ def journal_paths(pfm_path: str | os.PathLike) -> dict:
     """The journal's files for the PFM whose handle is ``pfm_path``."""
     data = Path(os.fspath(pfm_path) + ".data")
     return {"data": data, "journal": data / JOURNAL_NAME, "static": data / STATIC_NAME,
-            "undo": data / UNDO_NAME, "touched": data / TOUCHED_NAME,
+            "undo": data / UNDO_NAME, "undo_alt": data / (UNDO_NAME + UNDO_ALT_SUFFIX),
+            "touched": data / TOUCHED_NAME,
             "redo": data / REDO_NAME, "lock": data / LOCK_NAME}
 
 
@@ -222,7 +225,15 @@ class UndoLog:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # the interval's file and the other one (``path`` + UNDO_ALT_SUFFIX): a checkpoint made
+        # durable behind the writer (``begin(..., keep_previous=True)``) leaves the previous
+        # interval's entries where they are and starts the new one in the other file
+        self.paths = [self.path, Path(str(self.path) + UNDO_ALT_SUFFIX)]
+        self._fds: list[int | None] = [os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644), None]
+        if self.paths[1].exists():
+            self._fds[1] = os.open(self.paths[1], os.O_RDWR)
+        self._cur = 0
+        self.fd = self._fds[0]
         self.epoch = 0
         self.limits: dict[str, int] = {}
         # (part, record size) -> one bit per record of the part (offset // size): its pre-image
@@ -235,12 +246,32 @@ class UndoLog:
         self.seconds = 0.0      # time spent saving and committing (the journal's cost)
         self.fsync_seconds_behind = 0.0   # commits run on the store's write-behind thread
 
-    def begin(self, epoch: int, limits: dict[str, int]) -> None:
-        """Start a new checkpoint interval: forget every entry (truncate) and set the limits."""
+    @staticmethod
+    def _truncate(fd: int) -> None:
+        if os.fstat(fd).st_size:    # an empty log needs no truncation
+            os.ftruncate(fd, 0)
+            os.fsync(fd)
+
+    def begin(self, epoch: int, limits: dict[str, int], *, keep_previous: bool = False) -> None:
+        """Start a new checkpoint interval: forget every entry (truncate) and set the limits.
+
+        ``keep_previous``: the checkpoint that starts this interval is not durable yet (it is
+        being fsynced and published behind the writer), so the previous interval's entries
+        must survive until it is: the new interval goes to the other file, whose entries (two
+        intervals old, before the last published checkpoint) are dropped. The caller publishes
+        at most one checkpoint at a time. A rollback puts back the entries of its epoch and of
+        any later one (:meth:`rollback`)."""
         t0 = time.perf_counter()
-        if self._end or os.fstat(self.fd).st_size:  # an empty log needs no truncation
-            os.ftruncate(self.fd, 0)
-            os.fsync(self.fd)
+        if keep_previous:
+            self._cur = 1 - self._cur
+            if self._fds[self._cur] is None:
+                self._fds[self._cur] = os.open(self.paths[self._cur], os.O_RDWR | os.O_CREAT, 0o644)
+            self.fd = self._fds[self._cur]
+            self._truncate(self.fd)
+        else:
+            for fd in self._fds:
+                if fd is not None:
+                    self._truncate(fd)
         self._end = 0
         self._dirty = False
         self.epoch = int(epoch)
@@ -381,14 +412,18 @@ class UndoLog:
         queue(fsync)
 
     def entries(self, epoch: int) -> list[tuple[int, int, int, str, int, int]]:
-        """Valid entries of ``epoch`` in write order: (kind flag, position of the body, body
-        length, part, offset, length of the pre-image)."""
+        """Valid entries of ``epoch`` in the interval's file in write order: (kind flag,
+        position of the body, body length, part, offset, length of the pre-image)."""
+        return [e[1:] for e in self._scan(self.fd) if e[0] == epoch]
+
+    def _scan(self, fd: int) -> list[tuple[int, int, int, int, str, int, int]]:
+        """Every valid entry of the file ``fd`` in write order, with its epoch first."""
         out = []
-        size = os.fstat(self.fd).st_size
+        size = os.fstat(fd).st_size
         pos = 0
         hs = _HEAD.size + _CRC.size
         while pos + hs <= size:
-            raw = os.pread(self.fd, hs, pos)
+            raw = os.pread(fd, hs, pos)
             magic, ep, part, off, n = _HEAD.unpack_from(raw)
             (crc,) = _CRC.unpack_from(raw, _HEAD.size)
             flag = part & (_ZERO | _SPARSE | _CLEARED)
@@ -397,25 +432,24 @@ class UndoLog:
                 break  # a torn or foreign tail: its overwrite was never issued
             stored = 0
             if flag in (_RECORDS, _CLEARED):  # its body length follows the header, then the CRC
-                raw = os.pread(self.fd, hs + 4, pos)
+                raw = os.pread(fd, hs + 4, pos)
                 if len(raw) < hs + 4:
                     break
                 (stored,) = struct.unpack_from("<I", raw, _HEAD.size)
                 (crc,) = _CRC.unpack_from(raw, _HEAD.size + 4)
                 if pos + hs + 4 + stored > size:
                     break
-                body = os.pread(self.fd, stored, pos + hs + 4)
+                body = os.pread(fd, stored, pos + hs + 4)
                 if zlib.crc32(body, zlib.crc32(raw[:_HEAD.size])) != crc:
                     break
-                if ep == epoch:
-                    out.append((flag, pos + hs + 4, stored, _PART_NAMES[part], off, n))
+                out.append((ep, flag, pos + hs + 4, stored, _PART_NAMES[part], off, n))
                 pos += hs + 4 + stored
                 continue
             if flag == _SPARSE:
                 if pos + hs + 4 > size:
                     break
-                (k,) = struct.unpack("<I", os.pread(self.fd, 4, pos + hs))
-                table = np.frombuffer(os.pread(self.fd, 8 * k, pos + hs + 4), dtype="<u4")
+                (k,) = struct.unpack("<I", os.pread(fd, 4, pos + hs))
+                table = np.frombuffer(os.pread(fd, 8 * k, pos + hs + 4), dtype="<u4")
                 if table.size != 2 * k:
                     break
                 stored = 4 + 8 * k + int(table[1::2].astype(np.int64).sum())
@@ -423,24 +457,30 @@ class UndoLog:
                 stored = n
             if pos + hs + stored > size:
                 break
-            body = os.pread(self.fd, stored, pos + hs)
+            body = os.pread(fd, stored, pos + hs)
             if zlib.crc32(body, zlib.crc32(raw[:_HEAD.size])) != crc:
                 break
-            if ep == epoch:
-                out.append((flag, pos + hs, stored, _PART_NAMES[part], off, n))
+            out.append((ep, flag, pos + hs, stored, _PART_NAMES[part], off, n))
             pos += hs + stored
         return out
 
     def rollback(self, epoch: int, paths: dict[str, str]) -> int:
-        """Put back every pre-image of ``epoch``, newest first; fsync the parts. Returns bytes."""
-        ents = self.entries(epoch)
+        """Put back every pre-image of ``epoch`` and of later epochs, newest first (later
+        entries exist when the checkpoint after ``epoch`` was still being made durable: they
+        bring their records back to that checkpoint, ``epoch``'s then to this one); fsync the
+        parts. Returns bytes."""
+        ents = []
+        for k, fd in enumerate(self._fds):
+            if fd is not None:
+                ents += [(e[0], k, i, e) for i, e in enumerate(self._scan(fd)) if e[0] >= epoch]
+        ents.sort(key=lambda x: x[:3])     # by epoch (each file holds one interval), write order
         fds: dict[str, int] = {}
         total = 0
         try:
-            for flag, pos, stored, part, off, n in reversed(ents):
+            for _, k, _, (_, flag, pos, stored, part, off, n) in reversed(ents):
                 if part not in fds:
                     fds[part] = os.open(paths[part], os.O_RDWR)
-                body = os.pread(self.fd, stored, pos)
+                body = os.pread(self._fds[k], stored, pos)
                 if flag == _RECORDS:
                     total += _restore_records(fds[part], body)
                     continue
@@ -457,9 +497,11 @@ class UndoLog:
         return total
 
     def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        for k, fd in enumerate(self._fds):
+            if fd is not None:
+                os.close(fd)
+                self._fds[k] = None
+        self.fd = None
 
 
 def _encode(arr: np.ndarray) -> tuple[int, bytes]:
@@ -638,7 +680,7 @@ def remove_scratch(pfm_path: str | os.PathLike) -> bool:
     except LoadError:
         return False
     try:
-        for key in ("undo", "touched", "redo"):
+        for key in ("undo", "undo_alt", "touched", "redo"):
             try:
                 os.unlink(paths[key])
             except OSError:

@@ -95,7 +95,10 @@ class PfmWriter(WriterJournal):
         self._lock = threading.Condition()
         self._buffer: dict[int, PreparedPiece | _Skipped] = {}
         self._buffer_bytes = 0
-        self._merge_bufs: dict[str, np.ndarray] = {}   # a group's merged columns (reused)
+        # a chunk's merged columns, two sets reused in turn: the next chunk is merged on
+        # :attr:`_merge_pool`'s thread while this one is written
+        self._merge_bufs: list[dict[str, np.ndarray]] = [{}, {}]
+        self._merge_pool = None
         self.peak_backlog_bytes = 0
         self.peak_backlog_batches = 0
         self._next = 0
@@ -105,6 +108,7 @@ class PfmWriter(WriterJournal):
         self.phase = "loading"
         self.t_start = time.time()
         self.timings = defaultdict(float)
+        self.timings.update(merge=0.0, merge_cpu=0.0)   # also written by the merge thread
         self.soundings_written = 0
         self.bytes_written = 0
         self.pieces_written = 0
@@ -128,6 +132,8 @@ class PfmWriter(WriterJournal):
         self._undo: J.UndoLog | None = None
         self._touched_log: J.TouchedLog | None = None
         self._last_ckpt = time.monotonic()
+        self._ckpt_thread: threading.Thread | None = None   # a checkpoint published behind
+        self._ckpt_error: BaseException | None = None
         self._filter_stats = None
         self._redo: dict | None = None
         self._check: dict | None = None
@@ -266,7 +272,7 @@ class PfmWriter(WriterJournal):
                 for _ in group:
                     crash_point("piece")
                 if self._journal_on and time.monotonic() - self._last_ckpt >= self.checkpoint_seconds:
-                    self._checkpoint()
+                    self._checkpoint(behind=True)     # made durable on a thread of its own
             except OSError as err:
                 if J.is_disk_full(err):
                     raise self._disk_full(err) from err
@@ -298,9 +304,24 @@ class PfmWriter(WriterJournal):
             nbytes = sum(p["nbytes"] for p in parts)
             n = sum(p["bin_index"].size for p in parts)
             per_chunk = max(1, int(n * self.chunk_bytes / max(1, nbytes)))
-            for cuts in _bin_chunks([p["bin_index"] for p in parts], per_chunk):
-                cols = _merge_sorted([_sounding_columns(p, a, b) for p, (a, b) in zip(parts, cuts)
-                                      if b > a], self._merge_bufs)
+            chunks = list(_bin_chunks([p["bin_index"] for p in parts], per_chunk))
+
+            def merged(i: int) -> dict:
+                t, c = time.perf_counter(), time.thread_time()
+                out = _merge_sorted([_sounding_columns(p, a, b) for p, (a, b)
+                                     in zip(parts, chunks[i]) if b > a], self._merge_bufs[i % 2])
+                self.timings["merge"] += time.perf_counter() - t
+                self.timings["merge_cpu"] += time.thread_time() - c   # on whichever thread
+                return out
+
+            pool = self._merger() if len(chunks) > 1 else None
+            nxt = pool.submit(merged, 0) if pool is not None else None
+            for i in range(len(chunks)):
+                cols = nxt.result() if pool is not None else merged(i)
+                if pool is not None and i + 1 < len(chunks):
+                    # the next chunk merges into the other set of buffers meanwhile (numpy's
+                    # copies and the merge kernel release the GIL)
+                    nxt = pool.submit(merged, i + 1)
                 self.pfm.add_sorted(**cols)
                 bin_index = cols["bin_index"]
                 # each bin enters the touched log once (bin_index is sorted)
@@ -315,6 +336,14 @@ class PfmWriter(WriterJournal):
         now = time.time()
         self._rate_window.append((now, self.soundings_written))
         self._rate_window = [(t, s) for t, s in self._rate_window if now - t <= 10.0]
+
+    def _merger(self):
+        """The one thread that merges a group's next chunk while the current one is written."""
+        if self._merge_pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._merge_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pfm-merge")
+        return self._merge_pool
 
     def _columns(self, prepared: PreparedPiece) -> dict | None:
         """A piece's counts into its file's record, its lines numbered (new names appended to
@@ -459,7 +488,10 @@ class PfmWriter(WriterJournal):
         if self._next < self.n_pieces:
             raise LoadError(f"finish() called with {self.n_pieces - self._next} pieces "
                             "not yet written", path=self.path)
-        self._merge_bufs.clear()    # the groups are written: their buffers are not needed
+        self._merge_bufs = [{}, {}]    # the groups are written: their buffers are not needed
+        if self._merge_pool is not None:
+            self._merge_pool.shutdown()
+            self._merge_pool = None
         release_free_heap()
         self.pfm.flush()
         if self.jphase == "loading":

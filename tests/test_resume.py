@@ -147,12 +147,52 @@ def test_undo_log_puts_back_the_pre_images_and_ignores_a_torn_tail(tmp_path):
     # a torn entry at the end (its overwrite never happened) is ignored
     with open(tmp_path / "undo.log", "ab") as fh:
         fh.write(b"UNDO\x07\x00")
-    # entries of another epoch are ignored: nothing to undo for epoch 6
-    assert undo.rollback(6, {"bin": str(part)}) == 0
+    # entries of an older epoch are ignored: nothing to undo for epoch 8
+    assert undo.rollback(8, {"bin": str(part)}) == 0
     undo.rollback(7, {"bin": str(part)})
     got = part.read_bytes()
     # the checkpoint size was 10000: bytes from there on are cut by the resume's truncation
     assert got[:10000] == original[:10000]
+    undo.close()
+
+
+def test_undo_log_rolls_back_through_an_interval_begun_before_its_checkpoint_was_durable(tmp_path):
+    """A checkpoint made durable behind the writer: the next interval starts in the log's other
+    file while the previous one's entries stay. A crash before the checkpoint is published
+    rolls back to the one before through both intervals; one after it, through the new only."""
+    part = tmp_path / "part.bin"
+    state0 = bytes(range(256)) * 8
+    part.write_bytes(state0)
+    undo = J.UndoLog(tmp_path / "undo.log")
+    undo.begin(4, {"bin": len(state0)})
+    fd = os.open(part, os.O_RDWR)
+
+    def edit(off, data):
+        undo.save("bin", off, os.pread(fd, len(data), off))
+        undo.commit()
+        os.pwrite(fd, data, off)
+
+    edit(10, b"A" * 100)
+    edit(500, b"B" * 20)
+    state1 = part.read_bytes()                    # checkpoint 5 taken here, published later
+    undo.begin(5, {"bin": len(state0)}, keep_previous=True)
+    assert (tmp_path / ("undo.log" + J.UNDO_ALT_SUFFIX)).exists()
+    edit(50, b"C" * 100)                          # overlaps an edit of interval 4
+    edit(1500, b"D" * 10)
+    os.close(fd)
+    # crash before checkpoint 5 was published: back to checkpoint 4
+    undo.rollback(4, {"bin": str(part)})
+    assert part.read_bytes() == state0
+    # had it been published: back to checkpoint 5 (interval 4's entries are older: ignored)
+    fd = os.open(part, os.O_RDWR)
+    os.pwrite(fd, state1, 0)
+    edit(50, b"C" * 100)
+    os.close(fd)
+    undo.rollback(5, {"bin": str(part)})
+    assert part.read_bytes() == state1
+    # a plain begin empties both files
+    undo.begin(6, {"bin": len(state0)})
+    assert undo.rollback(4, {"bin": str(part)}) == 0
     undo.close()
 
 
@@ -338,6 +378,9 @@ PIECE_GROUPS = {"PFM_DASK_GROUP_BYTES": "1"}
 CRASHES = [
     ("piece:3", ["--checkpoint-seconds", "0"]),
     ("piece:3/groups-of-one", ["--checkpoint-seconds", "0"]),
+    # killed while a checkpoint is made durable behind the writer, which has begun the next
+    # group: its in-place writes are in the undo log's other file
+    ("checkpoint-behind:2/groups-of-one", ["--checkpoint-seconds", "0"]),
     ("area-filter-row:3", []),
     ("area-filter-apply", []),
     ("recompute-write", []),
@@ -373,6 +416,7 @@ def test_killed_load_resumes_to_the_uninterrupted_result(rsurvey, request, tmp_p
     data = Path(str(out) + ".data")
     assert J.read_journal(out)["phase"] == "complete"
     assert not (data / "undo.log").exists() and not (data / "lock").exists()
+    assert not (data / ("undo.log" + J.UNDO_ALT_SUFFIX)).exists()
 
 
 def test_partial_output_is_refused_naming_the_resume_command_which_works(rsurvey, reference,

@@ -167,3 +167,41 @@ def test_add_sorted_by_runs_of_bins_writes_the_bytes_of_one_call(tmp_path):
         out[name]["bin"] = out[name]["bin"][hsize:]            # the header holds a date
     for k in ("ndx", "bin", "cvg"):
         assert out["one"][k] == out["runs"][k], k
+
+
+def test_chunks_merged_ahead_on_the_merge_thread_write_the_bytes_of_one_chunk(tmp_path):
+    """A group written as many runs of bins, each merged on the merge thread while the one
+    before is written (two sets of buffers in turn), gives the bytes of the group written whole."""
+    from pathlib import Path
+
+    from pfm_dask import pipeline, synth
+    from pfm_dask.config import LoadConfig
+    from pfm_dask.inputs import expand_inputs
+    from pfm_dask.soundings import prepare_piece
+    from pfm_dask.writer import PfmWriter
+
+    synth.generate(tmp_path / "s", files=3, pings=60, beams=128, seed=5)
+    paths = expand_inputs([tmp_path / "s"])
+    cfg = LoadConfig(bin_size_m=25.0, split_pings=20)
+    scans = [pipeline.prescan_file(p) for p in paths]
+    grid = pipeline.area_from_scans(scans, cfg)
+    pieces = pipeline.plan_pieces(scans, cfg)
+    out = {}
+    for name, chunk in (("whole", 1 << 40), ("runs", 20_000)):
+        path = tmp_path / f"{name}.pfm"
+        w = PfmWriter(path, grid, cfg, paths, len(pieces), checkpoint_seconds=0)
+        try:
+            w.chunk_bytes = chunk
+            for p in pieces:
+                w.put(prepare_piece(p, grid, cfg))
+                w.write_ready()
+            if name == "runs":
+                assert w.timings["merge"] > 0 and w._merge_pool is not None
+            w.pfm.flush()
+            stem = Path(str(path) + ".data") / path.name
+            out[name] = {k: Path(f"{stem}.{k}").read_bytes() for k in ("ndx", "bin", "cvg")}
+            out[name]["bin"] = out[name]["bin"][w.pfm.bin_header_size:]   # the header holds a date
+        finally:
+            w.abort()
+    for k in ("ndx", "bin", "cvg"):
+        assert out["whole"][k] == out["runs"][k], k

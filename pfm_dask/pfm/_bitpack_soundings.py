@@ -202,7 +202,7 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
                    coding: SoundingCoding, first: np.ndarray, count: np.ndarray, rec0: np.ndarray,
                    n_records: int, slots: int, slot_bits: int, cont_field: tuple[int, int],
                    cont_base: int, record_bytes: int, *, executor=None, out: np.ndarray | None = None,
-                   block: int = 8192, sink=None, chunk_bytes: int = 1 << 20,
+                   block: int = 8192, sink=None, chunk_bytes: int = 1 << 20, buffers=None,
                    check: np.ndarray | None = None) -> np.ndarray | None:
     """Code and pack soundings into new chained physical records (numba, one pass).
 
@@ -234,7 +234,11 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
     records at a time into a buffer of its own and calls ``sink(offset,
     bytes)`` (``offset`` of the chunk's first record, from record 0) while the
     bytes are still in cache, e.g. to ``pwrite`` them, which then copies from
-    cache instead of from memory.
+    cache instead of from memory. With ``buffers`` (``get()`` a buffer of at
+    least ``chunk_bytes`` bytes, ``put(buffer)`` it back) every chunk is packed
+    into a buffer got there and the sink keeps it (e.g. hands it to another
+    thread, which puts it back once written: the chunk's view's ``base``);
+    without, each thread reuses one buffer and the sink must not keep it.
 
     The soundings are checked as they are coded, at no extra pass over memory:
     ``check`` (a uint64 array of :data:`CHECK_SIZE`), if given, accumulates
@@ -286,11 +290,18 @@ def pack_soundings(item_fields: Mapping[Hashable, tuple[int, int]], values: Mapp
                 pack(r0, r1, res_flat, 0, lanes, tmp, seen[j])
                 return
             step = max(1, chunk_bytes // record_bytes)
-            buf = np.empty(step * record_bytes, dtype=np.uint8)
-            for a in range(r0, r1, step):
-                b = min(a + step, r1)
-                pack(a, b, buf, a * record_bytes, lanes, tmp, seen[j])
-                sink(a * record_bytes, buf[: (b - a) * record_bytes])
+            buf = np.empty(step * record_bytes, dtype=np.uint8) if buffers is None else buffers.get()
+            try:
+                for a in range(r0, r1, step):
+                    b = min(a + step, r1)
+                    pack(a, b, buf, a * record_bytes, lanes, tmp, seen[j])
+                    held, buf = buf, None
+                    sink(a * record_bytes, held[: (b - a) * record_bytes])
+                    # the sink keeps that buffer (and gives it back)
+                    buf = held if buffers is None else buffers.get()
+            finally:
+                if buffers is not None and buf is not None:
+                    buffers.put(buf)
         return do
 
     _run([job(j, a, b) for j, (a, b) in enumerate(_split(n_records, parts))], executor)

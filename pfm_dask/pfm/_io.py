@@ -18,7 +18,7 @@ from .._fileio import pwrite_all
 from ..errors import PfmFormatError
 from ._bitpack import BitLayout
 
-__all__ = ["Spans", "BackgroundWriter", "NdxMap", "start_writeback", "RMW_GAP", "MAX_SPAN"]
+__all__ = ["Spans", "BufferPool", "BackgroundWriter", "NdxMap", "start_writeback", "RMW_GAP", "MAX_SPAN"]
 
 RMW_GAP = 4096                   # merge read-modify-write spans whose gap is at most this
 MAX_SPAN = 32 << 20              # longest single read/write
@@ -161,6 +161,35 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> None:
                 pass
     if _sync_file_range and nbytes > 0:
         _sync_file_range(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)   # advisory: errors ignored
+
+
+class BufferPool:
+    """At most ``count`` byte buffers of ``nbytes``, lent out and given back (by the write-behind
+    thread once written): packing goes on into one buffer while another is written, and the
+    memory in flight stays bounded (:meth:`get` waits while all are out)."""
+
+    def __init__(self, nbytes: int, count: int):
+        import threading
+
+        self.nbytes = int(nbytes)
+        self.count = int(count)
+        self._free: list[np.ndarray] = []
+        self._made = 0
+        self._cv = threading.Condition()
+
+    def get(self) -> np.ndarray:
+        with self._cv:
+            while not self._free and self._made >= self.count:
+                self._cv.wait()
+            if self._free:
+                return self._free.pop()
+            self._made += 1
+        return np.empty(self.nbytes, dtype=np.uint8)
+
+    def put(self, buf: np.ndarray) -> None:
+        with self._cv:
+            self._free.append(buf)
+            self._cv.notify()
 
 
 class BackgroundWriter:

@@ -10,13 +10,11 @@ place in batched read-modify-writes.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from typing import Sequence
 
 import numpy as np
 
-from .._fileio import pwrite_all
 from .._numeric import nint, scaled_code_f32, scaled_code_f64
 from ..errors import ConfigError, PfmFormatError
 from .. import validity as V
@@ -25,7 +23,7 @@ from ._bitpack_soundings import (CHECK_SIZE, SoundingCoding, check_failures, fil
                                  pack_soundings)
 from ._chains import chain_plan
 from ._header import NUM_ATTR
-from ._io import RMW_GAP, Spans
+from ._io import RMW_GAP, BufferPool, Spans
 from ._layout import DEPTH_FIELDS
 
 __all__ = ["PfmWrites"]
@@ -142,10 +140,23 @@ class PfmWrites:
                     self._check_field(k, cols[k])
                 raise PfmFormatError(f"{k} out of range (found while packing)", path=self.path)
         except BaseException:
-            # nothing points to the records packed past the old end: cut them off again
+            # nothing points to the records packed past the old end: cut them off again (once
+            # the queued writes of those records are done, or they would extend it again)
+            try:
+                self._sync()
+            except BaseException:  # noqa: BLE001 - the first error is the one raised
+                pass
             os.ftruncate(self._fds["ndx"], base)
             raise
         self._commit(step)
+
+    def _chunk_buffers(self):
+        """The buffers new records are packed into and written from (:class:`BufferPool`): a
+        few more than the write-behind queue holds and the pack threads fill at once."""
+        pool = getattr(self, "_chunk_pool", None)
+        if pool is None:
+            pool = self._chunk_pool = BufferPool(1 << 20, 4 + max(1, self.pack_threads))
+        return pool
 
     def _check_field(self, key: str, arr: np.ndarray) -> None:
         """Raise naming the first value of integer field ``key`` outside its header limit."""
@@ -290,17 +301,18 @@ class PfmWrites:
             # past the end of the .ndx (nothing reads there yet): pwrite then copies from cache.
             cf = NL.fields["continuation"]
             fd = self._fds["ndx"]
-            lock = threading.Lock()
+            pool = self._chunk_buffers()
 
             def sink(off, data) -> None:
-                # one writer at a time: the kernel serialises writes to one file on its inode
-                # lock anyway, and a thread waiting there spins on a core; this one sleeps
-                with lock:
-                    pwrite_all(fd, data, base + off)
+                # the write-behind thread writes the chunk (pwrite copies it from cache there,
+                # on another core) and gives its buffer back; packing goes on into another
+                buf = data.base
+                writer.submit(fd, data, base + off, done=lambda: pool.put(buf))
 
             pack_soundings(item_fields, codes, coding, start + fill, rem, cum_m, M, L,
                            self._single_bits, (cf.offset, cf.nbits), base, rsize,
-                           executor=self._pool, sink=sink, check=check)
+                           executor=self._pool, sink=sink, chunk_bytes=pool.nbytes,
+                           buffers=pool, check=check)
             writer.start_writeback(fd, base, M * rsize)
             tm["add_pack"] += time.perf_counter() - t
 

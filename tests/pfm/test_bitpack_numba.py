@@ -502,6 +502,27 @@ def test_pack_soundings_sink_gives_the_same_bytes():
     assert sum(length for _, length in seen) == M * rbytes
     assert all(a + la == b for (a, la), (b, _) in zip(seen, seen[1:]))      # no overlaps, no holes
 
+    # with a pool of buffers the sink keeps each chunk (as the store's write-behind thread
+    # does) and gives its buffer back only later: no chunk is packed over one still held
+    from pfm_dask.pfm._io import BufferPool
+
+    pool = BufferPool(3 * rbytes + 1, 3)
+    held = []
+    got2 = np.zeros(M * rbytes, np.uint8)
+
+    def keeping_sink(off, data):
+        held.append((off, data))
+        if len(held) == 2:                   # write and give back the oldest of two held
+            o, d = held.pop(0)
+            got2[o:o + len(d)] = d
+            pool.put(d.base)
+
+    assert pack_soundings(*args, sink=keeping_sink, chunk_bytes=3 * rbytes + 1, block=16,
+                          buffers=pool) is None
+    for o, d in held:
+        got2[o:o + len(d)] = d
+    assert np.array_equal(got2, ref.reshape(-1))
+
 
 def test_pack_soundings_codes_like_the_store():
     """Depth and error codes equal the numpy coding rules (scaled_code_f64,
