@@ -30,8 +30,10 @@ __all__ = ["WriterJournal"]
 class WriterJournal:
     """Journal, checkpoints and resume of a :class:`~pfm_dask.writer.PfmWriter` (a mixin)."""
 
-    def _start_journal(self, static: dict) -> None:
-        """Lock the PFM, write ``load.json`` and the first checkpoint (before any input is added)."""
+    def _start_journal(self, static: dict, *, checkpoint: bool = True) -> None:
+        """Lock the PFM, write ``load.json`` and (``checkpoint``) the first checkpoint, before
+        any input is added. A new PFM leaves it to the caller, after the inputs are listed: a
+        kill before then finds ``load.json`` without a checkpoint and starts the load again."""
         self._flock = J.PfmLock(self._jp["lock"], wait=5.0)
         try:
             old = J.read_journal(self.path)  # an append onto a finished load: keep counting
@@ -47,7 +49,8 @@ class WriterJournal:
         # the new names (handle, data directory) must outlive a crash too
         J.fsync_path(self.path)
         J.fsync_dir(self.path.parent)
-        self._checkpoint()
+        if checkpoint:
+            self._checkpoint()
         self.pfm.undo = self._undo
 
     def _part_paths(self) -> dict:
@@ -116,6 +119,7 @@ class WriterJournal:
             self._publish(parts, state, phase_now)
             self._undo.begin(self._epoch, limits)
         self._last_ckpt = time.monotonic()
+        self._ckpt_at = (self.jphase, self._next)
         self.timings["journal_checkpoint"] += time.perf_counter() - t0
         self.checkpoints += 1
 
@@ -149,6 +153,18 @@ class WriterJournal:
         err, self._ckpt_error = self._ckpt_error, None
         if err is not None:
             raise err
+
+    def _whole_load_undone(self) -> bool:
+        """Whether the final step may skip its phase checkpoints: a new PFM (not an append),
+        no area filter, and the last checkpoint, less than ``checkpoint_seconds`` ago, is the
+        one before the first piece. Its undo interval then holds the pre-image of every bin
+        record the load wrote, which is every record the recompute rewrites (the ``.ndx`` is cut
+        back to that checkpoint's size, the header and coverage bytes are rewritten by the
+        rerun), so a resume from it rolls back to the empty PFM and loads again. A short load
+        then fsyncs its parts once, when closed, not at every phase (each fsyncs the ``.bin``)."""
+        return (self._journal_on and not self.append and not self.cfg.area_filter
+                and self._ckpt_at == ("loading", 0)
+                and time.monotonic() - self._last_ckpt < self.checkpoint_seconds)
 
     def _resume(self) -> None:
         """Roll the PFM back to the last checkpoint and take up the writer's state from it."""

@@ -134,6 +134,7 @@ class PfmWriter(WriterJournal):
         self._last_ckpt = time.monotonic()
         self._ckpt_thread: threading.Thread | None = None   # a checkpoint published behind
         self._ckpt_error: BaseException | None = None
+        self._ckpt_at: tuple | None = None   # (phase, watermark) of the last checkpoint
         self._filter_stats = None
         self._redo: dict | None = None
         self._check: dict | None = None
@@ -165,7 +166,9 @@ class PfmWriter(WriterJournal):
                 self.pfm.pack_threads = self.threads
             self.touched = np.zeros(self.pfm.grid.width * self.pfm.grid.height, dtype=bool)
             if self._journal_on:
-                self._start_journal(journal)
+                # a new PFM: one checkpoint, after its inputs are listed (an append marks
+                # the state before them: the .ctl it extends is cut back on a resume)
+                self._start_journal(journal, checkpoint=append)
             self._add_files([str(f) for f in files])
             if self._journal_on:
                 self._checkpoint()
@@ -494,8 +497,12 @@ class PfmWriter(WriterJournal):
             self._merge_pool = None
         release_free_heap()
         self.pfm.flush()
+        # a short new load: a resume starts it over from its first checkpoint
+        # (_whole_load_undone), so the phases below are not checkpoints of their own
+        quick = self._whole_load_undone()
+        checkpoint = (lambda phase: setattr(self, "jphase", phase)) if quick else self._checkpoint
         if self.jphase == "loading":
-            self._checkpoint("loaded")
+            checkpoint("loaded")
         self.pfm.undo = None  # no more in-place writes that a rerun cannot repeat
         filter_stats = None
         if self.cfg.area_filter:
@@ -512,7 +519,7 @@ class PfmWriter(WriterJournal):
             filter_stats = self._filter_stats
             self.timings["area_filter"] = time.perf_counter() - t0
         self.phase = "recompute"
-        self._checkpoint("recompute")
+        checkpoint("recompute")
         t0 = time.perf_counter()
         if crash_planned("recompute-write"):
             self._crash_in_recompute()
@@ -534,9 +541,11 @@ class PfmWriter(WriterJournal):
         t_close = time.perf_counter()
         self.pfm.close(durable=self._journal_on)  # fsyncs every part
         if self._journal_on:
+            self._touched_log.sync()
+            self._dirty = False         # every part is durable now
             self.timings["journal_checkpoint"] += time.perf_counter() - t_close
         self.phase = "check"
-        self._checkpoint("check")
+        checkpoint("check")
         t0 = time.perf_counter()
         problems = pfm.check(self.path, journal=False, threads=self.threads,
                              walked=getattr(self, "_walk", None))
