@@ -111,7 +111,7 @@ def _k_place_emit(ping, keep, start, stop, lat, lon, heading, across, across_ok,
                   validity, herr, herr_ok, verr, verr_ok, default_h, default_v, bflags, flags_ok,
                   table, null_depth, time_sec, time_nsec, o_bin, o_ping, o_beam, o_depth, o_x, o_y,
                   o_val, o_h, o_v, g_ping, g_head, g_sec, g_nsec,
-                  counts):  # pragma: no cover - compiled
+                  counts, box):  # pragma: no cover - compiled
     """The kept soundings of the own pings ``(start, stop]`` placed, binned and written out,
     ping by ping: a multibeam ping's kept beams placed by the package's placement
     (:func:`pfm_dask.geodesy._place_run`, across- and along-track nulls as 0 m, the along-track
@@ -119,7 +119,8 @@ def _k_place_emit(ping, keep, start, stop, lat, lon, heading, across, across_ok,
     bins by the package's assignment (:func:`pfm_dask.pfm._grid._assign_points`, with the
     grid's ``kernel_args``); the soundings inside the area as output rows, the pings they come
     from (heading and time), and the counts. ``lat``, ``lon``, ``heading``, ``time_sec``,
-    ``time_nsec``: one value per ping. Returns ``(rows, pings)`` written."""
+    ``time_nsec``: one value per ping. ``box`` (first row, last row, first column, last
+    column) is widened to hold the bins written. Returns ``(rows, pings)`` written."""
     n = ping.size
     fa, g, coef = _place_scratch(ta, ta2, tb)
     widest = 0
@@ -145,6 +146,7 @@ def _k_place_emit(ping, keep, start, stop, lat, lon, heading, across, across_ok,
     k = 0
     gp = 0
     n_outside = n_bad = n_limit = 0   # local: the compiler keeps them in registers
+    r0, r1, c0, c1 = box[0], box[1], box[2], box[3]
     pi = -1   # the ping's index in the per-ping columns
     i = 0
     while i < n:
@@ -190,6 +192,11 @@ def _k_place_emit(ping, keep, start, stop, lat, lon, heading, across, across_ok,
         kept = 0
         for q in range(m):
             kept += p_in[q]
+            if p_in[q]:   # the box of rows and columns the ping's soundings fall in
+                r0 = min(r0, p_row[q])
+                r1 = max(r1, p_row[q])
+                c0 = min(c0, p_col[q])
+                c1 = max(c1, p_col[q])
         if kept == m:    # all inside the area: the position columns as they are
             for q in range(m):
                 w = np.uint64(k + q)
@@ -224,6 +231,7 @@ def _k_place_emit(ping, keep, start, stop, lat, lon, heading, across, across_ok,
             gp += 1
             k += kept
         i = j
+    box[0], box[1], box[2], box[3] = r0, r1, c0, c1
     counts[OUTSIDE_AREA] += n_outside
     counts[LOADED] += k
     counts[INVALID_BY_GSF_FLAGS] += n_bad
@@ -272,18 +280,6 @@ def _row_col(b, width, inv_w):
     return r, c
 
 
-def _k_bin_box(bins, width, inv_w, box):  # pragma: no cover - compiled
-    """``box`` (first row, last row, first column, last column) widened to hold ``bins``."""
-    r0, r1, c0, c1 = box[0], box[1], box[2], box[3]
-    for k in range(bins.size):
-        r, c = _row_col(bins[k], width, inv_w)
-        r0 = min(r0, r)
-        r1 = max(r1, r)
-        c0 = min(c0, c)
-        c1 = max(c1, c)
-    box[0], box[1], box[2], box[3] = r0, r1, c0, c1
-
-
 def _k_bin_count(bins, width, inv_w, r0, c0, span_c, counts):  # pragma: no cover - compiled
     """``counts[key + 1] += 1`` for each bin's key in the box (row-major, as the bin index)."""
     for k in range(bins.size):
@@ -330,12 +326,11 @@ def _signatures(T) -> dict:
             f8r, m8r, f8r, m8r, f8r, m8r, b1, f8, f8, f8, f8, f8, f8, i8, i8, f8, f8r, f8r, b1,
             f8r, a(u2), a(f8), a(u4), a(f8), a(b1), a(f8), a(b1), f8, f8, a(u1), a(b1), u4t, f8,
             a(i8), a(i4), a(i8), a(u4), a(u2), a(f8), a(u2), a(u2), a(u4), a(f4), a(f4), a(u4),
-            a(f8), a(i8), a(i4), a(i8)),
+            a(f8), a(i8), a(i4), a(i8), a(i8)),
         "in_order": b1(a(u4), a(u2)),
         "in_order64": b1(a(i8), a(i8)),
         "gather": T.void(a(i8), a(i8), a(u4), a(u2), a(f8), a(u2), a(u2), a(u4), a(f4), a(f4),
                          a(i8), a(u4), a(u2), a(f8), a(u2), a(u2), a(u4), a(f4), a(f4)),
-        "bin_box": T.void(a(i8), i8, f8, a(i8)),
         "bin_count": T.void(a(i8), i8, f8, i8, i8, i8, a(i8)),
         "bin_scatter": T.void(a(i8), a(u4), a(u2), a(f8), a(u2), a(u2), a(u4), a(f4), a(f4), i8,
                               f8, i8, i8, i8, a(i8), a(i8), a(u4), a(u2), a(f8), a(u2), a(u2),

@@ -177,6 +177,7 @@ def _place_chunk(cols: dict, start: int, stop: int, grid: BinGrid, cfg: LoadConf
            for name in _OUT}
     pings = {name: np.empty(n, dtype=PING_SCHEMA.field(name).type.to_pandas_dtype())
              for name in _PINGS}
+    box = np.array([2**62, -1, 2**62, -1], dtype=np.int64)   # rows and columns of the bins
     k, g = K.kernel("place_emit")(
         ping, keep, int(start), int(stop), cols["latitude"], cols["longitude"], cols["heading"],
         cols["across_track"], _valid(cols, "across_track", n), cols["along_track"],
@@ -186,11 +187,11 @@ def _place_chunk(cols: dict, start: int, stop: int, grid: BinGrid, cfg: LoadConf
         float(cfg.default_horizontal_error), float(cfg.default_vertical_error),
         cols["beam_flags"], flags_ok, filters.GSF_FLAG_TABLE, float(cfg.null_depth),
         cols["time_sec"], cols["time_nsec"], *(out[name] for name in _OUT),
-        *(pings[name] for name in _PINGS), c)
+        *(pings[name] for name in _PINGS), c, box)
     for key, slot in _COUNT_SLOTS:
         counts[key] += int(c[slot])
     return {"soundings": {name: v[:k] for name, v in out.items()},
-            "pings": {name: v[:g] for name, v in pings.items()}}
+            "pings": {name: v[:g] for name, v in pings.items()}, "box": box}
 
 
 #: a piece whose soundings' bins fit in a box of at most this many bins per sounding (plus
@@ -238,10 +239,9 @@ def _counting_sort(parts: list, width: int) -> list | None:
         last = (int(ping[-1]), int(beam[-1]))
     width = int(width)
     inv_w = 1.0 / width
-    box = np.array([2**62, -1, 2**62, -1], dtype=np.int64)
-    for s in soundings:
-        K.kernel("bin_box")(s["bin_index"], width, inv_w, box)
-    r0, r1, c0, c1 = (int(v) for v in box)
+    boxes = np.array([p["box"] for p in parts])
+    r0, r1 = int(boxes[:, 0].min()), int(boxes[:, 1].max())
+    c0, c1 = int(boxes[:, 2].min()), int(boxes[:, 3].max())
     span_c = c1 - c0 + 1
     span = (r1 - r0 + 1) * span_c
     if span > _BOX_PER_SOUNDING * n + _BOX_SLACK:

@@ -124,6 +124,9 @@ def test_chunk_equals_numpy_path(seed, grid_kind, config):
         want = ref._place_chunk(table, start, stop, grid, cfg, c_want)
         _assert_chunk_equal(got, want)
         assert c_got == c_want
+        b = want["soundings"]["bin_index"]   # the box of rows and columns of the bins
+        rows, cols_ = b // grid.width, b % grid.width
+        assert got["box"].tolist() == [rows.min(), rows.max(), cols_.min(), cols_.max()]
         assert c_want["loaded"] and c_want["outside_area"] and c_want["ping_skipped"]
         assert c_want["beam_rejected"] and c_want["invalid_by_gsf_flags"]
         assert c_want["depth_out_of_range"] or config in ("plain", "errors")
