@@ -1,20 +1,23 @@
-"""Swath filter speed: the compiled kernel against the numpy kernel it replaced, same run, one core.
+"""Swath filter speed: the compiled kernel against an earlier one and the numpy kernel, same run.
 
 Speed: a synthetic EM302-like survey (``pfm_dask.synth``, 432 beams, ``--files`` x ``--pings``)
 is loaded as pfmLoader loads it (skips, GSF flags, depth limits) and filtered file by file with
-``pfm_dask.filters.swath_filter`` and with the numpy kernel it replaced
-(``benchmarks/_swath_numpy.py``), alternating, ``--runs`` times each after a warm-up (which
-compiles the kernel or loads it from numba's cache). CPU time of the calling thread, per
-sounding; best and median, and the ratio of the medians. Target: <= 0.35 us per sounding.
-The compiled kernel with ``model="median"`` is timed too.
+``pfm_dask.filters.swath_filter``, with the same function of an earlier tree (``--baseline``, a
+checkout of the commit to compare with, e.g. ``git worktree add --detach /tmp/base f328ca8``;
+imported as a separate package, ``pfm_dask_base``) and with the numpy kernel of
+``benchmarks/_swath_numpy.py``, in turn, ``--runs`` times each after a warm-up (which compiles
+the kernels or loads them from numba's cache). CPU time of the calling thread, per sounding;
+best and median, and the ratios of the medians. The compiled kernel with ``model="median"``
+is timed too.
 
-Flags: both kernels run on every survey the tests use (the ``pfm_dask.synth`` parameter sets of
+Flags: the kernels run on every survey the tests use (the ``pfm_dask.synth`` parameter sets of
 ``tests/``, the in-test ping x beam surveys of ``tests/test_swath_filter.py``, the real GSF
-samples) and on the surveys of ``docs/filters.md``; the validity words must be identical, and
-any difference is listed. The detection and false-positive figures of ``docs/filters.md`` are
-recomputed with the compiled kernel.
+samples) and on the surveys of ``docs/filters.md``; the validity words must be identical to the
+numpy kernel's (and to the baseline's), and any difference is listed. The detection and
+false-positive figures of ``docs/filters.md`` are recomputed with the compiled kernel.
 
-    python -m benchmarks.bench_swath [--quick] [--files 2] [--pings 1000] [--runs 5] [--no-flags]
+    python -m benchmarks.bench_swath [--baseline DIR] [--quick] [--files 2] [--pings 1000]
+                                     [--runs 5] [--no-flags]
 
 ``--quick`` times a tiny survey once and checks flags on a few small surveys (seconds; for CI);
 its results go to ``bench_swath_quick.json``.
@@ -23,7 +26,9 @@ its results go to ``bench_swath_quick.json``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -62,6 +67,25 @@ def _flags(new, old) -> np.ndarray:
     return new != old
 
 
+#: ``swath_filter`` of the ``--baseline`` tree, once loaded
+_BASELINE: dict = {}
+
+
+def load_baseline(tree: Path):
+    """``swath_filter`` of another checkout of this repository, imported as ``pfm_dask_base``
+    (its modules import each other relatively, so none of this tree's code is mixed in)."""
+    pkg = Path(tree) / "pfm_dask"
+    spec = importlib.util.spec_from_file_location("pfm_dask_base", pkg / "__init__.py",
+                                                  submodule_search_locations=[str(pkg)])
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["pfm_dask_base"] = mod
+    spec.loader.exec_module(mod)
+    from pfm_dask_base.filters import swath_filter  # type: ignore[import-not-found]
+
+    _BASELINE["fn"], _BASELINE["tree"] = swath_filter, str(tree)
+    return swath_filter
+
+
 # ---------------------------------------------------------------------------------- speed
 def speed(files: int, pings: int, runs: int, seed: int = 302) -> dict:
     """us of CPU per sounding of both kernels on one survey, alternating, after a warm-up."""
@@ -74,6 +98,8 @@ def speed(files: int, pings: int, runs: int, seed: int = 302) -> dict:
         inputs = [load(p) for p in sorted(Path(tmp).glob("*.gsf"))]
     n = sum(len(x[0]) for x in inputs)
     kernels = {"compiled": swath_filter, "numpy": swath_filter_numpy}
+    if _BASELINE:
+        kernels["baseline"] = _BASELINE["fn"]
     out = {}
     t0 = time.perf_counter()
     for name, fn in kernels.items():                   # warm-up: compile or load the cache
@@ -86,7 +112,8 @@ def speed(files: int, pings: int, runs: int, seed: int = 302) -> dict:
             t = time.thread_time()
             out[name] = [fn(*x)[0] for x in inputs]
             times[name].append((time.thread_time() - t) / n * 1e6)
-    same = all(np.array_equal(a, b) for a, b in zip(out["compiled"], out["numpy"]))
+    same = all(np.array_equal(a, b) for k in kernels if k != "compiled"
+               for a, b in zip(out["compiled"], out[k]))
     res = {"survey": dict(files=files, pings=pings, beams=432, seed=seed), "soundings": n,
            "runs": runs, "warm_up_s": warm_s, "flags_identical": same,
            "flagged": int(sum(np.count_nonzero(_flags(v, x[3])) for v, x in
@@ -98,6 +125,12 @@ def speed(files: int, pings: int, runs: int, seed: int = 302) -> dict:
         res["compiled"]["us_per_sounding_median"]
     res["speedup_best"] = res["numpy"]["us_per_sounding_best"] / \
         res["compiled"]["us_per_sounding_best"]
+    if "baseline" in kernels:
+        res["baseline_tree"] = _BASELINE["tree"]
+        res["speedup_vs_baseline_median"] = res["baseline"]["us_per_sounding_median"] / \
+            res["compiled"]["us_per_sounding_median"]
+        res["speedup_vs_baseline_best"] = res["baseline"]["us_per_sounding_best"] / \
+            res["compiled"]["us_per_sounding_best"]
     ts = []
     for _ in range(runs):                               # the median model, for the docs
         t = time.thread_time()
@@ -116,6 +149,9 @@ def _compare(p, b, z, v, **kw) -> dict:
     new, st = swath_filter(p, b, z, v, **kw)
     old, _ = swath_filter_numpy(p, b, z, v, **kw)
     diff = np.flatnonzero(new != old)
+    if _BASELINE:                       # the earlier compiled kernel must agree as well
+        base, _ = _BASELINE["fn"](p, b, z, v, **kw)
+        diff = np.union1d(diff, np.flatnonzero(new != base))
     return {"soundings": int(len(p)), "flagged": st.flagged, "differ": int(diff.size),
             "differing": [(int(p[i]), int(b[i])) for i in diff[:20]], "new": new}
 
@@ -246,26 +282,34 @@ def main(argv=None) -> int:
     ap.add_argument("--pings", type=int, default=1000, help="pings per file (default 1000)")
     ap.add_argument("--runs", type=int, default=5, help="timed runs per kernel (default 5)")
     ap.add_argument("--no-flags", action="store_true", help="time only, skip the flag check")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="a checkout of an earlier commit whose swath_filter to time and "
+                         "compare with (e.g. a worktree at f328ca8)")
     ap.add_argument("--results-dir", type=Path, default=None, help="default benchmarks/results")
     args = ap.parse_args(argv)
     if args.quick:
         args.files, args.pings, args.runs = 1, 30, 1
-    results = {"command": "python -m benchmarks.bench_swath" + (" --quick" if args.quick else ""),
+    if args.baseline is not None:
+        load_baseline(args.baseline)
+    results = {"command": "python -m benchmarks.bench_swath" + (" --quick" if args.quick else "")
+               + (f" --baseline {args.baseline}" if args.baseline else ""),
                "speed": speed(args.files, args.pings, args.runs)}
     if not args.no_flags:
         results["flags"] = flags(args.quick)
     s = results["speed"]
 
     def bars(ax):
-        names = ["numpy", "compiled"]
-        x = np.arange(2)
+        names = ["numpy", "baseline", "compiled"] if "baseline" in s else ["numpy", "compiled"]
+        labels = {"numpy": "numpy kernel", "baseline": "baseline tree", "compiled": "compiled kernel"}
+        x = np.arange(len(names))
         ax.bar(x - 0.2, [s[k]["us_per_sounding_median"] for k in names], 0.4, label="median")
         ax.bar(x + 0.2, [s[k]["us_per_sounding_best"] for k in names], 0.4, label="best")
         ax.axhline(0.35, color="k", lw=0.8, ls="--", label="target 0.35 µs")
-        ax.set_xticks(x, ["numpy kernel (before)", "compiled kernel"])
+        ax.set_xticks(x, [labels[k] for k in names])
         ax.set_ylabel("µs of CPU per sounding (one core)")
-        ax.set_title(f"swath filter, {s['soundings']:,} soundings: "
-                     f"{s['speedup_median']:.1f}× faster")
+        vs = (f"{s['speedup_vs_baseline_median']:.2f}× the baseline" if "baseline" in s
+              else f"{s['speedup_median']:.1f}× the numpy kernel")
+        ax.set_title(f"swath filter, {s['soundings']:,} soundings: {vs}")
         ax.legend()
 
     name = "bench_swath_quick" if args.quick else "bench_swath"
@@ -273,6 +317,10 @@ def main(argv=None) -> int:
     print(f"compiled {s['compiled']['us_per_sounding_median']:.3f} µs/sounding, numpy "
           f"{s['numpy']['us_per_sounding_median']:.3f} µs/sounding (medians of {s['runs']}): "
           f"{s['speedup_median']:.1f}×; target <= 0.35 µs")
+    if "baseline" in s:
+        print(f"baseline ({s['baseline_tree']}) {s['baseline']['us_per_sounding_median']:.3f} "
+              f"µs/sounding: {s['speedup_vs_baseline_median']:.2f}× (best "
+              f"{s['speedup_vs_baseline_best']:.2f}×)")
     if "flags" in results:
         f = results["flags"]
         print(f"flags on {f['surveys']} surveys, {f['soundings']:,} soundings: "

@@ -89,6 +89,56 @@ def test_networks_sort_every_zero_one_input(n):
     assert np.array_equal(y[:, ranks], want[:, ranks])
 
 
+@pytest.mark.parametrize("n", [15, 18, 20])
+def test_pairwise_network_sorts_every_zero_one_input(n):
+    # Bit-parallel 0-1 principle: wire i holds bit i of every input 0 .. 2^n - 1.
+    from pfm_dask.filters._simd import pairwise_sort, select_network
+
+    idx = np.arange(1 << n, dtype=np.uint32)
+    ones = sum(((idx >> i) & 1).astype(np.int64) for i in range(n))
+    for net, ranks in ((pairwise_sort(n), range(n)),
+                       (select_network(n, (n // 2 - 1, n // 2)), (n // 2 - 1, n // 2))):
+        w = [((idx >> i) & 1).astype(bool) for i in range(n)]
+        for i, j in net:
+            w[i], w[j] = w[i] & w[j], w[i] | w[j]
+        for r in ranks:                  # ascending: output r is 1 iff more than n - 1 - r ones
+            assert np.array_equal(w[r], ones >= n - r)
+
+
+def test_pairwise_network_is_the_power_of_two_one_cut():
+    # An n-input network is the 64-input one without the comparators past n, so it sorts
+    # because that one does (inputs past n as +inf never move).
+    from pfm_dask.filters._simd import pairwise_sort, select_network
+
+    for n in (20, 33, 44, 63):
+        assert pairwise_sort(n) == [(i, j) for i, j in pairwise_sort(64) if j < n]
+    assert len(select_network(44, (21, 22))) == 239
+
+
+@pytest.mark.parametrize("k", [2, 14, 44, 76])
+def test_vsort_rows_gives_the_middle_of_scattered_rows(k):
+    import numba
+
+    from pfm_dask.filters import _simd
+
+    @numba.njit
+    def middle(flat, offs, base, tok, out):
+        lo, hi = _simd.vsort_rows(flat, offs, base, tok)
+        _simd.vstore(out, 0, lo)
+        _simd.vstore(out, 8, hi)
+
+    rng = np.random.default_rng(k)
+    flat = np.round(rng.normal(size=40 * k + 16), 1).astype(np.float32)
+    flat[rng.random(flat.size) < 0.1] = -np.inf
+    flat[rng.random(flat.size) < 0.1] = np.inf
+    offs = rng.choice(40 * k, k, replace=False).astype(np.int64)
+    for base in (0, 3, 8):
+        out = np.empty(16, np.float32)
+        middle(flat, offs, base, _simd.token(k), out)
+        s = np.sort(np.stack([flat[o + base:o + base + 8] for o in offs]), axis=0)
+        assert np.array_equal(out[:8], s[k // 2 - 1]) and np.array_equal(out[8:], s[k // 2])
+
+
 @pytest.mark.parametrize("k", [2, 14, 44, 76])
 def test_vsort_pair_gives_the_middle_of_each_lane(k):
     import numba
@@ -130,6 +180,22 @@ def test_other_windows_and_models_match_reference(window, model, iterations):
     check_against_reference(p, b, z, v, window_pings=window[0], window_beams=window[1],
                             model=model, iterations=iterations,
                             min_neighbours=min(8, window[0] * window[1] - 1))
+
+
+def test_full_windows_match_reference():
+    # No hole anywhere: every window in the middle of the swath takes the kernel's path for
+    # full windows (the network run where the rows lie, no pads).
+    p, b, z, _ = survey(n_pings=20, n_beams=64, seed=13, spike_frac=0.03, slope_deg=8)
+    got, _ = check_against_reference(p, b, z, np.zeros(len(z), np.uint32))
+    assert got.sum() > 10
+
+
+@pytest.mark.parametrize("threshold", [2.5, 3.5, 7.0])
+def test_other_thresholds_match_reference(threshold):
+    # The last median is skipped where a count proves the sounding unflagged; near the
+    # threshold (many soundings at 2.5) it must still be taken.
+    p, b, z, v = holey_survey(11, n_pings=20, n_beams=40)
+    check_against_reference(p, b, z, v, threshold=threshold)
 
 
 def test_swath_edges_first_and_last_pings():

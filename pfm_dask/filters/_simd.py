@@ -4,9 +4,10 @@ numba leaves LLVM's SLP vectoriser off and its loop vectoriser skips loops of fe
 iterations, so a kernel that works on 8 neighbouring cells at once stays scalar. ``F8`` is an
 LLVM ``<8 x float>`` and ``D4`` a ``<4 x double>`` (one AVX register each); the intrinsics
 below load, store, convert and combine them with plain IEEE operations (no fast-math, no
-fused multiply-add), lane by lane exactly as scalar code would, and :func:`vsort_pair` runs
-a sorting network on the rows of a ``(K, 8)`` float32 array held in registers. Without AVX,
-LLVM splits the vectors in two.
+fused multiply-add), lane by lane exactly as scalar code would; :func:`vsort_pair` runs
+a sorting network on the rows of a ``(K, 8)`` float32 array held in registers, and
+:func:`vsort_rows` on K rows scattered over a flat array. Without AVX, LLVM splits the
+vectors in two.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from numba.extending import intrinsic, models, register_model
 
 __all__ = ["F8", "D4", "LANES", "vload", "vstore", "vsplat", "vadd", "vsub", "vmul", "vdiv",
            "vabs", "vpos", "vnan_is", "vlt_select", "vgt0_select", "vnanmax", "vwiden",
-           "vnarrow", "vsort_pair", "odd_even_merge_sort", "select_network", "token"]
+           "vnarrow", "vsort_pair", "vsort_rows", "odd_even_merge_sort", "pairwise_sort",
+           "select_network", "token"]
 
 LANES = 8
 _I32 = ir.IntType(32)
@@ -267,19 +269,88 @@ def odd_even_merge_sort(n: int) -> list[tuple[int, int]]:
     return [(i, j) for i, j in out if j < n]
 
 
+def pairwise_sort(n: int) -> list[tuple[int, int]]:
+    """Parberry's pairwise sorting network for ``n`` inputs as compare-exchange pairs ``(i, j)``.
+
+    Built for the next power of two and cut to ``n`` (as :func:`odd_even_merge_sort`). First
+    the inputs are sorted in pairs, then pairs of pairs, ... (a comparator ``(b - a, b)`` for
+    each block size ``a``); then, from the largest block size down, each wire is compared
+    with the ones ``d * a`` below it for ``d`` = 2^k - 1, ..., 3, 1, which merges the sorted
+    blocks. Same size as Batcher's network, but more of its comparators can be pruned when only
+    the middle outputs are wanted (239 instead of 281 for the 44 neighbours of a 5 x 9 window).
+    """
+    out: list[tuple[int, int]] = []
+    a = 1
+    while a < n:                         # sort pairs, then pairs of sorted pairs, ...
+        b, c = a, 0
+        while b < n:
+            out.append((b - a, b))
+            b, c = b + 1, (c + 1) % a
+            if c == 0:
+                b += a
+        a *= 2
+    a, e = a // 4, 1
+    while a > 0:                         # merge, from the largest block size down
+        d = e
+        while d > 0:
+            b, c = (d + 1) * a, 0
+            while b < n:
+                out.append((b - d * a, b))
+                b, c = b + 1, (c + 1) % a
+                if c == 0:
+                    b += a
+            d //= 2
+        a, e = a // 2, 2 * e + 1
+    return out
+
+
 @lru_cache(maxsize=None)
 def select_network(n: int, ranks: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
-    """The compare-exchanges of :func:`odd_even_merge_sort` that decide the outputs ``ranks``.
+    """The compare-exchanges of :func:`pairwise_sort` that decide the outputs ``ranks``.
 
     Walking the network backwards, a pair is kept when one of its positions is still needed;
     the rest only order positions no kept output depends on.
     """
     need, keep = set(ranks), []
-    for i, j in reversed(odd_even_merge_sort(n)):
+    for i, j in reversed(pairwise_sort(n)):
         if i in need or j in need:
             keep.append((i, j))
             need.update((i, j))
-    return tuple(reversed(keep))
+    return tuple(_local_order(keep[::-1]))
+
+
+def _local_order(net: list[tuple[int, int]], regs: int = 14) -> list[tuple[int, int]]:
+    """The same comparators in an order that reuses recently touched rows (fewer spills).
+
+    Each row still meets its comparators in their original order (a comparator is placed only
+    after every earlier one on its two rows), so the outputs are unchanged. Among the ready
+    ones it takes the comparator with fewer rows outside the ``regs`` most recently used.
+    """
+    last: dict[int, int] = {}
+    waits = [0] * len(net)
+    after: list[list[int]] = [[] for _ in net]
+    for k, (i, j) in enumerate(net):
+        for p in {last[w] for w in (i, j) if w in last}:
+            after[p].append(k)
+            waits[k] += 1
+        last[i] = last[j] = k
+    ready = [k for k in range(len(net)) if waits[k] == 0]
+    recent: list[int] = []
+    out = []
+    while ready:
+        k = min(ready, key=lambda c: (sum(w not in recent for w in net[c]), c))
+        ready.remove(k)
+        out.append(net[k])
+        for w in net[k]:
+            if w in recent:
+                recent.remove(w)
+            recent.append(w)
+        del recent[:-regs]
+        for q in after[k]:
+            waits[q] -= 1
+            if waits[q] == 0:
+                ready.append(q)
+    return out
 
 
 @intrinsic
@@ -291,30 +362,64 @@ def vsort_pair(typingctx, arr, token):
     :func:`select_network` (min and max per lane, IEEE ``<``; no NaN expected) and the two
     middle rows are returned; ``arr`` is not modified.
     """
-    if not (_vec_of_array(arr) == F8 and isinstance(token, types.UniTuple)):
+    k = _rows(token)
+    if not (_vec_of_array(arr) == F8 and k):
         return None
-    k = token.count
-    if k < 2:
-        return None
-    net = select_network(k, (k // 2 - 1, k // 2))
 
     def codegen(context, builder, sig, args):
         a = context.make_array(sig.args[0])(context, builder, args[0])
-        vals = {}
 
-        def row(i):
-            if i not in vals:
-                p = builder.gep(a.data, [ir.Constant(ir.IntType(64), i * LANES)])
-                vals[i] = builder.load(builder.bitcast(p, _ll(F8).as_pointer()), align=4)
-            return vals[i]
-
-        for i, j in net:
-            x, y = row(i), row(j)
-            lt = builder.fcmp_ordered("<", x, y)
-            vals[i] = builder.select(lt, x, y)
-            vals[j] = builder.select(lt, y, x)
-        return context.make_tuple(builder, sig.return_type, [row(k // 2 - 1), row(k // 2)])
+        def load(i):
+            p = builder.gep(a.data, [ir.Constant(ir.IntType(64), i * LANES)])
+            return builder.load(builder.bitcast(p, _ll(F8).as_pointer()), align=4)
+        return context.make_tuple(builder, sig.return_type, _middle_pair(builder, k, load))
     return types.UniTuple(F8, 2)(arr, token), codegen
+
+
+def _rows(token) -> int:
+    """K, the length of a ``token`` tuple type; 0 if it is not one of at least 2."""
+    return token.count if isinstance(token, types.UniTuple) and token.count >= 2 else 0
+
+
+def _middle_pair(builder, k: int, load) -> list:
+    """The network of :func:`select_network` on K rows, ``load(i)`` giving row ``i`` (loaded
+    once, when first needed): the rows K/2 - 1 and K/2 it leaves."""
+    vals: dict = {}
+
+    def row(i):
+        if i not in vals:
+            vals[i] = load(i)
+        return vals[i]
+
+    for i, j in select_network(k, (k // 2 - 1, k // 2)):
+        x, y = row(i), row(j)
+        lt = builder.fcmp_ordered("<", x, y)
+        vals[i] = builder.select(lt, x, y)
+        vals[j] = builder.select(lt, y, x)
+    return [row(k // 2 - 1), row(k // 2)]
+
+
+@intrinsic
+def vsort_rows(typingctx, arr, offs, base, token):
+    """:func:`vsort_pair` on K rows scattered over a flat float32 array: row ``i`` is the
+    8 lanes at element ``offs[i] + base`` of ``arr`` (no bounds check), so a window is sorted
+    where it lies, without first being copied into a ``(K, 8)`` array."""
+    k = _rows(token)
+    if not (_vec_of_array(arr) == F8 and isinstance(offs, types.Array) and offs.layout == "C"
+            and offs.dtype == types.int64 and isinstance(base, types.Integer) and k):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a = context.make_array(sig.args[0])(context, builder, args[0])
+        o = context.make_array(sig.args[1])(context, builder, args[1])
+        b = context.cast(builder, args[2], sig.args[2], types.int64)
+
+        def load(i):
+            off = builder.load(builder.gep(o.data, [ir.Constant(ir.IntType(64), i)]))
+            p = builder.gep(a.data, [builder.add(off, b)])
+            return builder.load(builder.bitcast(p, _ll(F8).as_pointer()), align=4)
+        return context.make_tuple(builder, sig.return_type, _middle_pair(builder, k, load))
+    return types.UniTuple(F8, 2)(arr, offs, base, token), codegen
 
 
 def token(k: int) -> tuple:
