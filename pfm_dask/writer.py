@@ -96,8 +96,9 @@ class PfmWriter(WriterJournal):
         self._buffer: dict[int, PreparedPiece | _Skipped] = {}
         self._buffer_bytes = 0
         # a chunk's merged columns, two sets reused in turn: the next chunk is merged on
-        # :attr:`_merge_pool`'s thread while this one is written
+        # :attr:`_merge_pool`'s thread while this one is written (its temporaries shared)
         self._merge_bufs: list[dict[str, np.ndarray]] = [{}, {}]
+        self._merge_scratch: dict = {}      # the merges' temporaries (one merge at a time)
         self._merge_pool = None
         self.peak_backlog_bytes = 0
         self.peak_backlog_batches = 0
@@ -312,7 +313,8 @@ class PfmWriter(WriterJournal):
             def merged(i: int) -> dict:
                 t, c = time.perf_counter(), time.thread_time()
                 out = _merge_sorted([_sounding_columns(p, a, b) for p, (a, b)
-                                     in zip(parts, chunks[i]) if b > a], self._merge_bufs[i % 2])
+                                     in zip(parts, chunks[i]) if b > a], self._merge_bufs[i % 2],
+                                    self._merge_scratch)
                 self.timings["merge"] += time.perf_counter() - t
                 self.timings["merge_cpu"] += time.thread_time() - c   # on whichever thread
                 return out
@@ -492,6 +494,7 @@ class PfmWriter(WriterJournal):
             raise LoadError(f"finish() called with {self.n_pieces - self._next} pieces "
                             "not yet written", path=self.path)
         self._merge_bufs = [{}, {}]    # the groups are written: their buffers are not needed
+        self._merge_scratch = {}
         if self._merge_pool is not None:
             self._merge_pool.shutdown()
             self._merge_pool = None
@@ -646,22 +649,26 @@ def _bin_chunks(bins: list[np.ndarray], per_chunk: int):
         start, lo = end, cut
 
 
-def _merge_sorted(parts: list[dict], bufs: dict) -> dict:
+def _merge_sorted(parts: list[dict], bufs: dict, scratch: dict | None = None) -> dict:
     """The columns of several pieces, each sorted by bin, as one run sorted by bin; within a
     bin the pieces' order and each piece's own order are kept (a stable sort, which finds the
     pieces' sorted runs and merges them).
 
     Every column is gathered into a buffer of ``bufs`` kept from group to group (fresh memory
-    costs a page fault per page), through one scratch column that holds the pieces end to end.
+    costs a page fault per page), through one scratch column that holds the pieces end to end
+    (in ``scratch``, with the merge order, when given: the merge's own temporaries, free again
+    when it returns, may be shared by output sets written in turn).
     """
     if len(parts) == 1:
         return parts[0]
     n = sum(p["bin_index"].size for p in parts)
+    scratch = bufs if scratch is None else scratch
 
     def buf(key, dtype):
-        b = bufs.get(key)
+        d = scratch if isinstance(key, tuple) or key == "order" else bufs
+        b = d.get(key)
         if b is None or b.dtype != dtype or b.size < n:
-            b = bufs[key] = np.empty(n, dtype=dtype)
+            b = d[key] = np.empty(n, dtype=dtype)
         return b[:n]
 
     out = {}
