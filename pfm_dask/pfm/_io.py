@@ -198,9 +198,9 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> None:
         if sys.platform.startswith("linux"):
             try:
                 import ctypes
-                import ctypes.util
 
-                fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).sync_file_range
+                # libc from the process's own symbols (find_library forks to run ldconfig)
+                fn = ctypes.CDLL(None, use_errno=True).sync_file_range
                 fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
                 fn.restype = ctypes.c_int
                 _sync_file_range = fn
