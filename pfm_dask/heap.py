@@ -12,7 +12,6 @@ not per array. A no-op where the C library is not glibc.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
 
 __all__ = ["release_free_heap"]
@@ -25,7 +24,9 @@ def _malloc_trim():
         fn = None
         if sys.platform.startswith("linux"):
             try:
-                fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+                # the process's own symbols (libc among them): find_library would run
+                # ldconfig in a child process, a fork of this whole process
+                fn = ctypes.CDLL(None).malloc_trim
                 fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
             except (OSError, AttributeError):
                 fn = None

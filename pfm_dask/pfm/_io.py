@@ -18,7 +18,8 @@ from .._fileio import pwrite_all
 from ..errors import PfmFormatError
 from ._bitpack import BitLayout
 
-__all__ = ["Spans", "BufferPool", "BackgroundWriter", "NdxMap", "start_writeback", "RMW_GAP", "MAX_SPAN"]
+__all__ = ["Spans", "BufferPool", "BackgroundWriter", "NdxMap", "start_writeback", "RMW_GAP",
+           "MAX_SPAN", "ZERO_GAP", "zero_gaps"]
 
 RMW_GAP = 4096                   # merge read-modify-write spans whose gap is at most this
 MAX_SPAN = 32 << 20              # longest single read/write
@@ -38,7 +39,11 @@ class Spans:
     """
 
     def __init__(self, fd: int, offsets: np.ndarray, size: int, *, max_gap: int,
-                 path=None, what: str = "record", read: bool = True, zero: bool = True):
+                 path=None, what: str = "record", read: bool = True, zero: bool = True,
+                 joinable: np.ndarray | None = None):
+        """``joinable`` (one per pair of consecutive offsets): whether their gap may be in a
+        span at all (with ``read=False`` the gap is written as zeros: only gaps known to be
+        zero in the file may be joined)."""
         self.fd = fd
         self.size = int(size)
         off = np.asarray(offsets, dtype=np.int64)
@@ -48,7 +53,13 @@ class Spans:
         if n and np.any(np.diff(off) < self.size):
             raise PfmFormatError(f"overlapping {what}s requested (two bins share a record?)",
                                  path=path, offset=int(off[np.flatnonzero(np.diff(off) < self.size)[0]]))
-        brk = np.flatnonzero((np.diff(off) - self.size > max_gap)) + 1 if n else np.zeros(0, np.int64)
+        if n:
+            apart = np.diff(off) - self.size > max_gap
+            if joinable is not None:
+                apart |= ~joinable
+            brk = np.flatnonzero(apart) + 1
+        else:
+            brk = np.zeros(0, np.int64)
         starts = np.r_[0, brk].astype(np.int64) if n else np.zeros(0, np.int64)
         ends = np.r_[brk, n].astype(np.int64) if n else np.zeros(0, np.int64)
         # split the (rare) spans longer than MAX_SPAN; the others stay as they are
@@ -133,6 +144,42 @@ class Spans:
             layout.pack_new_at(self.buf, self.pos, values)
 
 
+#: the longest gap of zeros written between two records: shorter than a file system block, so
+#: it holds no whole block, and writing it allocates no block of a sparse file that its records'
+#: writes would not (the file's holes stay where they were)
+ZERO_GAP = 4095
+
+
+def zero_gaps(items: np.ndarray, size: int, zero_bits: np.ndarray | None) -> np.ndarray | None:
+    """For sorted unique item numbers (records of ``size`` bytes), whether each pair of
+    consecutive items is no more than :data:`ZERO_GAP` bytes apart and every item between
+    them is marked in ``zero_bits`` (bit ``i`` = byte ``i // 8``, MSB first: item ``i`` is known
+    to be all zero in the file), so that the gap may be written as zeros in the same span.
+    None when nothing is known (``zero_bits`` None)."""
+    if zero_bits is None or items.size < 2:
+        return None
+    items = items.astype(np.int64, copy=False)
+    gap = np.diff(items) - 1
+    cand = np.flatnonzero((gap > 0) & (gap * size <= ZERO_GAP))
+    ok = gap == 0
+    # the gaps' items tested a block of about _GAP_BLOCK at a time (bounded memory)
+    ends = np.cumsum(gap[cand])
+    a = 0
+    while a < cand.size:
+        b = max(a + 1, int(np.searchsorted(ends, (ends[a - 1] if a else 0) + _GAP_BLOCK)))
+        c = cand[a:b]
+        g = gap[c]
+        first = np.cumsum(g) - g
+        pos = np.repeat(items[c] + 1 - first, g) + np.arange(int(g.sum()), dtype=np.int64)
+        bit = (zero_bits[pos >> 3] >> (7 - (pos & 7)).astype(np.uint8)) & 1
+        ok[c] = np.add.reduceat(bit.astype(np.int64), first) == g
+        a = b
+    return ok
+
+
+_GAP_BLOCK = 1 << 20
+
+
 _SYNC_FILE_RANGE_WRITE = 2       # linux/fs.h: start write-out of dirty pages, do not wait
 _sync_file_range = None          # libc's sync_file_range, looked up on first use (False: none)
 
@@ -151,9 +198,9 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> None:
         if sys.platform.startswith("linux"):
             try:
                 import ctypes
-                import ctypes.util
 
-                fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).sync_file_range
+                # libc from the process's own symbols (find_library forks to run ldconfig)
+                fn = ctypes.CDLL(None, use_errno=True).sync_file_range
                 fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
                 fn.restype = ctypes.c_int
                 _sync_file_range = fn

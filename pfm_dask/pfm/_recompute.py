@@ -46,6 +46,7 @@ from .._numeric import CompiledKernels
 from ..errors import PfmFormatError
 from .. import validity as V
 from ._recompute_kernel import NdxView, _step, record_fields, recompute_records
+from ._io import ZERO_GAP, Spans, zero_gaps
 
 __all__ = [
     "PRIOR_KEEP",
@@ -598,7 +599,8 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
             if got is None:     # something out of the ordinary: the general path says what
                 return compute(pfm_file._decode_bins(bidx, raw, fields=rec_fields))
             cnt, val, f32 = got[:3]
-            _write_runs(fd, bidx, new, pfm_file.bin_header_size, pfm_file.bin_path)
+            _write_runs(fd, bidx, new, pfm_file.bin_header_size, pfm_file.bin_path,
+                        getattr(pfm_file, "_zero_bins", None))
             pfm_file._touch(bidx)
             pfm_file.update_coverage(bidx, val)
             return bidx, {"num_soundings": cnt, "validity": val, "std": f32[:, 0],
@@ -642,10 +644,20 @@ def _raw_bands(pfm_file, wanted: np.ndarray | None, budget: int):
             yield bidx[i:j], recs[sel[i:j]]
 
 
-def _write_runs(fd: int, bidx: np.ndarray, recs: np.ndarray, base: int, path) -> None:
+def _write_runs(fd: int, bidx: np.ndarray, recs: np.ndarray, base: int, path,
+                zero_bits: np.ndarray | None = None) -> None:
     """Write records ``recs`` of bins ``bidx`` (increasing) back, one write per run of
-    consecutive bins (the holes between them are not written)."""
+    consecutive bins (the holes between them are not written), or, with the store's map of
+    bins still all zero (``zero_bits``), one write per span that also holds the short gaps
+    of such bins (:func:`._io.zero_gaps`: written as the zeros they are, no new blocks)."""
     bs = recs.shape[1]
+    join = zero_gaps(bidx, bs, zero_bits)
+    if join is not None:
+        spans = Spans(fd, base + bidx.astype(np.int64) * bs, bs, max_gap=ZERO_GAP, path=path,
+                      what="bin record", read=False, zero=True, joinable=join)
+        spans.store(recs)
+        spans.write()
+        return
     brk = np.flatnonzero(np.diff(bidx) != 1) + 1
     starts = np.r_[0, brk].tolist()
     ends = np.r_[brk, bidx.size].tolist()

@@ -23,7 +23,7 @@ from ._bitpack_soundings import (CHECK_SIZE, SoundingCoding, check_failures, fil
                                  pack_soundings)
 from ._chains import chain_plan
 from ._header import NUM_ATTR
-from ._io import RMW_GAP, BufferPool, Spans
+from ._io import RMW_GAP, ZERO_GAP, BufferPool, Spans, zero_gaps
 from ._layout import DEPTH_FIELDS
 
 __all__ = ["PfmWrites"]
@@ -205,10 +205,15 @@ class PfmWrites:
         # 1. the touched bin records (wait only if a queued write covers them)
         boff = self.bin_header_size + ub * bsize
         def zero_spans(zero: bool = True) -> Spans:
-            # records never written since creation: no need to read them back
-            # no gap bytes: they belong to other bins whose bytes we have not read
-            return Spans(self._fds["bin"], boff, bsize, max_gap=0, path=self.bin_path,
-                          what="bin record", read=False, zero=zero)
+            # records never written since creation: no need to read them back. A gap goes in
+            # the span (as zeros) only when every bin in it is known to be zero too, so that
+            # bins a few records apart (a fine grid's scattered soundings) take one write
+            join = zero_gaps(ub, bsize, self._zero_bins)
+            if join is None:
+                return Spans(self._fds["bin"], boff, bsize, max_gap=0, path=self.bin_path,
+                             what="bin record", read=False, zero=zero)
+            return Spans(self._fds["bin"], boff, bsize, max_gap=ZERO_GAP, path=self.bin_path,
+                         what="bin record", read=False, zero=True, joinable=join)
 
         fresh = self._all_zero(ub)
         if fresh:

@@ -1,0 +1,65 @@
+"""Records a few bins apart written in one span with the zeros between them (pfm._io.zero_gaps):
+only gaps whose every bin is known to be zero are joined, the bytes are those of one write per
+record, and a sparse file gets no block it would not have had."""
+
+import os
+
+import numpy as np
+
+from pfm_dask.pfm._io import ZERO_GAP, Spans, zero_gaps
+
+
+def _bits(n: int, cleared) -> np.ndarray:
+    """A map of ``n`` items all known zero but ``cleared`` (MSB first, as the store's)."""
+    z = np.full((n + 7) // 8, 0xFF, dtype=np.uint8)
+    for p in cleared:
+        z[p >> 3] &= ~np.uint8(1 << (7 - (p & 7)))
+    return z
+
+
+def _joinable_by_hand(items, size, cleared) -> list[bool]:
+    out = []
+    for a, b in zip(items[:-1], items[1:]):
+        gap = b - a - 1
+        out.append(gap == 0 or (gap * size <= ZERO_GAP
+                                and not any(a < p < b for p in cleared)))
+    return out
+
+
+def test_zero_gaps_matches_a_plain_loop():
+    rng = np.random.default_rng(5)
+    for size in (7, 39, 512):
+        items = np.unique(rng.integers(0, 20_000, 600))
+        cleared = set(rng.choice(20_000, 300, replace=False).tolist()) | set(items.tolist())
+        got = zero_gaps(items, size, _bits(20_000, cleared))
+        assert got.tolist() == _joinable_by_hand(items.tolist(), size, cleared)
+    assert zero_gaps(items, 39, None) is None
+
+
+def test_joined_spans_keep_every_other_byte_and_allocate_no_new_block(tmp_path):
+    size, n = 39, 4000
+    rng = np.random.default_rng(1)
+    items = np.unique(rng.integers(0, n, 300))
+    other = np.setdiff1d(np.arange(n), items)[::17]          # written before: not zero
+    recs = rng.integers(1, 255, (items.size, size), dtype=np.uint8)
+    old = rng.integers(1, 255, (other.size, size), dtype=np.uint8)
+    paths = {}
+    for how in ("one write per record", "joined"):
+        p = paths[how] = tmp_path / how
+        fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, n * size)
+            for i, rec in zip(other.tolist(), old):
+                os.pwrite(fd, rec.tobytes(), i * size)
+            join = None if how.startswith("one") else zero_gaps(items, size, _bits(n, other))
+            spans = Spans(fd, items * size, size, max_gap=0 if join is None else ZERO_GAP,
+                          read=False, zero=True, joinable=join)
+            if join is not None:
+                assert spans.span_lo.size < items.size            # some gaps were joined
+            spans.store(recs)
+            spans.write()
+        finally:
+            os.close(fd)
+    a, b = (paths[k].read_bytes() for k in ("one write per record", "joined"))
+    assert a == b
+    assert os.stat(paths["joined"]).st_blocks == os.stat(paths["one write per record"]).st_blocks
