@@ -88,9 +88,10 @@ class PfmWriter(WriterJournal):
         #: in the journal, so that a resumed load writes the same groups
         self.group_bytes = self.default_group_bytes(cfg) if cfg is not None else 0
         #: bytes of soundings merged and written by one ``add_sorted`` (a group is written as
-        #: runs of consecutive bins of about this size: the writing's memory follows this, not
-        #: the group; the bytes written do not depend on it)
-        self.chunk_bytes = max(1, int(cfg.max_backlog_bytes) // 16) if cfg is not None else 1 << 25
+        #: runs of consecutive bins of about this size: the writing's memory, about six times
+        #: these bytes, follows this, not the group; the bytes written do not depend on it).
+        #: A 64th of the backlog: 8 MiB runs write as fast as 32 MiB ones (docs/performance.md)
+        self.chunk_bytes = max(1, int(cfg.max_backlog_bytes) // 64) if cfg is not None else 1 << 23
         self._lock = threading.Condition()
         self._buffer: dict[int, PreparedPiece | _Skipped] = {}
         self._buffer_bytes = 0
@@ -186,7 +187,7 @@ class PfmWriter(WriterJournal):
         the largest pieces the planner makes). A group's pieces wait in the buffer the backlog
         bounds; they are written a run of bins of :attr:`chunk_bytes` at a time, so the
         writing's own memory (about six times the bytes it merges, docs/performance.md) follows
-        a sixteenth of the backlog whatever the group. The larger the group, the fewer times a
+        :attr:`chunk_bytes` whatever the group. The larger the group, the fewer times a
         bin that adjacent lines share is rewritten."""
         return _faults.group_bytes() or max(1, int(cfg.max_backlog_bytes) // 4)
 
