@@ -46,7 +46,7 @@ from ._faults import crash_planned, crash_point
 from ._writer_area import apply_redo, run_area_filter
 from .pfm._chains import ChainWalk
 from ._writer_journal import WriterJournal
-from .heap import release_free_heap
+from .heap import fix_mmap_threshold, release_free_heap
 from .bins import BinGrid
 from .config import LoadConfig
 from .errors import LoadError, PfmDaskError
@@ -78,6 +78,7 @@ class PfmWriter(WriterJournal):
                  journal: dict | None = None, resume: bool = False,
                  checkpoint_seconds: float = 10.0, threads: int | None = None):
         self.path = Path(pfm_path)
+        fix_mmap_threshold()   # large arrays freed go back to the system (pfm_dask.heap)
         # threads for packing records and for the final step's recompute and check
         # (None: the library defaults, up to 2); ``--serial`` uses 1: it is the baseline
         self.threads = None if threads is None else max(1, int(threads))
@@ -89,9 +90,10 @@ class PfmWriter(WriterJournal):
         #: in the journal, so that a resumed load writes the same groups
         self.group_bytes = self.default_group_bytes(cfg) if cfg is not None else 0
         #: bytes of soundings merged and written by one ``add_sorted`` (a group is written as
-        #: runs of consecutive bins of about this size: the writing's memory follows this, not
-        #: the group; the bytes written do not depend on it)
-        self.chunk_bytes = max(1, int(cfg.max_backlog_bytes) // 16) if cfg is not None else 1 << 25
+        #: runs of consecutive bins of about this size: the writing's memory, about six times
+        #: these bytes, follows this, not the group; the bytes written do not depend on it).
+        #: A 64th of the backlog: 8 MiB runs write as fast as 32 MiB ones (docs/performance.md)
+        self.chunk_bytes = max(1, int(cfg.max_backlog_bytes) // 64) if cfg is not None else 1 << 23
         self._lock = threading.Condition()
         self._buffer: dict[int, PreparedPiece | _Skipped] = {}
         self._buffer_bytes = 0
@@ -197,7 +199,7 @@ class PfmWriter(WriterJournal):
         the largest pieces the planner makes). A group's pieces wait in the buffer the backlog
         bounds; they are written a run of bins of :attr:`chunk_bytes` at a time, so the
         writing's own memory (about six times the bytes it merges, docs/performance.md) follows
-        a sixteenth of the backlog whatever the group. The larger the group, the fewer times a
+        :attr:`chunk_bytes` whatever the group. The larger the group, the fewer times a
         bin that adjacent lines share is rewritten."""
         return _faults.group_bytes() or max(1, int(cfg.max_backlog_bytes) // 4)
 
