@@ -24,6 +24,7 @@ thread, what ``--serial`` runs one after the other); where both exist the JSON g
     python -m benchmarks.bench_ceiling                  # the 74-file 2 GB survey, 50 m bins
     python -m benchmarks.bench_ceiling --survey load48  # bench_load's 48-file 1.1 GB survey
     python -m benchmarks.bench_ceiling --quick          # a tiny survey, seconds (the tests)
+    python -m benchmarks.bench_ceiling --files 12 --setups none --threads 2   # its first files
 
 Results: ``results/bench_ceiling[_load48|_quick].json``; ``python -m benchmarks.run --report``
 puts them in ``RESULTS.md`` (:func:`markdown`).
@@ -233,6 +234,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--bin-size", type=float, default=50.0)
     ap.add_argument("--disk-mb", type=float, default=1024.0)
     ap.add_argument("--quick", action="store_true", help="a tiny survey (the test suite)")
+    ap.add_argument("--files", type=int, default=0,
+                    help="only the survey's first N files (a few minutes on a shared machine)")
     ap.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     ap.add_argument("--data-dir", type=Path, default=DATA_DIR)
     ap.add_argument("--work", type=Path, default=WORK)
@@ -245,6 +248,8 @@ def main(argv=None) -> dict:
         s for s in a.serial_setups.split(",") if s in SETUPS]
     a.work.mkdir(parents=True, exist_ok=True)
     files = _survey(a.survey, a.data_dir)
+    if a.files:
+        files = files[:a.files]
     gsf_bytes = sum(os.path.getsize(f) for f in files)
     print(f"{a.survey}: {len(files)} files, {gsf_bytes / 1e9:.2f} GB, {a.bin_size:g} m bins")
     from . import disk
@@ -267,7 +272,7 @@ def main(argv=None) -> dict:
                "load_avg_1m_at_start": load_at_start, "load_avg_1m_at_end": os.getloadavg()[0],
                "minutes": (time.perf_counter() - t) / 60}
     name = "bench_ceiling" + ("_quick" if a.quick else "" if a.survey == "pfmloader74"
-                              else f"_{a.survey}")
+                              else f"_{a.survey}") + (f"_{a.files}files" if a.files else "")
     write_results(name, results, results_dir=a.results_dir, quiet=True)
     print(markdown(a.results_dir, names=(name,)))
     return results

@@ -49,6 +49,7 @@ from ._faults import kill_compute_worker_once
 from .auto_area import position_problems
 from .backlog import hold_bytes
 from .errors import ConfigError, LoadError, PfmDaskError
+from .head_start import HeadStart
 from .pfm import THREADS as FINAL_THREADS
 from .pieces import Piece
 from .soundings import prepare_piece
@@ -363,8 +364,10 @@ def _actor_lost(err: BaseException) -> bool:
         "CommClosedError", "StreamClosedError")
 
 
-def _run_dask(client, job: _Job, mode: str) -> LoadResult:
-    """The load on ``client``'s cluster; ``mode`` names it in the report."""
+def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> LoadResult:
+    """The load on ``client``'s cluster; ``mode`` names it in the report. ``head``: the
+    pre-scan (and kernels) the embedded cluster's load started before its cluster was up;
+    without it the pre-scan runs as tasks on the workers."""
     from distributed import wait
 
     files, output, cfg, append, progress = job.files, job.output, job.cfg, job.append, job.progress
@@ -384,14 +387,19 @@ def _run_dask(client, job: _Job, mode: str) -> LoadResult:
                                   resources={"disk": 1}, pure=False,
                                   key=f"pfm-writer-resume-{uuid.uuid4().hex[:8]}")
     else:
-        scan_futs = client.map(prescan_file, files, exact_beams=append,
-                               key=[f"prescan-{i}" for i in range(len(files))],
-                               resources=task_res, pure=False)
-        scans = client.gather(scan_futs)
-        del scan_futs
+        if head is not None:
+            scans = head.scans()
+        else:
+            scan_futs = client.map(prescan_file, files, exact_beams=append,
+                                   key=[f"prescan-{i}" for i in range(len(files))],
+                                   resources=task_res, pure=False)
+            scans = client.gather(scan_futs)
+            del scan_futs
         if job.options.strict:
             _strict_check(scans)
         kernels = warming.result()
+        if head is not None:  # the kernels this process loaded while the cluster started
+            kernels = {k: max(v, head.kernel_seconds()[k]) for k, v in kernels.items()}
         t_scan = time.perf_counter()
         with warming.driver():
             grid, pieces = _plan(scans, job)
@@ -668,14 +676,24 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
             from .cluster import make_local_cluster
 
             t_start = time.perf_counter()
-            with make_local_cluster(workers, dashboard_address=options.dashboard_address) as cluster, \
-                    Client(cluster) as client:
-                client.wait_for_workers(len(cluster.worker_spec), timeout=120)
-                t_cluster = time.perf_counter() - t_start
-                if on_dashboard:
-                    on_dashboard(client.dashboard_link)
-                res = _run_dask(client, job, f"local ({workers} workers)")
-                res.timings["cluster_start"] = t_cluster
+            # the pre-scan and this process's kernels (the workers are its threads) while the
+            # cluster starts (pfm_dask.head_start)
+            head = None if job.resume else HeadStart(files, append, cfg=cfg, kernels=True,
+                                                     say=say)
+            if head is not None:
+                job.say = head.say
+            try:
+                with make_local_cluster(workers, dashboard_address=options.dashboard_address) \
+                        as cluster, Client(cluster) as client:
+                    client.wait_for_workers(len(cluster.worker_spec), timeout=120)
+                    t_cluster = time.perf_counter() - t_start
+                    if on_dashboard:
+                        on_dashboard(client.dashboard_link)
+                    res = _run_dask(client, job, f"local ({workers} workers)", head)
+                    res.timings["cluster_start"] = t_cluster
+            finally:
+                if head is not None:
+                    head.close()
     res.skipped_files = skipped
     res.warnings = list(job.warnings)
     res.resume_command = job.resume_cmd

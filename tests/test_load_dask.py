@@ -257,3 +257,37 @@ def test_the_writer_has_work_when_a_whole_group_from_its_watermark_is_delivered(
     assert not has_work(status, {0, 2}, est, here)           # its next piece is not there
     assert has_work(status, {0, 1, 2}, est, here)            # 120 bytes: a whole group
     assert has_work({"watermark": 3, "pieces_total": 4}, {3}, est, here)  # the last piece
+
+
+def test_a_local_load_prescans_while_its_cluster_starts(survey, tmp_path, monkeypatch):
+    """The embedded cluster's load pre-scans its files in this process while the cluster
+    starts (pfm_dask.head_start), not as tasks once it is up; the report is unchanged."""
+    import threading
+
+    from pfm_dask import cluster as cluster_mod, head_start
+
+    up = threading.Event()
+    seen: list[tuple[str, bool]] = []
+    real_scan, real_cluster = head_start.prescan_file, cluster_mod.make_local_cluster
+
+    def scan(path, exact_beams=False):
+        seen.append((threading.current_thread().name, up.is_set()))
+        return real_scan(path, exact_beams)
+
+    def cluster(*a, **kw):
+        c = real_cluster(*a, **kw)
+        up.set()
+        return c
+
+    monkeypatch.setattr(head_start, "prescan_file", scan)
+    monkeypatch.setattr(cluster_mod, "make_local_cluster", cluster)
+    paths = expand_inputs([survey])
+    res = pipeline.run_load(paths, tmp_path / "h.pfm", LoadConfig(bin_size_m=25.0),
+                            mode="local", workers=2)
+    assert res.exit_code == 0, res.summary()
+    assert len(seen) == len(paths)
+    assert all(name.startswith("pfm-head-start") for name, _ in seen), seen
+    assert not seen[0][1], "the first file was pre-scanned only after the cluster was up"
+    ref = pipeline.run_load(paths, tmp_path / "s.pfm", LoadConfig(bin_size_m=25.0),
+                            mode="serial")
+    assert res.totals == ref.totals and res.grid == ref.grid
