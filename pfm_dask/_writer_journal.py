@@ -183,6 +183,10 @@ class WriterJournal:
         parts = self._part_paths()
         self._undo = J.UndoLog(self._jp["undo"])
         rolled = self._undo.rollback(int(state["epoch"]), parts)
+        # the entries just put back are spent: empty both files before this process publishes
+        # a checkpoint of its own, whose epoch may be one the dead run had already begun an
+        # interval under (a checkpoint made behind it); a kill in between must not apply them
+        self._undo.begin(int(state["epoch"]), {})
         sizes = state["sizes"]
         for part in ("ndx", "ctl", "lin"):
             if os.path.getsize(parts[part]) != sizes[part]:

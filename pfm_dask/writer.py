@@ -312,16 +312,19 @@ class PfmWriter(WriterJournal):
             per_chunk = max(1, int(n * self.chunk_bytes / max(1, nbytes)))
             chunks = list(_bin_chunks([p["bin_index"] for p in parts], per_chunk))
 
+            # --serial (one thread) is the speedup baseline: no merge thread there
+            pool = self._merger() if len(chunks) > 1 and self.threads != 1 else None
+
             def merged(i: int) -> dict:
                 t, c = time.perf_counter(), time.thread_time()
                 out = _merge_sorted([_sounding_columns(p, a, b) for p, (a, b)
-                                     in zip(parts, chunks[i]) if b > a], self._merge_bufs[i % 2],
+                                     in zip(parts, chunks[i]) if b > a],
+                                    self._merge_bufs[i % 2 if pool is not None else 0],
                                     self._merge_scratch)
                 self.timings["merge"] += time.perf_counter() - t
                 self.timings["merge_cpu"] += time.thread_time() - c   # on whichever thread
                 return out
 
-            pool = self._merger() if len(chunks) > 1 else None
             nxt = pool.submit(merged, 0) if pool is not None else None
             for i in range(len(chunks)):
                 cols = nxt.result() if pool is not None else merged(i)

@@ -76,7 +76,8 @@ Methods:
 
 Notes: new depth records are coded and packed by numba kernels on a small
 thread pool, each thread writing its records past the end of the ``.ndx``
-as it goes (``pwrite`` of about 1 MiB while it is in cache); rewrites of
+as it goes (``pwrite`` of about 1 MiB while it is in cache; with one pack
+thread, the write-behind thread writes them from pooled buffers); rewrites of
 bin and tail records are written by a background thread, and every read
 or in-place rewrite first waits for the queued writes that could overlap
 it, and ``flush``/``close`` wait for all. Error fields store ``NINT(e * scale)``

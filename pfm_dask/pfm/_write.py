@@ -10,11 +10,13 @@ place in batched read-modify-writes.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Sequence
 
 import numpy as np
 
+from .._fileio import pwrite_all
 from .._numeric import nint, scaled_code_f32, scaled_code_f64
 from ..errors import ConfigError, PfmFormatError
 from .. import validity as V
@@ -306,18 +308,30 @@ class PfmWrites:
             # past the end of the .ndx (nothing reads there yet): pwrite then copies from cache.
             cf = NL.fields["continuation"]
             fd = self._fds["ndx"]
-            pool = self._chunk_buffers()
+            if self._pool is None:
+                # one pack thread (--serial): the write-behind thread writes each chunk (the
+                # pwrite's copy into the page cache on another core) and gives its buffer
+                # back, while packing goes on into another
+                pool = self._chunk_buffers()
 
-            def sink(off, data) -> None:
-                # the write-behind thread writes the chunk (pwrite copies it from cache there,
-                # on another core) and gives its buffer back; packing goes on into another
-                buf = data.base
-                writer.submit(fd, data, base + off, done=lambda: pool.put(buf))
+                def sink(off, data) -> None:
+                    buf = data.base
+                    writer.submit(fd, data, base + off, done=lambda: pool.put(buf))
+            else:
+                # pack threads write their own chunks while in cache (measured faster than
+                # handing two threads' chunks to the one write-behind thread)
+                pool, lock = None, threading.Lock()
+
+                def sink(off, data) -> None:
+                    # one writer at a time: the kernel serialises writes to one file on its
+                    # inode lock anyway, and a thread waiting there spins on a core; this sleeps
+                    with lock:
+                        pwrite_all(fd, data, base + off)
 
             pack_soundings(item_fields, codes, coding, start + fill, rem, cum_m, M, L,
                            self._single_bits, (cf.offset, cf.nbits), base, rsize,
-                           executor=self._pool, sink=sink, chunk_bytes=pool.nbytes,
-                           buffers=pool, check=check)
+                           executor=self._pool, sink=sink, buffers=pool, check=check,
+                           **({"chunk_bytes": pool.nbytes} if pool is not None else {}))
             writer.start_writeback(fd, base, M * rsize)
             tm["add_pack"] += time.perf_counter() - t
 
