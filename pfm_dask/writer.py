@@ -53,6 +53,7 @@ from .errors import LoadError, PfmDaskError
 from . import validity as V
 from .lines import LineTracker
 from .pfm._bitpack import merge_runs
+from .pfm._recompute import scattered
 from .pieces import COUNT_KEYS, Piece, PreparedPiece
 
 __all__ = ["PfmWriter"]
@@ -540,10 +541,14 @@ class PfmWriter(WriterJournal):
             extrema = self.pfm.compute_extrema()
         else:
             # a new PFM holds only what this load wrote: every bin with data was
-            # touched, and the band plan needs no bin list (faster than one)
-            # the same pass walks the chains for the check (one walk instead of two)
+            # touched, and the band plan needs no bin list (faster than one), unless
+            # they are a few bins scattered over a fine grid: those are read directly;
+            # the same pass walks the chains for the check (one walk instead of two;
+            # not for scattered bins, whose check walks them itself)
+            touched = np.flatnonzero(self.touched)
             self._walk = ChainWalk()
-            extrema = pfm.recompute(self.pfm, None, threads=self.threads, walk=self._walk)
+            extrema = pfm.recompute(self.pfm, touched if scattered(touched.size, self.touched.size)
+                                    else None, threads=self.threads, walk=self._walk)
         self.pfm.write_header(**(extrema or {}))
         self.timings["recompute"] = time.perf_counter() - t0
         t_close = time.perf_counter()

@@ -46,7 +46,7 @@ from .._numeric import CompiledKernels
 from ..errors import PfmFormatError
 from .. import validity as V
 from ._recompute_kernel import NdxView, _step, record_fields, recompute_records
-from ._io import ZERO_GAP, Spans, zero_gaps
+from ._io import RMW_GAP, ZERO_GAP, Spans, zero_gaps
 
 __all__ = [
     "PRIOR_KEEP",
@@ -630,14 +630,35 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
     return ext.result()
 
 
+#: wanted bins are :func:`scattered` when fewer than one bin in this many of the grid
+SCATTERED = 64
+
+
+def scattered(n_wanted: int, n_bins: int) -> bool:
+    """Whether ``n_wanted`` bins of a grid of ``n_bins`` are few enough to be read one by one
+    (a fine grid's few soundings) rather than by the sparse ``.bin``'s data runs."""
+    return n_wanted * SCATTERED < n_bins
+
+
 def _raw_bands(pfm_file, wanted: np.ndarray | None, budget: int):
     """Yield ``(bins, raw records)`` of consecutive bins with soundings (only ``wanted`` ones,
     when given) in raster order, at most ``budget`` soundings a band (a heavier bin alone): the
     records' bytes as in the ``.bin`` (a copy), for :func:`._recompute_kernel.recompute_records`.
     Only the runs of the sparse ``.bin`` that hold data are read, only records that are not all
-    zero kept (:meth:`PfmFile.raw_records_with_data`)."""
-    ranges = _wanted_runs(wanted, pfm_file.width * pfm_file.height)
-    for bidx, recs in pfm_file.raw_records_with_data(ranges, chunk=_PLAN_BINS, only=wanted):
+    zero kept (:meth:`PfmFile.raw_records_with_data`); a few ``wanted`` bins scattered over a
+    large grid (:func:`scattered`) are read where they are instead, records at most
+    ``RMW_GAP`` bytes apart in one read: finding the data runs of the whole ``.bin`` and
+    scanning them costs more than those records."""
+    n_bins = pfm_file.width * pfm_file.height
+    if wanted is not None and scattered(wanted.size, n_bins):
+        bs, hs, fd = pfm_file.bin_record_size, pfm_file.bin_header_size, pfm_file._fd("bin")
+        chunks = ((wanted[a:a + _PLAN_BINS], Spans(
+            fd, hs + wanted[a:a + _PLAN_BINS] * bs, bs, max_gap=RMW_GAP, path=pfm_file.bin_path,
+            what="bin record").records()) for a in range(0, wanted.size, _PLAN_BINS))
+    else:
+        chunks = pfm_file.raw_records_with_data(_wanted_runs(wanted, n_bins), chunk=_PLAN_BINS,
+                                                only=wanted)
+    for bidx, recs in chunks:
         cnt = record_fields(recs, pfm_file._bin_layout, ["num_soundings"])["num_soundings"]
         sel = np.flatnonzero(cnt > 0)
         bidx, cnt = bidx[sel], cnt[sel].astype(np.int64)
