@@ -342,8 +342,12 @@ def _md_table(head, rows) -> str:
                      + ["| " + " | ".join(str(x) for x in row) + " |" for row in rows])
 
 
-def markdown(results_dir: Path, names=("bench_ceiling", "bench_ceiling_load48")) -> str:
-    """The ceiling section of ``RESULTS.md`` from whichever of ``names`` have results."""
+def markdown(results_dir: Path, names=None) -> str:
+    """The ceiling section of ``RESULTS.md`` from whichever of ``names`` have results (default:
+    every ``bench_ceiling*.json`` but the test suite's quick one, the whole survey first)."""
+    if names is None:
+        found = sorted(p.stem for p in Path(results_dir).glob("bench_ceiling*.json"))
+        names = [n for n in found if not n.endswith("_quick")]
     parts = []
     for name in names:
         try:

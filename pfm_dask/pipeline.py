@@ -308,16 +308,17 @@ def _piece_task(piece: Piece, grid: BinGrid, cfg: LoadConfig, writer) -> dict:
             "timings": timings}
 
 
-def _writer_has_work(status: dict, delivered: set, est: dict, here) -> bool:
-    """True when the pieces handed to the in-process writer from its watermark on make a whole
-    group (``PfmWriter.group_bytes``, or up to the last piece): it is writing, or about to."""
-    seq, acc, last = status["watermark"], 0, status["pieces_total"] - 1
-    while seq in delivered:
+def _writer_groups_ready(status: dict, delivered: set, est: dict, group_bytes: int) -> int:
+    """Whole groups (``PfmWriter.group_bytes``, or up to the last piece) among the pieces
+    handed to the in-process writer from its watermark on, counted up to two: 1, it is writing
+    one (or about to); 2, the next one waits behind it."""
+    seq, acc, last, groups = status["watermark"], 0, status["pieces_total"] - 1, 0
+    while seq in delivered and groups < 2:
         acc += est.get(seq, 0)
-        if acc >= here.writer.group_bytes or seq >= last:
-            return True
+        if acc >= group_bytes or seq >= last:
+            groups, acc = groups + 1, 0
         seq += 1
-    return False
+    return groups
 
 
 def _check_disk_worker(client) -> dict | None:
@@ -450,11 +451,15 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
             # the next piece goes to whichever worker frees first.
             window = min(job.options.max_window, 2 * slots)
             if here is not None and slots > 1:
-                # The writer shares these cores: while it has a group to write, one slot
-                # is its own and the tasks run on the others; when it waits for its next
-                # piece, every slot computes. No task waits in a queue here: a task is
+                # The writer shares these cores. When it is behind (the group after the one
+                # it writes is already whole), it is the slower side: one slot is its own and
+                # the tasks run on the others. Otherwise the tasks are the slower side and
+                # every slot computes, the writer taking its share of the cores beside them:
+                # with a slot kept for it, a writer faster than one task sat idle between
+                # groups while a core did nothing. No task waits in a queue here: a task is
                 # submitted to this process in milliseconds, and a piece takes far longer.
-                window = slots - 1 if _writer_has_work(status, delivered, est, here) else slots
+                behind = _writer_groups_ready(status, delivered, est, here.writer.group_bytes)
+                window = slots - 1 if behind >= 2 else slots
             while pending and len(in_flight) < window:
                 nxt = pending[-1]
                 room = hold - status["backlog_bytes"] - in_flight_bytes

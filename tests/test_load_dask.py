@@ -242,21 +242,18 @@ def test_plain_dask_workers_compute_when_none_declares_compute(survey, tmp_path)
     assert s.equals(rs) and b.equals(rb)
 
 
-def test_the_writer_has_work_when_a_whole_group_from_its_watermark_is_delivered():
-    """The driver leaves one slot of the writer's process to the writer while it has a group
-    to write (the pieces handed over from its watermark on reach ``group_bytes``, or the last
-    piece), and gives it to the tasks while the writer waits for its next piece."""
-    from types import SimpleNamespace
-
-    here = SimpleNamespace(writer=SimpleNamespace(group_bytes=100))
+def test_a_whole_group_from_the_writers_watermark_counts_once_delivered():
+    """A group counts when the pieces handed over from the writer's watermark on reach
+    ``group_bytes``, or the last piece; not while its next piece is missing."""
     est = {0: 60, 1: 60, 2: 60, 3: 10}
     status = {"watermark": 1, "pieces_total": 4}
-    has_work = pipeline._writer_has_work
-    assert not has_work(status, set(), est, here)
-    assert not has_work(status, {0, 1}, est, here)           # 60 of 100 bytes: it waits for 2
-    assert not has_work(status, {0, 2}, est, here)           # its next piece is not there
-    assert has_work(status, {0, 1, 2}, est, here)            # 120 bytes: a whole group
-    assert has_work({"watermark": 3, "pieces_total": 4}, {3}, est, here)  # the last piece
+    ready = pipeline._writer_groups_ready
+    assert ready(status, set(), est, 100) == 0
+    assert ready(status, {0, 1}, est, 100) == 0           # 60 of 100 bytes: it waits for 2
+    assert ready(status, {0, 2}, est, 100) == 0           # its next piece is not there
+    assert ready(status, {0, 1, 2}, est, 100) == 1        # 120 bytes: a whole group
+    assert ready(status, {0, 1, 2, 3}, est, 100) == 2     # and the last piece ends the next
+    assert ready({"watermark": 3, "pieces_total": 4}, {3}, est, 100) == 1  # the last piece
 
 
 def test_a_local_load_prescans_while_its_cluster_starts(survey, tmp_path, monkeypatch):
@@ -291,3 +288,21 @@ def test_a_local_load_prescans_while_its_cluster_starts(survey, tmp_path, monkey
     ref = pipeline.run_load(paths, tmp_path / "s.pfm", LoadConfig(bin_size_m=25.0),
                             mode="serial")
     assert res.totals == ref.totals and res.grid == ref.grid
+
+
+def test_the_window_counts_the_writers_whole_groups():
+    """The driver keeps a slot for the in-process writer only when it is behind: the group
+    after the one it writes is whole (groups as the writer closes them: at ``group_bytes``,
+    or at the last piece)."""
+    ready = pipeline._writer_groups_ready
+    est = {s: 10 for s in range(10)}
+    status = {"watermark": 2, "pieces_total": 10}
+    assert ready(status, set(), est, 30) == 0
+    assert ready(status, {2, 3}, est, 30) == 0            # the group of 2-4 not whole yet
+    assert ready(status, {3, 4, 5}, est, 30) == 0         # 2 missing: nothing in order
+    assert ready(status, {2, 3, 4}, est, 30) == 1         # writing it
+    assert ready(status, {2, 3, 4, 5, 6}, est, 30) == 1   # the next one not whole
+    assert ready(status, {2, 3, 4, 6, 7, 8}, est, 30) == 1   # 5 missing: the next not whole
+    assert ready(status, set(range(2, 10)), est, 30) == 2  # behind: 5-7 waits behind 2-4
+    assert ready({"watermark": 8, "pieces_total": 10}, {8, 9}, est, 30) == 1   # the last piece ends a group
+    assert ready({"watermark": 9, "pieces_total": 10}, {9}, est, 30) == 1
