@@ -5,9 +5,11 @@ skips, GSF beam flags to PFM validity, depth limits, the counts); after the swat
 needs the whole window, halo pings included), the kept soundings of the chunk's own pings are
 placed, binned and written out ping by ping in a second (:func:`_k_place_emit`), which calls
 the package's compiled placement and bin assignment (``geodesy._place_run``,
-``pfm._grid._assign_points``) rather than copies of them. A piece's soundings, ordered by bin
-(numpy's stable sort, which merges the runs of bins that a ping's beams make), are gathered
-into the output columns in one pass (:func:`_k_gather`).
+``pfm._grid._assign_points``) rather than copies of them. A piece's soundings are put in bin
+order by a stable counting sort over the box of rows and columns their bins fall in
+(:func:`_k_bin_count`, :func:`_k_bin_scatter`, straight into the output columns), or, when
+that box is too large, by numpy's stable sort and a gather (:func:`_k_gather`). The per-row
+loops index with unsigned integers: numba fixes up a negative signed index on every access.
 
 Every rule is the one of the numpy path these kernels replaced (kept in
 ``tests/prepare_reference.py``, which the tests compare with column for column). No Dask.

@@ -141,7 +141,14 @@ def _assign_points(lat, lon, lo, hi, dateline, min_x, min_y, max_x, max_y, x_bin
     Two passes: the first, without a branch (so the compiler vectorises it), computes every
     point as a finite point well inside a rectangle grid, with offset codes below 2**51, and
     marks in ``inside`` the points that are so; the second redoes the others one at a time by
-    :func:`_assign_one`, the library's path written out. Both do the same IEEE operations."""
+    :func:`_assign_one`, the library's path written out (on a grid whose polygon is not a
+    rectangle, every point). Both do the same IEEE operations."""
+    if not rect:   # every point needs the polygon test: no point is simple
+        for k in range(lo, hi):
+            _assign_one(lat, lon, k, dateline, min_x, min_y, max_x, max_y, x_bin, y_bin, width,
+                        height, scale, poly_lat, poly_lon, rect, rect_box, col, row, inside,
+                        bin_index, x_code, y_code)
+        return
     ry0, rx0, ry1, rx1 = rect_box[0], rect_box[1], rect_box[2], rect_box[3]
     magic = 6755399441055744.0      # 1.5 * 2**52: adding it to an integer below 2**51 is exact
     magic_bits = np.float64(magic).view(np.int64)
@@ -164,7 +171,7 @@ def _assign_points(lat, lon, lo, hi, dateline, min_x, min_y, max_x, max_y, x_bin
         vyc = (yo / y_bin) * scale
         sx = vxc - 0.5 if vxc < 0.0 else vxc + 0.5
         sy = vyc - 0.5 if vyc < 0.0 else vyc + 0.5
-        simple = (rect & (fx >= 0.0) & (fy >= 0.0) & (x >= min_x) & (x <= max_x) & (y >= min_y)
+        simple = ((fx >= 0.0) & (fy >= 0.0) & (x >= min_x) & (x <= max_x) & (y >= min_y)
                   & (y <= max_y) & (c < width) & (r < height) & (y > ry0) & (y < ry1)
                   & (x - rx0 > _CLEAR) & (rx1 - x > _CLEAR) & (abs(sx) < lim) & (abs(sy) < lim))
         cx = np.float64(np.trunc(sx) + magic).view(np.int64) - magic_bits
