@@ -275,19 +275,22 @@ def fixed_grid(cfg, survey_json: Path):
                              area["north"] + pad_lat, area["east"] + pad_lon))
 
 
-def survey_peaks(folder: Path, *, bin_size: float = 25.0, max_backlog: str = "512MiB",
+def survey_peaks(folder: Path, *, bin_size: float = 25.0, max_backlog: str | None = None,
                  workers: int = 2, results_dir: Path | None = None,
                  only: str | None = None) -> dict:
     """Peak RSS of a ``--serial`` load and of each process of a ``workers``-worker load of the
     survey in ``folder``, beside its size, at the command line's default ``--max-backlog``."""
-    from pfm_dask.config import LoadConfig, parse_size
+    from pfm_dask.config import LoadConfig, format_size, parse_size
     from pfm_dask.inputs import expand_inputs
 
     from ._report import write_results
 
     paths = expand_inputs([str(folder)])
     gsf = sum(os.path.getsize(p) for p in paths)
-    cfg = LoadConfig(bin_size_m=bin_size, max_backlog_bytes=parse_size(max_backlog))
+    cfg = LoadConfig(bin_size_m=bin_size)
+    if max_backlog is not None:
+        cfg = replace(cfg, max_backlog_bytes=parse_size(max_backlog))
+    max_backlog = format_size(cfg.max_backlog_bytes)
     work = Path(folder).parent / "memory-work"
     work.mkdir(exist_ok=True)
     s = peak_rss_serial(paths, cfg, work / "serial.pfm") if only != "dask" else None
@@ -351,7 +354,7 @@ if __name__ == "__main__":
                                                  "survey (results/memory_survey.json)")
         ap.add_argument("survey", type=Path, help="folder of GSF files (pfm-dask synth ...)")
         ap.add_argument("--bin-size", type=float, default=25.0)
-        ap.add_argument("--max-backlog", default="512MiB")
+        ap.add_argument("--max-backlog", default=None, help="default: the load's own default")
         ap.add_argument("--workers", type=int, default=2)
         ap.add_argument("--results-dir", type=Path)
         ap.add_argument("--only", choices=("serial", "dask"), help="run one of the two loads")
