@@ -6,8 +6,7 @@ to that memory at the next step, so the process's resident set shows its past pe
 it uses (docs/performance.md, memory). ``malloc_trim(0)`` returns every free page; it costs a
 walk of the heap (milliseconds) and a page fault per page touched again, so it is called
 between steps that free much (after a group of pieces is written, before the final step),
-not per array. :func:`fix_mmap_threshold` keeps large arrays out of the heap from the start.
-Both are no-ops where the C library is not glibc.
+not per array. A no-op where the C library is not glibc.
 """
 
 from __future__ import annotations
@@ -15,14 +14,9 @@ from __future__ import annotations
 import ctypes
 import sys
 
-__all__ = ["release_free_heap", "fix_mmap_threshold", "MMAP_THRESHOLD"]
+__all__ = ["release_free_heap"]
 
 _TRIM: list = []
-_MALLOPT: list = []
-
-#: allocations of at least this many bytes get pages of their own, returned when freed
-MMAP_THRESHOLD = 1 << 20
-_M_MMAP_THRESHOLD = -3   # mallopt's parameter number (glibc malloc.h)
 
 
 def _malloc_trim():
@@ -38,29 +32,6 @@ def _malloc_trim():
                 fn = None
         _TRIM.append(fn)
     return _TRIM[0]
-
-
-def _mallopt():
-    if not _MALLOPT:
-        fn = None
-        if sys.platform.startswith("linux"):
-            try:
-                fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-                fn.argtypes, fn.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-            except (OSError, AttributeError):
-                fn = None
-        _MALLOPT.append(fn)
-    return _MALLOPT[0]
-
-
-def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD) -> bool:
-    """Fix glibc's mmap threshold at ``nbytes``: every array that large is mapped on its own and
-    unmapped when freed, so a load's pieces and runs leave nothing behind in the heap between
-    trims (the threshold otherwise rises to 32 MiB after the first large array is freed, and
-    a thread's arena keeps what it frees). Costs a page fault per page of each fresh array,
-    milliseconds per piece. True if set (glibc only)."""
-    fn = _mallopt()
-    return bool(fn(_M_MMAP_THRESHOLD, int(nbytes))) if fn is not None else False
 
 
 def release_free_heap() -> bool:

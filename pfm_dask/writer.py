@@ -46,7 +46,7 @@ from ._faults import crash_planned, crash_point
 from ._writer_area import apply_redo, run_area_filter
 from .pfm._chains import ChainWalk
 from ._writer_journal import WriterJournal
-from .heap import fix_mmap_threshold, release_free_heap
+from .heap import release_free_heap
 from .bins import BinGrid
 from .config import LoadConfig
 from .errors import LoadError, PfmDaskError
@@ -79,7 +79,6 @@ class PfmWriter(WriterJournal):
                  journal: dict | None = None, resume: bool = False,
                  checkpoint_seconds: float = 10.0, threads: int | None = None):
         self.path = Path(pfm_path)
-        fix_mmap_threshold()   # large arrays freed go back to the system (pfm_dask.heap)
         # threads for packing records and for the final step's recompute and check
         # (None: the library defaults, up to 2); ``--serial`` uses 1: it is the baseline
         self.threads = None if threads is None else max(1, int(threads))
