@@ -170,9 +170,10 @@ class LoadConfig:
     # The plan: pieces of at most a sixteenth of the backlog (estimated bytes), so the backlog
     # decides where a file is cut, and so the records' places in the .bin and .ndx (two
     # 600-ping EM302 files: 110 pieces at 1 MiB, 4 at 512 MiB; another .ndx, the same dump).
-    # The driver's window also holds to it. A resume keeps the journal's plan. 256 MiB: a
-    # 200 MB survey's --serial load peaks under 400 MB (docs/performance.md, memory).
-    max_backlog_bytes: int = _setting(256 * 2**20, LAYOUT, ("--max-backlog",),
+    # The driver's window also holds to it. A resume keeps the journal's plan. 512 MiB:
+    # at 256 MiB the writer's smaller groups cost the 74-file load 27 % of its time for 20 MB
+    # less peak memory (docs/performance.md, memory).
+    max_backlog_bytes: int = _setting(512 * 2**20, LAYOUT, ("--max-backlog",),
                                       "bytes allowed to wait for the writer", size=True)
     split_pings: int = _setting(20000, LAYOUT)  # files with more pings are split into ranges of this size
     # the last pieces of a load are cut in two, in every mode, so that the workers run out
