@@ -141,6 +141,7 @@ class PfmWriter(WriterJournal):
         self._filter_stats = None
         self._redo: dict | None = None
         self._check: dict | None = None
+        self._walk: ChainWalk | None = None   # the recompute's chain walk, for the check
         self._result: dict | None = None
         self._jp = J.journal_paths(self.path)
         self.resume_command = J.resume_command(self.path)
@@ -560,7 +561,7 @@ class PfmWriter(WriterJournal):
         checkpoint("check")
         t0 = time.perf_counter()
         problems = pfm.check(self.path, journal=False, threads=self.threads,
-                             walked=getattr(self, "_walk", None))
+                             walked=self._walk)
         self.timings["check"] = time.perf_counter() - t0
         self._check = {"sound": not problems, "problems": [str(p) for p in problems]}
         result = {
