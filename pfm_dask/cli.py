@@ -2,10 +2,10 @@
 
 The commands are typer's (:mod:`pfm_dask._cli_app`, imported on first use). The quick
 commands a survey office runs after each line, ``info PFM [--json] [--force]`` and ``gsf-info
-FILE... [--json]`` with no other option, are answered here without typer and click: their
-start-up is then Python, numpy and the reader (docs/performance.md, start-up). Anything else
-(``--help``, a global option, an unknown word) goes to typer, which gives the same answer for
-those commands and the usage errors.
+FILE... [--json]`` with no other option, and ``--version``, are answered here without typer
+and click: their start-up is then Python, numpy and the reader (docs/performance.md,
+start-up). Anything else (``--help``, a global option, an unknown word) goes to typer, which
+gives the same answer for those commands and the usage errors.
 
 Exit codes (all commands):
 
@@ -22,12 +22,18 @@ import sys
 from pathlib import Path
 
 from ._cli_quick import (EXIT_FAILURE, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE,  # noqa: F401
-                         run_gsf_info, run_info)
+                         _echo, run_gsf_info, run_info)
 
 
 def _quick(argv: list[str]) -> int | None:
     """The exit code of a quick command answered here, or None when typer should parse
-    ``argv`` (anything but ``info``/``gsf-info`` with their own flags and plain paths)."""
+    ``argv`` (anything but ``--version`` alone and ``info``/``gsf-info`` with their own flags
+    and plain paths)."""
+    if argv == ["--version"]:
+        from . import __version__
+
+        _echo(f"pfm-dask {__version__}")
+        return EXIT_OK
     if not argv or argv[0] not in ("info", "gsf-info"):
         return None
     flags = {"--json"} | ({"--force"} if argv[0] == "info" else set())
