@@ -7,7 +7,8 @@ unmeasured (byte-code and numba caches warm) and then ``--repeats`` times; the J
 best and median wall time, the best CPU time (user + system, children included), the ratio of
 the best wall time to the floor's measured in the same run, which heavy packages the process
 imported, and for a load the seconds it spent making its kernels ready (its report's
-``kernels``: numba's import and the kernels read from the cache).
+``kernels``: numba's import and the kernels read from the cache) and each phase's best
+(``phases_best_s``: pre-scan, load, final step with its recompute and check, ...).
 
 Cases: the floor ``python -c pass``; ``pfm-dask --help``; ``info`` of a small PFM (the EX1811
 sample at 25 m bins) and of the 2 m PFM of the default load; ``gsf-info`` and ``check``; the
@@ -40,7 +41,7 @@ from ._report import BENCH_DIR, remove_pfm, write_results
 
 SAMPLES = Path(os.environ.get("PFM_DASK_GSF_SAMPLES", "/work/shared/data/gsf"))
 EX1811 = "ukho-gsfpy__0059_20181102_212138_EX1811_MB_EM302.gsf.mb121"
-HEAVY = ("dask", "distributed", "numba", "pydantic", "pyarrow")
+HEAVY = ("dask", "distributed", "numba", "pydantic", "pyarrow", "typer")
 
 # The console script's body, plus a line on stderr naming the heavy packages it imported.
 _CLI = ("import atexit, sys\n"
@@ -69,24 +70,32 @@ def _run(argv: list[str], env: dict, before=None, cwd=None) -> dict:
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     imported = [ln.split()[1:] for ln in p.stderr.splitlines() if ln.startswith("IMPORTED")]
-    return {"wall": wall, "cpu": cpu, "rc": p.returncode, "kernels": _kernel_seconds(argv, cwd),
+    phases = _load_timings(argv, cwd)
+    return {"wall": wall, "cpu": cpu, "rc": p.returncode,
+            "kernels": phases.get("kernels") if phases else None, "phases": phases,
             "imported": imported[-1] if imported else None,
             "said": [ln for ln in p.stderr.splitlines() if "no cluster" in ln],
             "stderr": p.stderr[-2000:] if p.returncode not in (0, 3) else ""}
 
 
-def _kernel_seconds(argv: list[str], cwd) -> float | None:
-    """A load's seconds making its kernels ready (numba's import, cache loads, compilations),
-    from its report; None for other commands."""
+#: a load's phases kept from its report's timings: where its seconds go beyond the imports
+_PHASES = ("kernels", "prescan", "load", "final", "recompute", "check", "journal_checkpoint",
+           "write", "total")
+
+
+def _load_timings(argv: list[str], cwd) -> dict | None:
+    """A load's seconds by phase (:data:`_PHASES`, its report's ``timings``; ``kernels``:
+    numba's import, cache loads, compilations); None for other commands."""
     import json
 
     if "load" not in argv or "-o" not in argv:
         return None
     report = Path(cwd or ".") / (argv[argv.index("-o") + 1] + ".data") / "load-report.json"
     try:
-        return json.loads(report.read_text())["timings"]["kernels"]
+        timings = json.loads(report.read_text())["timings"]
     except (OSError, ValueError, KeyError):
         return None
+    return {k: timings[k] for k in _PHASES if k in timings}
 
 
 def _cases(work: Path, sample: Path, small_pfm: Path, big_pfm: Path) -> dict:
@@ -115,9 +124,14 @@ def _argv(args) -> list[str]:
 def _summary(runs: list[dict]) -> dict:
     walls = [r["wall"] for r in runs]
     kernels = [r["kernels"] for r in runs if r.get("kernels") is not None]
+    phases = [r["phases"] for r in runs if r.get("phases")]
     return {"wall_best_s": min(walls), "wall_median_s": statistics.median(walls),
             "cpu_best_s": min(r["cpu"] for r in runs), "runs": len(runs),
             "kernels_best_s": min(kernels) if kernels else None,
+            # each phase's best over the runs (a load's report timings, wall seconds)
+            "phases_best_s": ({k: min(p[k] for p in phases if k in p)
+                               for k in _PHASES if any(k in p for p in phases)}
+                              if phases else None),
             "exit_codes": sorted({r["rc"] for r in runs}), "imported": runs[-1]["imported"],
             "said": runs[-1]["said"][:1]}
 

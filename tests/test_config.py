@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pfm_dask import cli
+from pfm_dask import _cli_app as cli  # the typer commands (pfm_dask.cli runs them)
 from pfm_dask.config import (CONTENT, LAYOUT, RUN, LoadConfig, RunOptions, defaults_yaml,
                              parse_size, settings)
 from pfm_dask.errors import ConfigError

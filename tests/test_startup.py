@@ -17,7 +17,7 @@ from pfm_dask.config import LoadConfig, SwathFilterConfig
 # Runs the command line as the console script does, then says which heavy packages it imported.
 _RUN_CLI = ("import atexit, sys\n"
             "atexit.register(lambda: print('IMPORTED', ' '.join(sorted(m for m in sys.modules "
-            "if m.split('.')[0] in ('dask', 'distributed', 'numba', 'llvmlite') "
+            "if m.split('.')[0] in ('dask', 'distributed', 'numba', 'llvmlite', 'typer', 'click') "
             "or m == 'pyarrow.compute')), "
             "file=sys.stderr))\n"
             "sys.argv[0] = 'pfm-dask'\n"
@@ -112,13 +112,16 @@ def test_cli_import_and_quick_commands_load_no_dask_numba_or_pydantic(tiny, smal
                         "{m.split('.')[0] for m in sys.modules})))"],
                        capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
-    assert not set(r.stdout.split()) & {"dask", "distributed", "numba", "pydantic"}
+    assert not set(r.stdout.split()) & {"dask", "distributed", "numba", "pydantic", "typer",
+                                        "click"}
     gsf_file = sorted(Path(tiny).glob("*.gsf"))[0]
     for args in (["info", small_pfm], ["info", small_pfm, "--json"], ["--help"],
                  ["load", "--help"]):
         r, imported = _cli(*args)
         assert r.returncode == 0, (args, r.stderr)
         assert not _tops(imported) & {"dask", "distributed", "numba", "llvmlite"}, (args, imported)
+        if args[0] == "info":  # answered without typer (pfm_dask.cli._quick)
+            assert not _tops(imported) & {"typer", "click"}, (args, imported)
     # gsf-info decodes ping headers with the GSF reader's compiled kernels: numba, no Dask
     r, imported = _cli("gsf-info", gsf_file)
     assert r.returncode == 0, r.stderr
@@ -126,6 +129,36 @@ def test_cli_import_and_quick_commands_load_no_dask_numba_or_pydantic(tiny, smal
     r, imported = _cli("check", small_pfm)
     assert r.returncode == 0 and "sound" in r.stdout, r.stderr
     assert not _tops(imported) & {"dask", "distributed"}, imported
+
+
+def test_quick_info_and_gsf_info_answer_as_typer_does(tiny, small_pfm, tmp_path):
+    """info and gsf-info without typer (pfm_dask.cli._quick): the same output and exit code as
+    the typer commands, for results and for errors; anything else still goes to typer."""
+    from typer.testing import CliRunner
+
+    from pfm_dask import cli
+    from pfm_dask.cli import app
+
+    gsf_files = [str(p) for p in sorted(Path(tiny).glob("*.gsf"))]
+    bad = tmp_path / "bad.gsf"
+    bad.write_bytes(b"\0" * 100)
+    cases = [["info", str(small_pfm)], ["info", "--json", str(small_pfm)],
+             ["info", str(small_pfm), "--force", "--json"], ["info", str(tmp_path / "none.pfm")],
+             ["gsf-info", *gsf_files], ["gsf-info", gsf_files[0], "--json"],
+             ["gsf-info", "--json", *gsf_files], ["gsf-info", str(bad), gsf_files[0]],
+             ["gsf-info", "--json", str(bad)], ["--version"]]
+    for args in cases:
+        typer_run = CliRunner().invoke(app, args)
+        r, imported = _cli(*args)
+        assert not _tops(imported) & {"typer", "click"}, (args, imported)
+        assert (r.returncode, r.stdout) == (typer_run.exit_code, typer_run.stdout), args
+        assert [ln for ln in r.stderr.splitlines() if not ln.startswith("IMPORTED")] == [
+            ln for ln in typer_run.stderr.splitlines()], args
+        assert r.returncode == (1 if str(bad) in args or "none.pfm" in args[-1] else 0), args
+    for argv in (["info"], ["info", "--help"], ["info", "-v", "x.pfm"], ["info", "a", "b"],
+                 ["gsf-info"], ["gsf-info", "--", "x.gsf"], ["load", "x.gsf"], [],
+                 ["--version", "info"]):
+        assert cli._quick(argv) is None, argv
 
 
 def test_info_reads_the_same_with_and_without_numba(small_pfm):
