@@ -107,7 +107,7 @@ def _err_code(e, scale, cap, null):
 
 _HELPERS = ("_mask", "_put", "_emit", "_load_be", "_get", "_depth_code_in", "_err_code",
             "_bw_put", "_bw_skip", "_col_or", "_col_or_raw", "_code_depths_raw", "_code_errors_raw",
-            "_clear", "_raw_u64", "_put_raw", "_runs_or")
+            "_clear", "_raw_u64", "_put_raw", "_runs_or", "_scatter")
 # unaligned big-endian 64-bit store/load of ``arr[i:i + 8]`` (uint8 array), numba intrinsics
 # made by _make_intrinsics() when the first kernel compiles
 _st_be64 = None
@@ -621,6 +621,91 @@ def _k_merge_runs(keys, bounds, head, out):
             head[j] = h
 
 
+def _k_merge_runs_to(keys, bounds, head, dest, merged):
+    """:func:`_k_merge_runs`, the other way round: ``dest[h]`` = where key ``h`` goes in the
+    merged order, and ``merged`` the keys in that order."""
+    k = bounds.size - 1
+    for j in range(k):
+        head[j] = bounds[j]
+    o = 0
+    big = 9223372036854775807  # int64 max (np.iinfo would link numba.np.arraymath)
+    while o < merged.size:
+        m = big
+        for j in range(k):
+            if head[j] < bounds[j + 1] and keys[head[j]] < m:
+                m = keys[head[j]]
+        for j in range(k):
+            h = head[j]
+            e = bounds[j + 1]
+            while h < e and keys[h] == m:
+                dest[h] = o
+                merged[o] = m
+                o += 1
+                h += 1
+            head[j] = h
+
+
+def _k_merge_count(keys, lo, count, dest, merged):
+    """:func:`_k_merge_runs_to` by counting, for keys (the runs end to end) all within
+    ``lo .. lo + count.size - 2``: ``count`` (scratch, zeroed here) counts each key, its running
+    sum gives each key's first place, and the keys, taken in order (run by run, each run in
+    its own order), go to their key's next place: the same stable order as the merge."""
+    for b in range(count.size):
+        count[b] = 0
+    for i in range(keys.size):
+        count[keys[i] - lo + 1] += 1
+    for b in range(1, count.size):
+        count[b] += count[b - 1]
+    for i in range(keys.size):
+        b = keys[i] - lo
+        o = count[b]
+        dest[i] = o
+        merged[o] = keys[i]
+        count[b] = o + 1
+
+
+def _scatter(src, dest, out):
+    for i in range(src.size):
+        out[dest[i]] = src[i]
+
+
+def _k_scatter(src, kind, dest, out):
+    """``out[dest[i]] = src[i]`` for values of ``kind`` bytes (8, 4, 2 or 1) given as raw bytes."""
+    if kind == 8:
+        _scatter(src.view(np.uint64), dest, out.view(np.uint64))
+    elif kind == 4:
+        _scatter(src.view(np.uint32), dest, out.view(np.uint32))
+    elif kind == 2:
+        _scatter(src.view(np.uint16), dest, out.view(np.uint16))
+    else:
+        _scatter(src, dest, out)
+
+
+def _k_gather_u32(table, lo, want, out):
+    """``out[i] = table[want[i] - lo]``; -1 (nothing more written) at the first ``want`` outside
+    the table, else 0."""
+    n = table.size
+    for i in range(want.size):
+        j = np.int64(want[i]) - lo
+        if j < 0 or j >= n:
+            return -1
+        out[i] = table[j]
+    return 0
+
+
+def _k_touch_new(ub, touched, out):
+    """The bins of ``ub`` not yet set in the bool array ``touched`` (set now) into ``out``, in
+    order; returns how many."""
+    k = 0
+    for i in range(ub.size):
+        b = ub[i]
+        if not touched[b]:
+            touched[b] = True
+            out[k] = b
+            k += 1
+    return k
+
+
 def _k_record_ends(count, rec0, slots, rend):
     """``rend[g] = rec0[g] + ceil(count[g] / slots)``; the records in all, or -1 if the bins'
     runs of records do not follow one another from record 0."""
@@ -728,6 +813,11 @@ def _signature(name: str, T):
         "to_words": (arr(T.uint8, 2, "A"), arr(u64, 2, ro=False)),
         "bin_runs": (ai, i64, arr(T.uint8), i64, arr(i64, ro=False), arr(i64, ro=False), scratch),
         "record_ends": (ai, ai, i64, arr(i64, ro=False)),
+        "merge_runs_to": (ai, ai, arr(i64, ro=False), arr(i64, ro=False), arr(i64, ro=False)),
+        "merge_count": (ai, i64, arr(i64, ro=False), arr(i64, ro=False), arr(i64, ro=False)),
+        "scatter": (arr(T.uint8), i64, ai, arr(T.uint8, ro=False)),
+        "gather_u32": (arr(T.uint32), i64, arr(T.uint32), arr(T.uint32, ro=False)),
+        "touch_new": (ai, arr(T.boolean, ro=False), arr(i64, ro=False)),
         "merge_runs": (ai, ai, arr(i64, ro=False), arr(i64, ro=False)),
         "pack_new": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai, i64),
         "pack_bits": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai, scratch),
@@ -736,12 +826,14 @@ def _signature(name: str, T):
         "bits_clear": (arr(T.uint8, ro=False), ai),
         "from_words": (arr(u64, 2, "A"), arr(T.uint8, 2, "A", ro=False)),
     }
-    ret = {"bin_runs": T.int64, "record_ends": T.int64, "bits_all": T.boolean}.get(name, T.void)
+    ret = {"bin_runs": T.int64, "record_ends": T.int64, "bits_all": T.boolean,
+           "gather_u32": T.int64, "touch_new": T.int64}.get(name, T.void)
     return ret(*sigs[name])
 
 
 _KERNEL_NAMES = ("pack_items", "pack_soundings", "fill_slots", "unpack_items", "unpack_words", "to_words", "from_words",
-                 "bin_runs", "record_ends", "merge_runs", "pack_new", "pack_bits", "unpack_at", "bits_all", "bits_clear")
+                 "bin_runs", "record_ends", "merge_runs", "merge_runs_to", "merge_count", "scatter",
+                 "gather_u32", "touch_new", "pack_new", "pack_bits", "unpack_at", "bits_all", "bits_clear")
 
 
 def _signatures(T) -> dict:

@@ -72,6 +72,8 @@ class PfmWrites:
         t_start = time.perf_counter()
         b = _as_array("bin_index", bin_index).astype(np.int64, copy=False)
         n = b.shape[0]
+        #: the bins the last call wrote, each once, in order (set once it has written them)
+        self.last_bins = np.zeros(0, dtype=np.int64)
         if n == 0:
             return
         h = self.header
@@ -151,6 +153,7 @@ class PfmWrites:
             os.ftruncate(self._fds["ndx"], base)
             raise
         self._commit(step)
+        self.last_bins = ub
 
     def _chunk_buffers(self):
         """The buffers new records are packed into and written from (:class:`BufferPool`): a
@@ -202,7 +205,10 @@ class PfmWrites:
         t = time.perf_counter()
         nb = ub.size
         writer = self._writer
-        coding = SoundingCoding.from_header(h)
+        known = getattr(self, "_coding", None)       # (header, its coding): once per header
+        if known is None or known[0] is not h:
+            known = self._coding = (h, SoundingCoding.from_header(h))
+        coding = known[1]
 
         # 1. the touched bin records (wait only if a queued write covers them)
         boff = self.bin_header_size + ub * bsize
