@@ -28,7 +28,11 @@ from ._header import NUM_ATTR
 from ._io import RMW_GAP, ZERO_GAP, BufferPool, Spans, zero_gaps
 from ._layout import DEPTH_FIELDS
 
-__all__ = ["PfmWrites"]
+__all__ = ["PfmWrites", "CHUNK_BUFFERS"]
+
+#: 1 MiB buffers of packed new records that may wait for the write-behind thread at once
+#: (one pack thread, as --serial): enough that packing seldom waits for the page-cache copy
+CHUNK_BUFFERS = 16
 
 
 def _as_array(name: str, a, n: int | None = None) -> np.ndarray:
@@ -160,7 +164,7 @@ class PfmWrites:
         few more than the write-behind queue holds and the pack threads fill at once."""
         pool = getattr(self, "_chunk_pool", None)
         if pool is None:
-            pool = self._chunk_pool = BufferPool(1 << 20, 4 + max(1, self.pack_threads))
+            pool = self._chunk_pool = BufferPool(1 << 20, CHUNK_BUFFERS + max(1, self.pack_threads))
         return pool
 
     def _check_field(self, key: str, arr: np.ndarray) -> None:
