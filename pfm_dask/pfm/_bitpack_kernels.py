@@ -112,6 +112,14 @@ _HELPERS = ("_mask", "_put", "_emit", "_load_be", "_get", "_depth_code_in", "_er
 # made by _make_intrinsics() when the first kernel compiles
 _st_be64 = None
 _ld_be64 = None
+# unaligned native-order loads of a 2-, 4- or 8-byte unsigned integer at ``arr[i:]`` (uint8
+# array), widened to uint64 (same)
+_ld_u16 = None
+_ld_u32 = None
+_ld_u64 = None
+# the same for a float64 / float32 (as its own type)
+_ld_f64 = None
+_ld_f32 = None
 
 
 def _make_intrinsics(numba) -> dict:
@@ -141,7 +149,33 @@ def _make_intrinsics(numba) -> dict:
             return builder.bswap(ld)
         return T.uint64(arr, idx), codegen
 
-    return {"_st_be64": st_be64, "_ld_be64": ld_be64}
+    def ld_native(bits):
+        @intrinsic
+        def ld(typingctx, arr, idx):
+            def codegen(context, builder, sig, args):
+                ary = context.make_array(sig.args[0])(context, builder, args[0])
+                ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), ir.IntType(bits).as_pointer())
+                v = builder.load(ptr)
+                v.align = 1
+                return builder.zext(v, ir.IntType(64)) if bits < 64 else v
+            return T.uint64(arr, idx), codegen
+        return ld
+
+    def ld_float(lltype, nbtype):
+        @intrinsic
+        def ld(typingctx, arr, idx):
+            def codegen(context, builder, sig, args):
+                ary = context.make_array(sig.args[0])(context, builder, args[0])
+                ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), lltype.as_pointer())
+                v = builder.load(ptr)
+                v.align = 1
+                return v
+            return nbtype(arr, idx), codegen
+        return ld
+
+    return {"_st_be64": st_be64, "_ld_be64": ld_be64, "_ld_u16": ld_native(16),
+            "_ld_u32": ld_native(32), "_ld_u64": ld_native(64),
+            "_ld_f64": ld_float(ir.DoubleType(), T.float64), "_ld_f32": ld_float(ir.FloatType(), T.float32)}
 
 
 def _k_pack_items(vals, foff, fnb, flat, slots, slot_bits, r0, r1, rvals, roff, rnb, rbytes,
@@ -393,13 +427,14 @@ def _clear(scratch, p, nb):
 
 
 def _raw_u64(raw, kind, i):
-    """Integer value ``i`` of raw bytes holding ``kind``-byte unsigned integers (see :func:`_col_or_raw`)."""
+    """Integer value ``i`` of raw bytes holding ``kind``-byte unsigned integers (see :func:`_col_or_raw`):
+    one load each, with no array view made per value."""
     if kind == 8:
-        return raw.view(np.uint64)[i]
+        return _ld_u64(raw, i * 8)
     if kind == 4:
-        return np.uint64(raw.view(np.uint32)[i])
+        return _ld_u32(raw, i * 4)
     if kind == 2:
-        return np.uint64(raw.view(np.uint16)[i])
+        return _ld_u16(raw, i * 2)
     return np.uint64(raw[i])
 
 
@@ -449,7 +484,7 @@ def _k_fill_slots(flat, rbytes, slot_bits, rec_row, slot0, first, cnt,
             seen[2] |= _put_raw(words, p0 + pos[2], nbits[2], ping, kinds[2], i)
             seen[3] |= _put_raw(words, p0 + pos[3], nbits[3], beam, kinds[3], i)
             if nbits[4]:
-                z = depth.view(np.float64)[i] if kinds[4] == 8 else np.float64(depth.view(np.float32)[i])
+                z = _ld_f64(depth, i * 8) if kinds[4] == 8 else np.float64(_ld_f32(depth, i * 4))
                 code, ok = _depth_code_in(z, doff, dscale, dlim)
                 if not ok:
                     seen[10] |= np.uint64(1)
@@ -458,10 +493,10 @@ def _k_fill_slots(flat, rbytes, slot_bits, rec_row, slot0, first, cnt,
             seen[6] |= _put_raw(words, p0 + pos[6], nbits[6], yo, kinds[6], i)
             seen[7] |= _put_raw(words, p0 + pos[7], nbits[7], val, kinds[7], i)
             if nbits[8]:
-                e = np.float32(herr.view(np.float64)[i]) if kinds[8] == 8 else herr.view(np.float32)[i]
+                e = np.float32(_ld_f64(herr, i * 8)) if kinds[8] == 8 else _ld_f32(herr, i * 4)
                 _put(words, p0 + pos[8], nbits[8], _err_code(e, hscale, hcap, hnull) & _mask(nbits[8]))
             if nbits[9]:
-                e = np.float32(verr.view(np.float64)[i]) if kinds[9] == 8 else verr.view(np.float32)[i]
+                e = np.float32(_ld_f64(verr, i * 8)) if kinds[9] == 8 else _ld_f32(verr, i * 4)
                 _put(words, p0 + pos[9], nbits[9], _err_code(e, vscale, vcap, vnull) & _mask(nbits[9]))
             for a in range(anb.size):
                 _put(words, p0 + apos[a], anb[a], attrs[a, i] & _mask(anb[a]))
