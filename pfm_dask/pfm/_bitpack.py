@@ -53,7 +53,6 @@ __all__ = [
     "unpack_records",
     "load_kernels",
     "bin_runs",
-    "merge_runs",
     "merge_runs_to",
     "scatter",
     "gather_u32",
@@ -550,25 +549,13 @@ def bin_runs(bin_index: np.ndarray, n_bins: int, *, values: bool = False, or_of:
     return out if len(out) > 1 else out[0]
 
 
-def merge_runs(keys: np.ndarray, bounds: Sequence[int], out: np.ndarray | None = None) -> np.ndarray:
-    """The order in which a stable sort puts ``keys``, when ``keys[bounds[j]:bounds[j + 1]]`` are
-    runs each sorted (the pieces of a group, by bin): one linear compiled pass instead of a
-    sort. ``out``: an int64 buffer of at least ``keys.size`` to fill (returned)."""
-    k = np.ascontiguousarray(keys, dtype=np.int64)
-    b = np.asarray(bounds, dtype=np.int64)
-    if b.size < 2 or b[0] != 0 or b[-1] != k.size or np.any(np.diff(b) < 0):
-        raise ValueError("bounds must run from 0 to len(keys), not decreasing")
-    res = np.empty(k.size, dtype=np.int64) if out is None else out[:k.size]
-    if k.size:
-        _kernel("merge_runs")(k, b, np.empty(b.size - 1, dtype=np.int64), res)
-    return res
-
-
 def merge_runs_to(keys: np.ndarray, bounds: Sequence[int], dest: np.ndarray,
                   merged: np.ndarray) -> None:
-    """:func:`merge_runs` as a scatter: ``dest[h]`` (int64, at least ``keys.size``) = the place
-    of key ``h`` in the order a stable sort gives, ``merged`` (int64) = the keys in that order.
-    A caller then moves each run's values straight to their places, with no concatenation."""
+    """Where a stable sort puts ``keys`` when ``keys[bounds[j]:bounds[j + 1]]`` are runs each
+    sorted (the pieces of a group, by bin): ``dest[h]`` (int64, at least ``keys.size``) = the
+    place of key ``h``, ``merged`` (int64) = the keys in that order. Linear compiled passes
+    instead of a sort; a caller then moves each run's values straight to their places, with
+    no concatenation."""
     k = np.ascontiguousarray(keys, dtype=np.int64)
     b = np.asarray(bounds, dtype=np.int64)
     if b.size < 2 or b[0] != 0 or b[-1] != k.size or np.any(np.diff(b) < 0):

@@ -631,34 +631,11 @@ def _k_bin_runs(b, nbins, vraw, vkind, starts, values, ors):
     return _runs_or(b, nbins, vraw, vkind == 1, starts, values, ors)
 
 
-def _k_merge_runs(keys, bounds, head, out):
-    """``out``: the positions of ``keys`` in the order a stable sort gives, for keys made of runs
-    ``keys[bounds[j]:bounds[j + 1]]`` each sorted: by key, then run, then position (for each
-    smallest key left, every run's soundings with that key in run order). ``head``: one int64
-    per run (scratch)."""
-    k = bounds.size - 1
-    for j in range(k):
-        head[j] = bounds[j]
-    o = 0
-    big = 9223372036854775807  # int64 max (np.iinfo would link numba.np.arraymath)
-    while o < out.size:
-        m = big
-        for j in range(k):
-            if head[j] < bounds[j + 1] and keys[head[j]] < m:
-                m = keys[head[j]]
-        for j in range(k):
-            h = head[j]
-            e = bounds[j + 1]
-            while h < e and keys[h] == m:
-                out[o] = h
-                o += 1
-                h += 1
-            head[j] = h
-
-
 def _k_merge_runs_to(keys, bounds, head, dest, merged):
-    """:func:`_k_merge_runs`, the other way round: ``dest[h]`` = where key ``h`` goes in the
-    merged order, and ``merged`` the keys in that order."""
+    """For keys made of runs ``keys[bounds[j]:bounds[j + 1]]`` each sorted, the order a stable
+    sort gives (by key, then run, then position: for each smallest key left, every run's keys
+    equal to it in run order): ``dest[h]`` = where key ``h`` goes, ``merged`` = the keys in
+    that order. ``head``: one int64 per run (scratch)."""
     k = bounds.size - 1
     for j in range(k):
         head[j] = bounds[j]
@@ -853,7 +830,6 @@ def _signature(name: str, T):
         "scatter": (arr(T.uint8), i64, ai, arr(T.uint8, ro=False)),
         "gather_u32": (arr(T.uint32), i64, arr(T.uint32), arr(T.uint32, ro=False)),
         "touch_new": (ai, arr(T.boolean, ro=False), arr(i64, ro=False)),
-        "merge_runs": (ai, ai, arr(i64, ro=False), arr(i64, ro=False)),
         "pack_new": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai, i64),
         "pack_bits": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai, scratch),
         "unpack_at": (arr(T.uint8), ai, ai, ai, arr(u64, 2, ro=False)),
@@ -867,7 +843,7 @@ def _signature(name: str, T):
 
 
 _KERNEL_NAMES = ("pack_items", "pack_soundings", "fill_slots", "unpack_items", "unpack_words", "to_words", "from_words",
-                 "bin_runs", "record_ends", "merge_runs", "merge_runs_to", "merge_count", "scatter",
+                 "bin_runs", "record_ends", "merge_runs_to", "merge_count", "scatter",
                  "gather_u32", "touch_new", "pack_new", "pack_bits", "unpack_at", "bits_all", "bits_clear")
 
 
