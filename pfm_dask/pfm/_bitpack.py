@@ -55,6 +55,7 @@ __all__ = [
     "bin_runs",
     "merge_runs_to",
     "scatter",
+    "tails_clean",
     "gather_u32",
     "touch_new",
     "bits_all_set",
@@ -591,6 +592,27 @@ def scatter(src: np.ndarray, dest: np.ndarray, out: np.ndarray, *, check: bool =
         raise ValueError("scatter: places outside out")
     if d.size:
         _kernel("scatter")(s.view(np.uint8), s.dtype.itemsize, d, out.view(np.uint8))
+
+
+def tails_clean(recs: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Per row of the (n, size) uint8 records ``recs``: whether every bit from bit ``keep`` on
+    (the slots past its soundings, then the continuation pointer) is zero, so clearing those bits
+    restores it. The partial byte at the first free bit, then every byte after it: no byte after
+    it is non-zero when the record's last non-zero byte is at it or before. A record all zero
+    has no last non-zero byte: it counts as not clean (logged whole, safely) unless ``keep``
+    reaches its last byte. One compiled pass."""
+    r = np.ascontiguousarray(recs, dtype=np.uint8)
+    k = np.ascontiguousarray(keep, dtype=np.int64)
+    if r.ndim != 2 or k.shape != (r.shape[0],):
+        raise ValueError("recs must be (n, size) and keep one per row")
+    if k.size and k.min() < 0:
+        raise ValueError("keep must not be negative")
+    out = np.empty(r.shape[0], dtype=np.bool_)
+    if r.shape[0] and r.shape[1]:
+        _kernel("tails_clean")(r, k, out)
+    elif r.shape[0]:
+        out[:] = False
+    return out
 
 
 def gather_u32(table: np.ndarray, lo: int, want: np.ndarray) -> np.ndarray | None:

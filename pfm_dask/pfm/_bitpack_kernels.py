@@ -693,6 +693,24 @@ def _k_scatter(src, kind, dest, out):
         _scatter(src, dest, out)
 
 
+def _k_tails_clean(recs, keep, clean):
+    """``clean[j]``: whether every bit of record ``recs[j]`` from bit ``keep[j]`` on is zero and
+    the record has a non-zero byte (an all-zero one counts as not clean unless ``keep[j]`` reaches
+    its last byte, as the numpy rule it replaces)."""
+    size = recs.shape[1]
+    for j in range(recs.shape[0]):
+        kb = keep[j]
+        byte0 = kb >> 3
+        q = byte0 if byte0 < size - 1 else size - 1
+        part = np.int64(recs[j, q]) & ((np.int64(1) << (8 - (kb & 7))) - 1)
+        last = size - 1
+        for b in range(size - 1, -1, -1):
+            if recs[j, b] != 0:
+                last = b
+                break
+        clean[j] = part == 0 and last <= byte0
+
+
 def _k_gather_u32(table, lo, want, out):
     """``out[i] = table[want[i] - lo]``; -1 (nothing more written) at the first ``want`` outside
     the table, else 0."""
@@ -828,6 +846,7 @@ def _signature(name: str, T):
         "merge_runs_to": (ai, ai, arr(i64, ro=False), arr(i64, ro=False), arr(i64, ro=False)),
         "merge_count": (ai, i64, arr(i64, ro=False), arr(i64, ro=False), arr(i64, ro=False)),
         "scatter": (arr(T.uint8), i64, ai, arr(T.uint8, ro=False)),
+        "tails_clean": (arr(T.uint8, 2), ai, arr(T.boolean, ro=False)),
         "gather_u32": (arr(T.uint32), i64, arr(T.uint32), arr(T.uint32, ro=False)),
         "touch_new": (ai, arr(T.boolean, ro=False), arr(i64, ro=False)),
         "pack_new": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai, i64),
@@ -843,7 +862,7 @@ def _signature(name: str, T):
 
 
 _KERNEL_NAMES = ("pack_items", "pack_soundings", "fill_slots", "unpack_items", "unpack_words", "to_words", "from_words",
-                 "bin_runs", "record_ends", "merge_runs_to", "merge_count", "scatter",
+                 "bin_runs", "record_ends", "merge_runs_to", "merge_count", "scatter", "tails_clean",
                  "gather_u32", "touch_new", "pack_new", "pack_bits", "unpack_at", "bits_all", "bits_clear")
 
 

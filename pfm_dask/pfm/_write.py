@@ -20,7 +20,7 @@ from .._fileio import pwrite_all
 from .._numeric import nint, scaled_code_f32, scaled_code_f64
 from ..errors import ConfigError, PfmFormatError
 from .. import validity as V
-from ._bitpack import bin_runs
+from ._bitpack import bin_runs, tails_clean
 from ._bitpack_soundings import (CHECK_SIZE, SoundingCoding, check_failures, fill_slots,
                                  pack_soundings)
 from ._chains import chain_plan
@@ -390,15 +390,7 @@ class PfmWrites:
         any other (bits set past its soundings, left by another writer) is logged whole.
         """
         keep = used.astype(np.int64) * self._single_bits
-        byte0 = keep >> 3
-        size = recs.shape[1]
-        rows = np.arange(recs.shape[0])
-        # the partial byte at the first free bit, then every byte after it: no byte after
-        # byte0 is non-zero when the last non-zero byte of the record is at byte0 or before
-        part = recs[rows, np.minimum(byte0, size - 1)] & ((1 << (8 - (keep & 7))) - 1)
-        # (a record all zero has none: it counts as not clean and is logged whole, safely)
-        last = size - 1 - np.argmax(recs[:, ::-1] != 0, axis=1)
-        clean = (part == 0) & (last <= byte0)
+        clean = tails_clean(recs, keep)
         self.undo.save_cleared("ndx", offsets[clean], recs.shape[1], keep[clean])
         if not clean.all():
             self.undo.save_records("ndx", offsets[~clean], recs.shape[1], recs[~clean])
