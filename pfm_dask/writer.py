@@ -52,7 +52,7 @@ from .config import LoadConfig
 from .errors import LoadError, PfmDaskError
 from . import validity as V
 from .lines import LineTracker
-from .pfm._bitpack import merge_runs
+from .pfm._bitpack import gather_u32, merge_runs_to, scatter, touch_new
 from .pfm._recompute import scattered
 from .pieces import COUNT_KEYS, Piece, PreparedPiece
 
@@ -334,12 +334,8 @@ class PfmWriter(WriterJournal):
                     # copies and the merge kernel release the GIL)
                     nxt = pool.submit(merged, i + 1)
                 self.pfm.add_sorted(**cols)
-                bin_index = cols["bin_index"]
-                # each bin enters the touched log once (bin_index is sorted)
-                first = np.r_[True, bin_index[1:] != bin_index[:-1]]
-                ub = bin_index[first]
-                new = ub[~self.touched[ub]]
-                self.touched[new] = True
+                # each bin enters the touched log once (the call's bins, each once, in order)
+                new = touch_new(self.pfm.last_bins, self.touched)
                 if self._touched_log is not None:
                     self._touched_log.append(new)
         self.timings["write"] += time.perf_counter() - t0
@@ -617,13 +613,13 @@ class PfmWriter(WriterJournal):
 
 def _sounding_columns(part: dict, a: int, b: int) -> dict:
     """Soundings ``a .. b - 1`` of a piece (:meth:`PfmWriter._columns`) as the columns
-    ``add_sorted`` takes: the file number repeated, the PFM's null depth; the other columns
-    are views."""
+    ``add_sorted`` takes (once :func:`_merge_sorted` has repeated the file number, one value
+    here), the PFM's null depth; the other columns are views."""
     depth = part["depth"][a:b]
     if part["nulls"] is not None:
         depth = np.where(depth == part["nulls"][0], part["nulls"][1], depth)
     return {"bin_index": part["bin_index"][a:b],
-            "file": np.full(b - a, part["file"], dtype=np.uint32),
+            "file": np.uint32(part["file"]),     # one value: repeated by the merge
             **{k: part[k][a:b] for k in ("line", "ping", "beam")}, "depth": depth,
             **{k: part[k][a:b] for k in _PLAIN_COLUMNS}}
 
@@ -662,15 +658,19 @@ def _bin_chunks(bins: list[np.ndarray], per_chunk: int):
 def _merge_sorted(parts: list[dict], bufs: dict, scratch: dict | None = None) -> dict:
     """The columns of several pieces, each sorted by bin, as one run sorted by bin; within a
     bin the pieces' order and each piece's own order are kept (a stable sort, which finds the
-    pieces' sorted runs and merges them).
+    pieces' sorted runs and merges them). A column may be one value for all of a piece's
+    soundings (a numpy scalar: its file number), repeated in the result.
 
-    Every column is gathered into a buffer of ``bufs`` kept from group to group (fresh memory
-    costs a page fault per page), through one scratch column that holds the pieces end to end
-    (in ``scratch``, with the merge order, when given: the merge's own temporaries, free again
-    when it returns, may be shared by output sets written in turn).
+    The merge finds where each sounding goes (one linear pass over the bins, which also
+    gives the merged bins); every other column is then moved piece by piece straight to those
+    places, in a buffer of ``bufs`` kept from group to group (fresh memory costs a page fault
+    per page). The merge's own temporaries (the pieces' bins end to end, the places) go in
+    ``scratch`` when given: free again when it returns, they may be shared by output sets
+    written in turn.
     """
     if len(parts) == 1:
-        return parts[0]
+        return {k: (np.full(parts[0]["bin_index"].size, v) if np.ndim(v) == 0 else v)
+                for k, v in parts[0].items()}
     n = sum(p["bin_index"].size for p in parts)
     scratch = bufs if scratch is None else scratch
 
@@ -681,17 +681,23 @@ def _merge_sorted(parts: list[dict], bufs: dict, scratch: dict | None = None) ->
             b = d[key] = np.empty(n, dtype=dtype)
         return b[:n]
 
-    out = {}
-    order = None
-    for k in ["bin_index", *[k for k in parts[0] if k != "bin_index"]]:
-        dtype = np.result_type(*[p[k].dtype for p in parts])
-        whole = np.concatenate([p[k] for p in parts], out=buf(("scratch", dtype.str), dtype))
-        if order is None:
-            # the pieces' runs merged in one linear pass (what a stable sort gives)
-            bounds = np.cumsum([0] + [p[k].size for p in parts])
-            order = merge_runs(whole, bounds, out=buf("order", np.dtype(np.int64)))
-        # mode="clip": with the default "raise", numpy gathers into a buffer of its own first
-        out[k] = np.take(whole, order, out=buf(k, dtype), mode="clip")
+    i64 = np.dtype(np.int64)
+    whole = np.concatenate([p["bin_index"] for p in parts], out=buf(("scratch", i64.str), i64))
+    bounds = np.cumsum([0] + [p["bin_index"].size for p in parts])
+    dest = buf("order", i64)
+    out = {"bin_index": buf("bin_index", i64)}
+    # the pieces' runs merged in one linear pass (what a stable sort gives)
+    merge_runs_to(whole, bounds, dest, out["bin_index"])
+    for k in parts[0]:
+        if k == "bin_index":
+            continue
+        col = out[k] = buf(k, np.result_type(*[np.asarray(p[k]).dtype for p in parts]))
+        for j, p in enumerate(parts):
+            if np.ndim(p[k]) == 0:
+                col[dest[bounds[j]:bounds[j + 1]]] = p[k]
+            else:
+                scatter(p[k].astype(col.dtype, copy=False), dest[bounds[j]:bounds[j + 1]], col,
+                        check=False)     # places 0 .. n - 1, from the merge
     return out
 
 
@@ -707,4 +713,8 @@ def _lookup(keys: np.ndarray, values: np.ndarray, want: np.ndarray) -> np.ndarra
         return values[np.searchsorted(keys, want)]
     table = np.empty(hi - lo + 1, dtype=values.dtype)
     table[keys.astype(np.int64) - lo] = values
+    if table.dtype == np.uint32 and want.dtype == np.uint32:
+        got = gather_u32(table, lo, want)       # one compiled pass, no temporaries
+        if got is not None:
+            return got
     return table[want.astype(np.int64) - lo]

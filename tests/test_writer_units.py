@@ -86,6 +86,27 @@ def test_merged_pieces_equal_a_stable_sort_of_their_concatenation(bins, reuse):
         assert np.array_equal(got[k], whole[k][order]), k
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 1 << 40), max_size=30), min_size=2, max_size=5))
+def test_merged_pieces_over_a_wide_range_of_bins_equal_a_stable_sort(bins):
+    """Bins spread far wider than their number (merged run by run, not counted) merge as a
+    stable sort of the pieces' concatenation too; a one-value column is repeated."""
+    from pfm_dask.writer import _merge_sorted
+
+    parts = [{"bin_index": np.sort(np.array(b, dtype=np.int64)),
+              "file": np.uint32(j + 7),
+              "beam": (np.arange(len(b)) % 500).astype(np.uint16)}
+             for j, b in enumerate(bins)]
+    got = _merge_sorted(parts, {})
+    whole = {"bin_index": np.concatenate([p["bin_index"] for p in parts]),
+             "file": np.concatenate([np.full(len(b), j + 7, np.uint32) for j, b in enumerate(bins)]),
+             "beam": np.concatenate([p["beam"] for p in parts])}
+    order = np.argsort(whole["bin_index"], kind="stable")
+    for k in whole:
+        assert got[k].dtype == whole[k].dtype, k
+        assert np.array_equal(got[k], whole[k][order]), k
+
+
 def test_groups_follow_the_pieces_bytes_not_their_arrival():
     """The writer's groups are the consecutive pieces from the watermark until their bytes
     reach the budget, or up to the last piece; a group waits for all its pieces, and pieces

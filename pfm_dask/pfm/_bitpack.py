@@ -53,7 +53,11 @@ __all__ = [
     "unpack_records",
     "load_kernels",
     "bin_runs",
-    "merge_runs",
+    "merge_runs_to",
+    "scatter",
+    "tails_clean",
+    "gather_u32",
+    "touch_new",
     "bits_all_set",
     "clear_bits",
 ]
@@ -546,18 +550,94 @@ def bin_runs(bin_index: np.ndarray, n_bins: int, *, values: bool = False, or_of:
     return out if len(out) > 1 else out[0]
 
 
-def merge_runs(keys: np.ndarray, bounds: Sequence[int], out: np.ndarray | None = None) -> np.ndarray:
-    """The order in which a stable sort puts ``keys``, when ``keys[bounds[j]:bounds[j + 1]]`` are
-    runs each sorted (the pieces of a group, by bin): one linear compiled pass instead of a
-    sort. ``out``: an int64 buffer of at least ``keys.size`` to fill (returned)."""
+def merge_runs_to(keys: np.ndarray, bounds: Sequence[int], dest: np.ndarray,
+                  merged: np.ndarray) -> None:
+    """Where a stable sort puts ``keys`` when ``keys[bounds[j]:bounds[j + 1]]`` are runs each
+    sorted (the pieces of a group, by bin): ``dest[h]`` (int64, at least ``keys.size``) = the
+    place of key ``h``, ``merged`` (int64) = the keys in that order. Linear compiled passes
+    instead of a sort; a caller then moves each run's values straight to their places, with
+    no concatenation."""
     k = np.ascontiguousarray(keys, dtype=np.int64)
     b = np.asarray(bounds, dtype=np.int64)
     if b.size < 2 or b[0] != 0 or b[-1] != k.size or np.any(np.diff(b) < 0):
         raise ValueError("bounds must run from 0 to len(keys), not decreasing")
-    res = np.empty(k.size, dtype=np.int64) if out is None else out[:k.size]
-    if k.size:
-        _kernel("merge_runs")(k, b, np.empty(b.size - 1, dtype=np.int64), res)
-    return res
+    if dest.dtype != np.int64 or merged.dtype != np.int64 or dest.size < k.size \
+            or merged.size < k.size:
+        raise ValueError("dest and merged must be int64 arrays of at least len(keys)")
+    if not k.size:
+        return
+    lo, hi = int(k.min()), int(k.max())
+    if hi - lo < 2 * k.size + 4096:
+        # keys in a range not much wider than their number (a group's bins): by counting,
+        # in two passes whatever the number of runs
+        _kernel("merge_count")(k, lo, np.empty(hi - lo + 2, dtype=np.int64), dest[:k.size],
+                               merged[:k.size])
+    else:
+        _kernel("merge_runs_to")(k, b, np.empty(b.size - 1, dtype=np.int64), dest[:k.size],
+                                 merged[:k.size])
+
+
+def scatter(src: np.ndarray, dest: np.ndarray, out: np.ndarray, *, check: bool = True) -> None:
+    """``out[dest] = src`` in one compiled pass (``dest`` int64 places, each within ``out``;
+    ``src`` and ``out`` of one item size, 1, 2, 4 or 8 bytes, read and written as raw bits).
+    ``check=False`` for places known to be within ``out`` (from :func:`merge_runs_to`): no
+    pass over them first."""
+    s = np.ascontiguousarray(src)
+    d = np.ascontiguousarray(dest, dtype=np.int64)
+    if s.shape != d.shape or s.ndim != 1 or out.ndim != 1 or s.dtype.itemsize != out.dtype.itemsize \
+            or s.dtype.itemsize not in (1, 2, 4, 8) or not out.flags.c_contiguous \
+            or not out.flags.writeable:
+        raise ValueError("scatter: src and dest of one length, src and out of one item size")
+    if check and d.size and (d.min() < 0 or d.max() >= out.size):
+        raise ValueError("scatter: places outside out")
+    if d.size:
+        _kernel("scatter")(s.view(np.uint8), s.dtype.itemsize, d, out.view(np.uint8))
+
+
+def tails_clean(recs: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Per row of the (n, size) uint8 records ``recs``: whether every bit from bit ``keep`` on
+    (the slots past its soundings, then the continuation pointer) is zero, so clearing those bits
+    restores it. The partial byte at the first free bit, then every byte after it: no byte after
+    it is non-zero when the record's last non-zero byte is at it or before. A record all zero
+    has no last non-zero byte: it counts as not clean (logged whole, safely) unless ``keep``
+    reaches its last byte. One compiled pass."""
+    r = np.ascontiguousarray(recs, dtype=np.uint8)
+    k = np.ascontiguousarray(keep, dtype=np.int64)
+    if r.ndim != 2 or k.shape != (r.shape[0],):
+        raise ValueError("recs must be (n, size) and keep one per row")
+    if k.size and k.min() < 0:
+        raise ValueError("keep must not be negative")
+    out = np.empty(r.shape[0], dtype=np.bool_)
+    if r.shape[0] and r.shape[1]:
+        _kernel("tails_clean")(r, k, out)
+    elif r.shape[0]:
+        out[:] = False
+    return out
+
+
+def gather_u32(table: np.ndarray, lo: int, want: np.ndarray) -> np.ndarray | None:
+    """``table[want - lo]`` (uint32 ``table`` and ``want``) in one compiled pass, with no
+    temporaries; None if a ``want`` falls outside the table."""
+    t = np.ascontiguousarray(table, dtype=np.uint32)
+    w = np.ascontiguousarray(want, dtype=np.uint32)
+    out = np.empty(w.size, dtype=np.uint32)
+    if w.size and _kernel("gather_u32")(t, int(lo), w, out) < 0:
+        return None
+    return out
+
+
+def touch_new(bins: np.ndarray, touched: np.ndarray) -> np.ndarray:
+    """The ``bins`` (int64, each within ``touched``) whose flag in the bool array ``touched``
+    is not set yet, in order; their flags are set. One compiled pass."""
+    b = np.ascontiguousarray(bins, dtype=np.int64)
+    if touched.dtype != np.bool_ or touched.ndim != 1 or not touched.flags.c_contiguous \
+            or not touched.flags.writeable:
+        raise ValueError("touched must be a writeable flat contiguous bool array")
+    if b.size and (b.min() < 0 or b.max() >= touched.size):
+        raise ValueError("bins outside the flags")
+    out = np.empty(b.size, dtype=np.int64)
+    k = _kernel("touch_new")(b, touched, out) if b.size else 0
+    return out[:k]
 
 
 def bits_all_set(bits: np.ndarray, positions: np.ndarray) -> bool:

@@ -107,11 +107,19 @@ def _err_code(e, scale, cap, null):
 
 _HELPERS = ("_mask", "_put", "_emit", "_load_be", "_get", "_depth_code_in", "_err_code",
             "_bw_put", "_bw_skip", "_col_or", "_col_or_raw", "_code_depths_raw", "_code_errors_raw",
-            "_clear", "_raw_u64", "_put_raw", "_runs_or")
+            "_clear", "_raw_u64", "_put_raw", "_runs_or", "_scatter")
 # unaligned big-endian 64-bit store/load of ``arr[i:i + 8]`` (uint8 array), numba intrinsics
 # made by _make_intrinsics() when the first kernel compiles
 _st_be64 = None
 _ld_be64 = None
+# unaligned native-order loads of a 2-, 4- or 8-byte unsigned integer at ``arr[i:]`` (uint8
+# array), widened to uint64 (same)
+_ld_u16 = None
+_ld_u32 = None
+_ld_u64 = None
+# the same for a float64 / float32 (as its own type)
+_ld_f64 = None
+_ld_f32 = None
 
 
 def _make_intrinsics(numba) -> dict:
@@ -141,7 +149,33 @@ def _make_intrinsics(numba) -> dict:
             return builder.bswap(ld)
         return T.uint64(arr, idx), codegen
 
-    return {"_st_be64": st_be64, "_ld_be64": ld_be64}
+    def ld_native(bits):
+        @intrinsic
+        def ld(typingctx, arr, idx):
+            def codegen(context, builder, sig, args):
+                ary = context.make_array(sig.args[0])(context, builder, args[0])
+                ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), ir.IntType(bits).as_pointer())
+                v = builder.load(ptr)
+                v.align = 1
+                return builder.zext(v, ir.IntType(64)) if bits < 64 else v
+            return T.uint64(arr, idx), codegen
+        return ld
+
+    def ld_float(lltype, nbtype):
+        @intrinsic
+        def ld(typingctx, arr, idx):
+            def codegen(context, builder, sig, args):
+                ary = context.make_array(sig.args[0])(context, builder, args[0])
+                ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), lltype.as_pointer())
+                v = builder.load(ptr)
+                v.align = 1
+                return v
+            return nbtype(arr, idx), codegen
+        return ld
+
+    return {"_st_be64": st_be64, "_ld_be64": ld_be64, "_ld_u16": ld_native(16),
+            "_ld_u32": ld_native(32), "_ld_u64": ld_native(64),
+            "_ld_f64": ld_float(ir.DoubleType(), T.float64), "_ld_f32": ld_float(ir.FloatType(), T.float32)}
 
 
 def _k_pack_items(vals, foff, fnb, flat, slots, slot_bits, r0, r1, rvals, roff, rnb, rbytes,
@@ -393,13 +427,14 @@ def _clear(scratch, p, nb):
 
 
 def _raw_u64(raw, kind, i):
-    """Integer value ``i`` of raw bytes holding ``kind``-byte unsigned integers (see :func:`_col_or_raw`)."""
+    """Integer value ``i`` of raw bytes holding ``kind``-byte unsigned integers (see :func:`_col_or_raw`):
+    one load each, with no array view made per value."""
     if kind == 8:
-        return raw.view(np.uint64)[i]
+        return _ld_u64(raw, i * 8)
     if kind == 4:
-        return np.uint64(raw.view(np.uint32)[i])
+        return _ld_u32(raw, i * 4)
     if kind == 2:
-        return np.uint64(raw.view(np.uint16)[i])
+        return _ld_u16(raw, i * 2)
     return np.uint64(raw[i])
 
 
@@ -449,7 +484,7 @@ def _k_fill_slots(flat, rbytes, slot_bits, rec_row, slot0, first, cnt,
             seen[2] |= _put_raw(words, p0 + pos[2], nbits[2], ping, kinds[2], i)
             seen[3] |= _put_raw(words, p0 + pos[3], nbits[3], beam, kinds[3], i)
             if nbits[4]:
-                z = depth.view(np.float64)[i] if kinds[4] == 8 else np.float64(depth.view(np.float32)[i])
+                z = _ld_f64(depth, i * 8) if kinds[4] == 8 else np.float64(_ld_f32(depth, i * 4))
                 code, ok = _depth_code_in(z, doff, dscale, dlim)
                 if not ok:
                     seen[10] |= np.uint64(1)
@@ -458,10 +493,10 @@ def _k_fill_slots(flat, rbytes, slot_bits, rec_row, slot0, first, cnt,
             seen[6] |= _put_raw(words, p0 + pos[6], nbits[6], yo, kinds[6], i)
             seen[7] |= _put_raw(words, p0 + pos[7], nbits[7], val, kinds[7], i)
             if nbits[8]:
-                e = np.float32(herr.view(np.float64)[i]) if kinds[8] == 8 else herr.view(np.float32)[i]
+                e = np.float32(_ld_f64(herr, i * 8)) if kinds[8] == 8 else _ld_f32(herr, i * 4)
                 _put(words, p0 + pos[8], nbits[8], _err_code(e, hscale, hcap, hnull) & _mask(nbits[8]))
             if nbits[9]:
-                e = np.float32(verr.view(np.float64)[i]) if kinds[9] == 8 else verr.view(np.float32)[i]
+                e = np.float32(_ld_f64(verr, i * 8)) if kinds[9] == 8 else _ld_f32(verr, i * 4)
                 _put(words, p0 + pos[9], nbits[9], _err_code(e, vscale, vcap, vnull) & _mask(nbits[9]))
             for a in range(anb.size):
                 _put(words, p0 + apos[a], anb[a], attrs[a, i] & _mask(anb[a]))
@@ -596,17 +631,17 @@ def _k_bin_runs(b, nbins, vraw, vkind, starts, values, ors):
     return _runs_or(b, nbins, vraw, vkind == 1, starts, values, ors)
 
 
-def _k_merge_runs(keys, bounds, head, out):
-    """``out``: the positions of ``keys`` in the order a stable sort gives, for keys made of runs
-    ``keys[bounds[j]:bounds[j + 1]]`` each sorted: by key, then run, then position (for each
-    smallest key left, every run's soundings with that key in run order). ``head``: one int64
-    per run (scratch)."""
+def _k_merge_runs_to(keys, bounds, head, dest, merged):
+    """For keys made of runs ``keys[bounds[j]:bounds[j + 1]]`` each sorted, the order a stable
+    sort gives (by key, then run, then position: for each smallest key left, every run's keys
+    equal to it in run order): ``dest[h]`` = where key ``h`` goes, ``merged`` = the keys in
+    that order. ``head``: one int64 per run (scratch)."""
     k = bounds.size - 1
     for j in range(k):
         head[j] = bounds[j]
     o = 0
     big = 9223372036854775807  # int64 max (np.iinfo would link numba.np.arraymath)
-    while o < out.size:
+    while o < merged.size:
         m = big
         for j in range(k):
             if head[j] < bounds[j + 1] and keys[head[j]] < m:
@@ -615,10 +650,90 @@ def _k_merge_runs(keys, bounds, head, out):
             h = head[j]
             e = bounds[j + 1]
             while h < e and keys[h] == m:
-                out[o] = h
+                dest[h] = o
+                merged[o] = m
                 o += 1
                 h += 1
             head[j] = h
+
+
+def _k_merge_count(keys, lo, count, dest, merged):
+    """:func:`_k_merge_runs_to` by counting, for keys (the runs end to end) all within
+    ``lo .. lo + count.size - 2``: ``count`` (scratch, zeroed here) counts each key, its running
+    sum gives each key's first place, and the keys, taken in order (run by run, each run in
+    its own order), go to their key's next place: the same stable order as the merge."""
+    for b in range(count.size):
+        count[b] = 0
+    for i in range(keys.size):
+        count[keys[i] - lo + 1] += 1
+    for b in range(1, count.size):
+        count[b] += count[b - 1]
+    for i in range(keys.size):
+        b = keys[i] - lo
+        o = count[b]
+        dest[i] = o
+        merged[o] = keys[i]
+        count[b] = o + 1
+
+
+def _scatter(src, dest, out):
+    for i in range(src.size):
+        out[dest[i]] = src[i]
+
+
+def _k_scatter(src, kind, dest, out):
+    """``out[dest[i]] = src[i]`` for values of ``kind`` bytes (8, 4, 2 or 1) given as raw bytes."""
+    if kind == 8:
+        _scatter(src.view(np.uint64), dest, out.view(np.uint64))
+    elif kind == 4:
+        _scatter(src.view(np.uint32), dest, out.view(np.uint32))
+    elif kind == 2:
+        _scatter(src.view(np.uint16), dest, out.view(np.uint16))
+    else:
+        _scatter(src, dest, out)
+
+
+def _k_tails_clean(recs, keep, clean):
+    """``clean[j]``: whether every bit of record ``recs[j]`` from bit ``keep[j]`` on is zero and
+    the record has a non-zero byte (an all-zero one counts as not clean unless ``keep[j]`` reaches
+    its last byte, as the numpy rule it replaces)."""
+    size = recs.shape[1]
+    for j in range(recs.shape[0]):
+        kb = keep[j]
+        byte0 = kb >> 3
+        q = byte0 if byte0 < size - 1 else size - 1
+        part = np.int64(recs[j, q]) & ((np.int64(1) << (8 - (kb & 7))) - 1)
+        last = size - 1
+        for b in range(size - 1, -1, -1):
+            if recs[j, b] != 0:
+                last = b
+                break
+        clean[j] = part == 0 and last <= byte0
+
+
+def _k_gather_u32(table, lo, want, out):
+    """``out[i] = table[want[i] - lo]``; -1 (nothing more written) at the first ``want`` outside
+    the table, else 0."""
+    n = table.size
+    for i in range(want.size):
+        j = np.int64(want[i]) - lo
+        if j < 0 or j >= n:
+            return -1
+        out[i] = table[j]
+    return 0
+
+
+def _k_touch_new(ub, touched, out):
+    """The bins of ``ub`` not yet set in the bool array ``touched`` (set now) into ``out``, in
+    order; returns how many."""
+    k = 0
+    for i in range(ub.size):
+        b = ub[i]
+        if not touched[b]:
+            touched[b] = True
+            out[k] = b
+            k += 1
+    return k
 
 
 def _k_record_ends(count, rec0, slots, rend):
@@ -728,7 +843,12 @@ def _signature(name: str, T):
         "to_words": (arr(T.uint8, 2, "A"), arr(u64, 2, ro=False)),
         "bin_runs": (ai, i64, arr(T.uint8), i64, arr(i64, ro=False), arr(i64, ro=False), scratch),
         "record_ends": (ai, ai, i64, arr(i64, ro=False)),
-        "merge_runs": (ai, ai, arr(i64, ro=False), arr(i64, ro=False)),
+        "merge_runs_to": (ai, ai, arr(i64, ro=False), arr(i64, ro=False), arr(i64, ro=False)),
+        "merge_count": (ai, i64, arr(i64, ro=False), arr(i64, ro=False), arr(i64, ro=False)),
+        "scatter": (arr(T.uint8), i64, ai, arr(T.uint8, ro=False)),
+        "tails_clean": (arr(T.uint8, 2), ai, arr(T.boolean, ro=False)),
+        "gather_u32": (arr(T.uint32), i64, arr(T.uint32), arr(T.uint32, ro=False)),
+        "touch_new": (ai, arr(T.boolean, ro=False), arr(i64, ro=False)),
         "pack_new": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai, i64),
         "pack_bits": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai, scratch),
         "unpack_at": (arr(T.uint8), ai, ai, ai, arr(u64, 2, ro=False)),
@@ -736,12 +856,14 @@ def _signature(name: str, T):
         "bits_clear": (arr(T.uint8, ro=False), ai),
         "from_words": (arr(u64, 2, "A"), arr(T.uint8, 2, "A", ro=False)),
     }
-    ret = {"bin_runs": T.int64, "record_ends": T.int64, "bits_all": T.boolean}.get(name, T.void)
+    ret = {"bin_runs": T.int64, "record_ends": T.int64, "bits_all": T.boolean,
+           "gather_u32": T.int64, "touch_new": T.int64}.get(name, T.void)
     return ret(*sigs[name])
 
 
 _KERNEL_NAMES = ("pack_items", "pack_soundings", "fill_slots", "unpack_items", "unpack_words", "to_words", "from_words",
-                 "bin_runs", "record_ends", "merge_runs", "pack_new", "pack_bits", "unpack_at", "bits_all", "bits_clear")
+                 "bin_runs", "record_ends", "merge_runs_to", "merge_count", "scatter", "tails_clean",
+                 "gather_u32", "touch_new", "pack_new", "pack_bits", "unpack_at", "bits_all", "bits_clear")
 
 
 def _signatures(T) -> dict:

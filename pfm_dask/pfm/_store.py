@@ -107,7 +107,7 @@ from ._header import (BIN_HEADER_SIZE, LIBRARY_VERSION, NUM_ATTR, WGS84_WKT, Pfm
 from ._io import BackgroundWriter
 from ._layout import PFM_RECORD_LENGTH, bin_layout, ndx_layout, new_header
 from ._reader import SOUNDING_FIELDS, PfmReads
-from ._write import PfmWrites
+from ._write import CHUNK_BUFFERS, PfmWrites
 
 __all__ = [
     "PfmFile",
@@ -385,7 +385,9 @@ class PfmFile(PfmReads, PfmWrites):
     @property
     def _writer(self) -> BackgroundWriter:
         if self._writer_obj is None:
-            self._writer_obj = BackgroundWriter()
+            # room in its queue for every chunk buffer of new records, and the tail and bin
+            # records of a call or two
+            self._writer_obj = BackgroundWriter(depth=CHUNK_BUFFERS + 4)
         return self._writer_obj
 
     @property

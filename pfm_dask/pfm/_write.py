@@ -20,7 +20,7 @@ from .._fileio import pwrite_all
 from .._numeric import nint, scaled_code_f32, scaled_code_f64
 from ..errors import ConfigError, PfmFormatError
 from .. import validity as V
-from ._bitpack import bin_runs
+from ._bitpack import bin_runs, tails_clean
 from ._bitpack_soundings import (CHECK_SIZE, SoundingCoding, check_failures, fill_slots,
                                  pack_soundings)
 from ._chains import chain_plan
@@ -28,7 +28,11 @@ from ._header import NUM_ATTR
 from ._io import RMW_GAP, ZERO_GAP, BufferPool, Spans, zero_gaps
 from ._layout import DEPTH_FIELDS
 
-__all__ = ["PfmWrites"]
+__all__ = ["PfmWrites", "CHUNK_BUFFERS"]
+
+#: 1 MiB buffers of packed new records that may wait for the write-behind thread at once
+#: (one pack thread, as --serial): enough that packing seldom waits for the page-cache copy
+CHUNK_BUFFERS = 16
 
 
 def _as_array(name: str, a, n: int | None = None) -> np.ndarray:
@@ -72,6 +76,8 @@ class PfmWrites:
         t_start = time.perf_counter()
         b = _as_array("bin_index", bin_index).astype(np.int64, copy=False)
         n = b.shape[0]
+        #: the bins the last call wrote, each once, in order (set once it has written them)
+        self.last_bins = np.zeros(0, dtype=np.int64)
         if n == 0:
             return
         h = self.header
@@ -151,13 +157,14 @@ class PfmWrites:
             os.ftruncate(self._fds["ndx"], base)
             raise
         self._commit(step)
+        self.last_bins = ub
 
     def _chunk_buffers(self):
         """The buffers new records are packed into and written from (:class:`BufferPool`): a
         few more than the write-behind queue holds and the pack threads fill at once."""
         pool = getattr(self, "_chunk_pool", None)
         if pool is None:
-            pool = self._chunk_pool = BufferPool(1 << 20, 4 + max(1, self.pack_threads))
+            pool = self._chunk_pool = BufferPool(1 << 20, CHUNK_BUFFERS + max(1, self.pack_threads))
         return pool
 
     def _check_field(self, key: str, arr: np.ndarray) -> None:
@@ -202,7 +209,10 @@ class PfmWrites:
         t = time.perf_counter()
         nb = ub.size
         writer = self._writer
-        coding = SoundingCoding.from_header(h)
+        known = getattr(self, "_coding", None)       # (header, its coding): once per header
+        if known is None or known[0] is not h:
+            known = self._coding = (h, SoundingCoding.from_header(h))
+        coding = known[1]
 
         # 1. the touched bin records (wait only if a queued write covers them)
         boff = self.bin_header_size + ub * bsize
@@ -380,15 +390,7 @@ class PfmWrites:
         any other (bits set past its soundings, left by another writer) is logged whole.
         """
         keep = used.astype(np.int64) * self._single_bits
-        byte0 = keep >> 3
-        size = recs.shape[1]
-        rows = np.arange(recs.shape[0])
-        # the partial byte at the first free bit, then every byte after it: no byte after
-        # byte0 is non-zero when the last non-zero byte of the record is at byte0 or before
-        part = recs[rows, np.minimum(byte0, size - 1)] & ((1 << (8 - (keep & 7))) - 1)
-        # (a record all zero has none: it counts as not clean and is logged whole, safely)
-        last = size - 1 - np.argmax(recs[:, ::-1] != 0, axis=1)
-        clean = (part == 0) & (last <= byte0)
+        clean = tails_clean(recs, keep)
         self.undo.save_cleared("ndx", offsets[clean], recs.shape[1], keep[clean])
         if not clean.all():
             self.undo.save_records("ndx", offsets[~clean], recs.shape[1], recs[~clean])

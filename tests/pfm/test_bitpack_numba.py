@@ -746,3 +746,29 @@ def test_packer_depth_check_equals_the_numpy_rule():
                            np.array([0]), np.array([1]), np.array([0]), 1, 1, 33, (33, 31), 0, 8,
                            check=check)
             assert (check_failures(check, fields) == []) == want_ok, (dtype, float(z), int(c))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tails_clean_matches_the_numpy_rule(seed):
+    """A tail record is clean (restored by clearing its bits from ``keep`` on) exactly as the
+    numpy rule the undo log used says: records with bits past ``keep``, all-zero records,
+    ``keep`` on and off byte boundaries and past the last byte."""
+    from pfm_dask.pfm._bitpack import tails_clean
+
+    rng = np.random.default_rng(seed)
+    n, size = 500, 27
+    recs = rng.integers(0, 256, (n, size)).astype(np.uint8)
+    keep = rng.integers(0, 8 * size + 9, n)
+    for j in range(n):                       # most records clean past keep, as the store's
+        if rng.random() < 0.6:
+            b = keep[j] >> 3
+            if b < size:
+                recs[j, b] &= np.uint8((0xFF00 >> (keep[j] & 7)) & 0xFF)
+                recs[j, b + 1:] = 0
+    recs[::17] = 0
+    byte0 = keep >> 3
+    part = recs[np.arange(n), np.minimum(byte0, size - 1)] & ((1 << (8 - (keep & 7))) - 1)
+    last = size - 1 - np.argmax(recs[:, ::-1] != 0, axis=1)
+    want = (part == 0) & (last <= byte0)
+    assert want.any() and not want.all()
+    assert np.array_equal(tails_clean(recs, keep), want)
