@@ -21,7 +21,7 @@ from . import pfm
 from ._faults import crash_point
 from ._fileio import pwrite_all
 from .errors import LoadError
-from .pfm._recompute_kernel import NdxView, band_soundings
+from .pfm._recompute_kernel import NdxView, band_soundings, record_fields
 
 __all__ = ["run_area_filter", "area_bands", "apply_redo", "AREA_BAND_SOUNDINGS",
            "AREA_HALO_ROWS"]
@@ -206,32 +206,39 @@ def _filter_band(f, filt, touched, needed, y0: int, y1: int, halo: int | None, a
 def area_bands(f, needed: np.ndarray):
     """Bands ``(row0, row1)`` of consecutive needed rows holding about
     ``AREA_BAND_SOUNDINGS`` soundings (a heavier row is a band of its own), planned from
-    the bin records' counts a block of rows at a time."""
-    w, h = f.width, f.height
-    step = max(1, (1 << 20) // w)
+    the soundings per row (:func:`_row_counts`)."""
+    h = f.height
+    per_row = _row_counts(f) if needed.any() else np.zeros(h, np.int64)
     start, tot = None, 0
-    for r0 in range(0, h, step):
-        r1 = min(h, r0 + step)
-        if not needed[r0:r1].any():
-            per_row = np.zeros(r1 - r0, np.int64)
-        else:
-            cnt = f.read_bin_records(r0, r1, fields=("num_soundings",))["num_soundings"]
-            per_row = cnt.reshape(r1 - r0, w).sum(axis=1, dtype=np.int64)
-        for y in range(r0, r1):
-            if not needed[y]:
-                if start is not None:
-                    yield start, y
-                    start = None
-                continue
-            n = int(per_row[y - r0])
-            if start is not None and tot + n > AREA_BAND_SOUNDINGS:
+    for y in range(h):
+        if not needed[y]:
+            if start is not None:
                 yield start, y
                 start = None
-            if start is None:
-                start, tot = y, 0
-            tot += n
+            continue
+        n = int(per_row[y])
+        if start is not None and tot + n > AREA_BAND_SOUNDINGS:
+            yield start, y
+            start = None
+        if start is None:
+            start, tot = y, 0
+        tot += n
     if start is not None:
         yield start, h
+
+
+def _row_counts(f) -> np.ndarray:
+    """The soundings of each row of bins: the count field of the records that hold data
+    (holes of the sparse ``.bin`` and empty records not read or decoded), read by one
+    compiled pass over their bytes."""
+    w, h = f.width, f.height
+    f._sync()
+    per_row = np.zeros(h, np.int64)
+    for bidx, recs in f.raw_records_with_data([(0, w * h)], chunk=1 << 20):
+        cnt = record_fields(recs, f._bin_layout, ["num_soundings"])["num_soundings"]
+        per_row += np.bincount(bidx // w, weights=cnt.astype(np.float64),
+                               minlength=h).astype(np.int64)   # exact below 2**53
+    return per_row
 
 
 def apply_redo(f, redo_path, redo: dict) -> None:
