@@ -209,10 +209,10 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
                 if fast is None:
                     raise _NotWalked()
                 pr.merge(local, 2 * band + 1)
-                ext.update(*fast[1])
+                ext.fold(fast[1])
             elif fast is not None and visit(walker.visited.bits, fast[0]):
                 pr.merge(local, 2 * band + 1)
-                ext.update(*fast[1])
+                ext.fold(fast[1])
             else:
                 # something to report in this band, or a record reached before: the
                 # exact walk, on the visited map as the bands before left it

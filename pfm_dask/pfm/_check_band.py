@@ -42,6 +42,34 @@ class _BandContext:
         self.walked = False   # the chains were walked by the recompute (check's ``walked``)
 
 
+def _first(out, key, vals, bidx, lower, quantum) -> None:
+    if vals.size:
+        j = int(np.argmin(vals) if lower else np.argmax(vals))
+        out.append((key, float(vals[j]), int(bidx[j]), lower, quantum))
+
+
+def extrema_candidates(null: float, bidx, cnt, vals: dict, validity, depth_q, std_q):
+    """A band's candidates for the header extrema (its first extreme of each, with its bin;
+    ``None`` when it has no bin with soundings), on any thread; the caller folds them in
+    band order (:meth:`_ExtremaCheck.fold`)."""
+    has = cnt > 0
+    if not has.any():
+        return None
+    out: list = []
+    bi = bidx[has]
+    _first(out, "bin_count_min", cnt[has].astype(np.float64), bi, True, 0)
+    _first(out, "bin_count_max", cnt[has].astype(np.float64), bi, False, 0)
+    ok = vals["max"][has] < null - 0.5 * depth_q  # below NULL DEPTH
+    data = ok & ((validity[has] & V.DATA) != 0)
+    _first(out, "min_filtered", vals["min_filtered"][has][data], bi[data], True, depth_q)
+    _first(out, "max_filtered", vals["max_filtered"][has][data], bi[data], False, depth_q)
+    _first(out, "min_std", vals["std"][has][data], bi[data], True, std_q)
+    _first(out, "max_std", vals["std"][has][data], bi[data], False, std_q)
+    _first(out, "min", vals["min"][has][ok], bi[ok], True, depth_q)
+    _first(out, "max", vals["max"][has][ok], bi[ok], False, depth_q)
+    return out
+
+
 class _ExtremaCheck:
     """Header extrema recomputed from the stored bin records, pfmLoader's rules."""
 
@@ -51,31 +79,19 @@ class _ExtremaCheck:
         self.v = {}
         self.any = False
 
-    def _take(self, key, vals, bidx, lower, quantum):
-        if vals.size == 0:
-            return
-        j = int(np.argmin(vals) if lower else np.argmax(vals))
-        x = float(vals[j])
-        cur = self.v.get(key)
-        if cur is None or ((x < cur[0]) if lower else (x > cur[0])):
-            self.v[key] = (x, int(bidx[j]), quantum)
-
     def update(self, bidx, cnt, vals: dict, validity, depth_q, std_q):
-        has = cnt > 0
-        if not has.any():
+        self.fold(extrema_candidates(self.null, bidx, cnt, vals, validity, depth_q, std_q))
+
+    def fold(self, found) -> None:
+        """Fold in a band's :func:`extrema_candidates` (bands in order): a band's first
+        extreme replaces the running one only when strictly beyond it, as one pass would."""
+        if found is None:
             return
         self.any = True
-        bi = bidx[has]
-        self._take("bin_count_min", cnt[has].astype(np.float64), bi, True, 0)
-        self._take("bin_count_max", cnt[has].astype(np.float64), bi, False, 0)
-        ok = vals["max"][has] < self.null - 0.5 * depth_q  # below NULL DEPTH
-        data = ok & ((validity[has] & V.DATA) != 0)
-        self._take("min_filtered", vals["min_filtered"][has][data], bi[data], True, depth_q)
-        self._take("max_filtered", vals["max_filtered"][has][data], bi[data], False, depth_q)
-        self._take("min_std", vals["std"][has][data], bi[data], True, std_q)
-        self._take("max_std", vals["std"][has][data], bi[data], False, std_q)
-        self._take("min", vals["min"][has][ok], bi[ok], True, depth_q)
-        self._take("max", vals["max"][has][ok], bi[ok], False, depth_q)
+        for key, x, b, lower, quantum in found:
+            cur = self.v.get(key)
+            if cur is None or ((x < cur[0]) if lower else (x > cur[0])):
+                self.v[key] = (x, b, quantum)
 
     def compare(self, h: PfmHeader, pr: _Problems) -> None:
         if not self.any:
@@ -183,7 +199,7 @@ def _fast_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
         rec_idx, sums = got
         walked = {"bidx": bidx, "u": u, "cnt": cnt, "ok": np.ones(cnt.size, dtype=bool),
                   "cover": cover, "sums": sums}
-        return rec_idx, _check_band_data(walked, ctx, pr)
+        return rec_idx, extrema_candidates(float(ctx.null32), *_check_band_data(walked, ctx, pr))
     except Exception:  # noqa: BLE001 - the exact walk decides what is reported
         return None
 
@@ -201,7 +217,7 @@ def _walked_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
             return None
         walked = {"bidx": bidx, "u": u, "cnt": cnt, "ok": np.ones(cnt.size, dtype=bool),
                   "cover": cover, "walked": True}
-        return None, _check_band_data(walked, ctx, pr)
+        return None, extrema_candidates(float(ctx.null32), *_check_band_data(walked, ctx, pr))
     except Exception:  # noqa: BLE001 - the whole check decides what is reported
         return None
 
