@@ -206,38 +206,47 @@ def _filter_band(f, filt, touched, needed, y0: int, y1: int, halo: int | None, a
 def area_bands(f, needed: np.ndarray):
     """Bands ``(row0, row1)`` of consecutive needed rows holding about
     ``AREA_BAND_SOUNDINGS`` soundings (a heavier row is a band of its own), planned from
-    the soundings per row (:func:`_row_counts`)."""
-    h = f.height
-    per_row = _row_counts(f) if needed.any() else np.zeros(h, np.int64)
+    the soundings per row (:func:`_row_counts`), a block of rows at a time (the first
+    bands go to the threads before the rest is planned)."""
+    w, h = f.width, f.height
+    step = max(1, _PLAN_BINS // w)
     start, tot = None, 0
-    for y in range(h):
-        if not needed[y]:
-            if start is not None:
+    for r0 in range(0, h, step):
+        r1 = min(h, r0 + step)
+        per_row = (_row_counts(f, r0, r1) if needed[r0:r1].any()
+                   else np.zeros(r1 - r0, np.int64))
+        for y in range(r0, r1):
+            if not needed[y]:
+                if start is not None:
+                    yield start, y
+                    start = None
+                continue
+            n = int(per_row[y - r0])
+            if start is not None and tot + n > AREA_BAND_SOUNDINGS:
                 yield start, y
                 start = None
-            continue
-        n = int(per_row[y])
-        if start is not None and tot + n > AREA_BAND_SOUNDINGS:
-            yield start, y
-            start = None
-        if start is None:
-            start, tot = y, 0
-        tot += n
+            if start is None:
+                start, tot = y, 0
+            tot += n
     if start is not None:
         yield start, h
 
 
-def _row_counts(f) -> np.ndarray:
-    """The soundings of each row of bins: the count field of the records that hold data
-    (holes of the sparse ``.bin`` and empty records not read or decoded), read by one
-    compiled pass over their bytes."""
-    w, h = f.width, f.height
+#: bins whose records area_bands reads at once to plan
+_PLAN_BINS = 1 << 18
+
+
+def _row_counts(f, r0: int, r1: int) -> np.ndarray:
+    """The soundings of each row ``r0 .. r1 - 1``: the count field of the records that
+    hold data (holes of the sparse ``.bin`` and empty records not read or decoded), read by
+    one compiled pass over their bytes."""
+    w = f.width
     f._sync()
-    per_row = np.zeros(h, np.int64)
-    for bidx, recs in f.raw_records_with_data([(0, w * h)], chunk=1 << 20):
+    per_row = np.zeros(r1 - r0, np.int64)
+    for bidx, recs in f.raw_records_with_data([(r0 * w, r1 * w)], chunk=(r1 - r0) * w):
         cnt = record_fields(recs, f._bin_layout, ["num_soundings"])["num_soundings"]
-        per_row += np.bincount(bidx // w, weights=cnt.astype(np.float64),
-                               minlength=h).astype(np.int64)   # exact below 2**53
+        per_row += np.bincount(bidx // w - r0, weights=cnt.astype(np.float64),
+                               minlength=r1 - r0).astype(np.int64)   # exact below 2**53
     return per_row
 
 
