@@ -131,7 +131,8 @@ def _walk_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems) -> dict:
     cnt = u["count"].astype(np.int64)
     # empty bins must be all zero bytes (never written)
     empty = cnt == 0
-    dirty = empty & recs.any(axis=1)
+    dirty = empty.copy()
+    dirty[empty] = recs[empty].any(axis=1)     # only the empty bins' bytes are looked at
     for j in pr.each("empty bin dirty", ".bin", dirty):
         pr.add("empty bin dirty", ".bin", _bin_where(bidx[j], W),
                "count is 0 but the record has non-zero fields (statistics, flags or pointers)")
@@ -175,7 +176,8 @@ def _fast_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
         lay, walker = ctx.lay, ctx.walker
         u = record_fields(recs, lay.bin)
         cnt = u["count"].astype(np.int64)
-        if ((cnt == 0) & recs.any(axis=1)).any():
+        empty = cnt == 0
+        if empty.any() and recs[empty].any():   # an empty bin with bytes: the exact walk
             return None
         if walker.n_phys and (cnt > walker.n_phys * lay.L).any():
             return None
@@ -204,14 +206,20 @@ def _fast_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
         return None
 
 
+#: the bin record fields :func:`_walked_band` reads
+_WALKED_FIELDS = ("count", "validity", "std", "min_filtered", "max_filtered", "min", "max")
+
+
 def _walked_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
     """A band whose chains the recompute walked (check's ``walked``), on any thread: the
     bin record checks of :func:`_walk_band`, the coverage and the extrema; ``None`` when a
     record needs the exact walk (the whole check then runs without ``walked``)."""
     try:
-        u = record_fields(recs, ctx.lay.bin)
+        # only the fields this path reads (the statistics are not re-derived here)
+        u = record_fields(recs, ctx.lay.bin, [k for k in _WALKED_FIELDS if k in ctx.lay.bin.fields])
         cnt = u["count"].astype(np.int64)
-        if ((cnt == 0) & recs.any(axis=1)).any():
+        empty = cnt == 0
+        if empty.any() and recs[empty].any():   # an empty bin with bytes: the exact walk
             return None
         if ctx.walker.n_phys and (cnt > ctx.walker.n_phys * ctx.lay.L).any():
             return None
@@ -262,7 +270,8 @@ def _check_band_data(walked: dict, ctx: _BandContext, pr: _Problems) -> tuple:
     depth_q = 1.0 / float(scale32)
     std_q = 1.0 / float(std32)
     stored_code = {k: u[k].astype(np.int64) for k in ("std", "avg_filtered", "min_filtered",
-                                                       "max_filtered", "avg", "min", "max")}
+                                                       "max_filtered", "avg", "min", "max")
+                   if k in u}   # the walked path reads no averages (and compares none)
     if good.size:
         prior_std = (u["std"][good].astype(np.float32) / std32).astype(np.float32)
         if sums is not None:
