@@ -17,6 +17,7 @@ import zlib
 import numpy as np
 
 from . import journal as J
+from . import validity as V
 from . import pfm
 from ._faults import crash_point
 from ._fileio import pwrite_all
@@ -137,10 +138,11 @@ def _read_rows(f, view, r0: int, r1: int) -> dict:
         bufs = getattr(_BUFFERS, "arrays", None)
         if bufs is None:
             bufs = _BUFFERS.arrays = {}
-        s = band_soundings(view, recs, bidx % W, bufs)
+        s = band_soundings(view, recs, bidx % W, bufs, skip=_PRE_SKIP)
         if s is not None:
             first = np.searchsorted(bidx // W, np.arange(r0, r1 + 1))
             s["cut"] = s.pop("start")[first]
+            s["bin_cut"], s["bin_col"] = first, bidx % W
             return s
     s = f.read_soundings(r0, r1, fields=_FIELDS)
     s["cut"] = np.searchsorted(s["row"], np.arange(r0, r1 + 1))
@@ -179,7 +181,7 @@ def _filter_band(f, filt, touched, needed, y0: int, y1: int, halo: int | None, a
         sl = rows[y]
         return RowSoundings(col=s["col"][sl], depth=s["depth"][sl],
                             validity=s["validity"][sl].astype(np.uint32, copy=False),
-                            active=touched[y])
+                            active=touched[y], pre=_row_pre(s, y - r0, filt.width))
 
     guess = None
     if halo is not None:
@@ -201,6 +203,22 @@ def _filter_band(f, filt, touched, needed, y0: int, y1: int, halo: int | None, a
             redo.append(rec)
     return {"rows": (y0, y1), "redo": redo, "summary": res["summary"], "post": res["post"],
             "guess": guess, "soundings": int(cut[-1])}
+
+
+#: soundings left out of the filter's pre-filter statistics (filters._area: INVAL, DELETED)
+_PRE_SKIP = V.INVAL | V.DELETED
+
+
+def _row_pre(s: dict, i: int, width: int):
+    """Row ``i`` (of those read)'s pre-filter statistics per column, from the per-bin ones
+    the read summed (``band_soundings``), or ``None`` (the filter computes them)."""
+    if "bin_cut" not in s:
+        return None
+    a, b = int(s["bin_cut"][i]), int(s["bin_cut"][i + 1])
+    cols = s["bin_col"][a:b]
+    data, avg, std = np.zeros(width, np.bool_), np.zeros(width), np.zeros(width)
+    data[cols], avg[cols], std[cols] = s["bin_data"][a:b], s["bin_avg"][a:b], s["bin_std"][a:b]
+    return data, avg, std
 
 
 def area_bands(f, needed: np.ndarray):

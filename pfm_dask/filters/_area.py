@@ -42,6 +42,10 @@ class RowSoundings:
     entry per sounding, results carry the entries of the changed soundings, otherwise it is
     passed back as is. ``active``: optional boolean per bin column, the bins to filter
     (pfmLoader filters only bins that received new soundings); ``None`` means every bin.
+    ``pre``: optional ``(data, avg, std)`` per bin column, the row's pre-filter statistics
+    when the caller has them already (the mean and sample std of the soundings neither
+    INVAL nor DELETED, summed in sounding order, exactly as the filter computes them);
+    ``None``: the filter computes them.
     """
 
     col: np.ndarray
@@ -49,6 +53,7 @@ class RowSoundings:
     validity: np.ndarray
     address: Any = None
     active: np.ndarray | None = None
+    pre: Any = None
 
     @classmethod
     def empty(cls) -> "RowSoundings":
@@ -478,10 +483,18 @@ class AreaFilter:
             active = np.ascontiguousarray(active, dtype=np.bool_)
             if active.shape != (self.width,):
                 raise ValueError(f"row {y}: active must have one entry per bin column")
-        return RowSoundings(col, depth, val, row.address, active)
+        pre = row.pre
+        if pre is not None:
+            pre = tuple(np.ascontiguousarray(a, dtype=t)
+                        for a, t in zip(pre, (np.bool_, np.float64, np.float64)))
+            if any(a.shape != (self.width,) for a in pre):
+                raise ValueError(f"row {y}: pre must have one entry per bin column")
+        return RowSoundings(col, depth, val, row.address, active, pre)
 
     def _pre(self, row: RowSoundings) -> _Stats:
         """pfmLoader's filter statistics: soundings neither INVAL nor DELETED, REFERENCE included."""
+        if row.pre is not None:
+            return _Stats(*row.pre)
         return _row_stats(row, int(_SKIP), self.width)
 
     def _process(self, y: int, row: RowSoundings, above: _Stats, cur_pre: _Stats,
