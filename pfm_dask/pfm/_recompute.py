@@ -733,10 +733,12 @@ def _span_bands(pfm_file, lo: int, hi: int, only, budget: int):
     """The bands of :func:`_raw_bands` in bins ``lo .. hi - 1`` (of ``only``, when given)."""
     for bidx, recs in pfm_file.raw_records_with_data([(lo, hi)], chunk=hi - lo, only=only):
         cnt = record_fields(recs, pfm_file._bin_layout, ["num_soundings"])["num_soundings"]
-        sel = np.flatnonzero(cnt > 0)
-        bidx, cnt = bidx[sel], cnt[sel].astype(np.int64)
+        has = cnt > 0
+        if not has.all():      # (a record with bytes but no soundings: rare)
+            bidx, recs, cnt = bidx[has], recs[has], cnt[has]
+        cnt = cnt.astype(np.int64)
         for i, j in _cuts(cnt, budget):
-            yield bidx[i:j], recs[sel[i:j]]
+            yield bidx[i:j], recs[i:j]     # views: the band thread copies what it rewrites
 
 
 def _write_runs(fd: int, bidx: np.ndarray, recs: np.ndarray, base: int, path,
