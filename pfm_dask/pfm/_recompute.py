@@ -769,8 +769,9 @@ def _write_runs(fd: int, bidx: np.ndarray, recs: np.ndarray, base: int, path,
             done += k
 
 
-def ordered_imap(fn, items, threads: int):
-    """Yield ``fn(item)`` for every item, in order, ``fn`` running on up to ``threads`` threads.
+def ordered_imap(fn, items, threads: int, name: str = "pfm-band"):
+    """Yield ``fn(item)`` for every item, in order, ``fn`` running on up to ``threads`` threads
+    (named ``name``).
 
     At most ``threads + 1`` results are in flight (bounded memory); the caller consumes them
     on its own thread. The first error stops the work and is raised. One thread: no pool.
@@ -784,7 +785,7 @@ def ordered_imap(fn, items, threads: int):
     from concurrent.futures import ThreadPoolExecutor
 
     pending: deque = deque()
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pfm-band") as pool:
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name) as pool:
         try:
             for item in items:
                 pending.append(pool.submit(fn, item))
