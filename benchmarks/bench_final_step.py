@@ -315,7 +315,8 @@ def run_pfm(path: Path, thread_counts, repeat: int, baseline: str, load_s: float
     ops = tuple(ops)
     runs: dict = {op: {} for op in ops}
     seen: dict = {op: set() for op in ops}
-    seen["area_redo"] = set()
+    if "area" in ops:
+        seen["area_redo"] = set()
     for _ in range(repeat):
         for n in thread_counts:
             for code, tree in (("old", old_tree), ("new", new_tree)):
@@ -333,7 +334,7 @@ def run_pfm(path: Path, thread_counts, repeat: int, baseline: str, load_s: float
     assert all(x.endswith("[])") for x in seen.get("final", ())), seen["final"]
     out = {"pfm": str(path), "baseline_commit": old_sha, "thread_counts": list(thread_counts),
            "repeat": repeat, "serial_load_s": load_s, "load_average_1m": os.getloadavg()[0],
-           "area_filter": next(iter(seen["area"]), None), "phases": {}, "final_step": {}}
+           "area_filter": next(iter(seen.get("area", ())), None), "phases": {}, "final_step": {}}
     for op, by in runs.items():
         out["phases"][op] = {}
         for key, rs in by.items():

@@ -17,11 +17,12 @@ import zlib
 import numpy as np
 
 from . import journal as J
+from . import validity as V
 from . import pfm
 from ._faults import crash_point
 from ._fileio import pwrite_all
 from .errors import LoadError
-from .pfm._recompute_kernel import NdxView, band_soundings
+from .pfm._recompute_kernel import NdxView, band_soundings, record_fields
 
 __all__ = ["run_area_filter", "area_bands", "apply_redo", "AREA_BAND_SOUNDINGS",
            "AREA_HALO_ROWS"]
@@ -137,10 +138,11 @@ def _read_rows(f, view, r0: int, r1: int) -> dict:
         bufs = getattr(_BUFFERS, "arrays", None)
         if bufs is None:
             bufs = _BUFFERS.arrays = {}
-        s = band_soundings(view, recs, bidx % W, bufs)
+        s = band_soundings(view, recs, bidx % W, bufs, skip=_PRE_SKIP)
         if s is not None:
             first = np.searchsorted(bidx // W, np.arange(r0, r1 + 1))
             s["cut"] = s.pop("start")[first]
+            s["bin_cut"], s["bin_col"] = first, bidx % W
             return s
     s = f.read_soundings(r0, r1, fields=_FIELDS)
     s["cut"] = np.searchsorted(s["row"], np.arange(r0, r1 + 1))
@@ -179,7 +181,7 @@ def _filter_band(f, filt, touched, needed, y0: int, y1: int, halo: int | None, a
         sl = rows[y]
         return RowSoundings(col=s["col"][sl], depth=s["depth"][sl],
                             validity=s["validity"][sl].astype(np.uint32, copy=False),
-                            active=touched[y])
+                            active=touched[y], pre=_row_pre(s, y - r0, filt.width))
 
     guess = None
     if halo is not None:
@@ -203,20 +205,34 @@ def _filter_band(f, filt, touched, needed, y0: int, y1: int, halo: int | None, a
             "guess": guess, "soundings": int(cut[-1])}
 
 
+#: soundings left out of the filter's pre-filter statistics (filters._area: INVAL, DELETED)
+_PRE_SKIP = V.INVAL | V.DELETED
+
+
+def _row_pre(s: dict, i: int, width: int):
+    """Row ``i`` (of those read)'s pre-filter statistics per column, from the per-bin ones
+    the read summed (``band_soundings``), or ``None`` (the filter computes them)."""
+    if "bin_cut" not in s:
+        return None
+    a, b = int(s["bin_cut"][i]), int(s["bin_cut"][i + 1])
+    cols = s["bin_col"][a:b]
+    data, avg, std = np.zeros(width, np.bool_), np.zeros(width), np.zeros(width)
+    data[cols], avg[cols], std[cols] = s["bin_data"][a:b], s["bin_avg"][a:b], s["bin_std"][a:b]
+    return data, avg, std
+
+
 def area_bands(f, needed: np.ndarray):
     """Bands ``(row0, row1)`` of consecutive needed rows holding about
     ``AREA_BAND_SOUNDINGS`` soundings (a heavier row is a band of its own), planned from
-    the bin records' counts a block of rows at a time."""
+    the soundings per row (:func:`_row_counts`), a block of rows at a time (the first
+    bands go to the threads before the rest is planned)."""
     w, h = f.width, f.height
-    step = max(1, (1 << 20) // w)
+    step = max(1, _PLAN_BINS // w)
     start, tot = None, 0
     for r0 in range(0, h, step):
         r1 = min(h, r0 + step)
-        if not needed[r0:r1].any():
-            per_row = np.zeros(r1 - r0, np.int64)
-        else:
-            cnt = f.read_bin_records(r0, r1, fields=("num_soundings",))["num_soundings"]
-            per_row = cnt.reshape(r1 - r0, w).sum(axis=1, dtype=np.int64)
+        per_row = (_row_counts(f, r0, r1) if needed[r0:r1].any()
+                   else np.zeros(r1 - r0, np.int64))
         for y in range(r0, r1):
             if not needed[y]:
                 if start is not None:
@@ -232,6 +248,24 @@ def area_bands(f, needed: np.ndarray):
             tot += n
     if start is not None:
         yield start, h
+
+
+#: bins whose records area_bands reads at once to plan
+_PLAN_BINS = 1 << 18
+
+
+def _row_counts(f, r0: int, r1: int) -> np.ndarray:
+    """The soundings of each row ``r0 .. r1 - 1``: the count field of the records that
+    hold data (holes of the sparse ``.bin`` and empty records not read or decoded), read by
+    one compiled pass over their bytes."""
+    w = f.width
+    f._sync()
+    per_row = np.zeros(r1 - r0, np.int64)
+    for bidx, recs in f.raw_records_with_data([(r0 * w, r1 * w)], chunk=(r1 - r0) * w):
+        cnt = record_fields(recs, f._bin_layout, ["num_soundings"])["num_soundings"]
+        per_row += np.bincount(bidx // w - r0, weights=cnt.astype(np.float64),
+                               minlength=r1 - r0).astype(np.int64)   # exact below 2**53
+    return per_row
 
 
 def apply_redo(f, redo_path, redo: dict) -> None:

@@ -179,5 +179,16 @@ def test_compiled_row_reader_gives_the_store_readers_soundings(synth_survey, tmp
                 for k in ("cut", "col", "depth", "validity", "record_offset", "slot"):
                     np.testing.assert_array_equal(got[k], want[k], err_msg=k)
                 assert got["depth"].dtype == want["depth"].dtype
+                # each row's pre-filter statistics summed by the same pass: the filter's
+                # own (_k_row_stats on the row's soundings), bit for bit
+                filt = AreaFilter(f.width, f.height, bin_size_xy=f.grid.bin_size_xy)
+                assert A._row_pre(want, 0, f.width) is None
+                for i in range(r1 - r0):
+                    sl = slice(got["cut"][i], got["cut"][i + 1])
+                    row = RowSoundings(want["col"][sl], want["depth"][sl],
+                                       want["validity"][sl].astype(np.uint32))
+                    mine = A._row_pre(got, i, f.width)
+                    assert filt.pre_stats(row, r0 + i).same(filt.pre_stats(
+                        RowSoundings(row.col, row.depth, row.validity, pre=mine), r0 + i))
         finally:
             view.close()

@@ -136,8 +136,9 @@ def make_grid(seed, width=11, height=8, max_per_bin=7, p_empty=0.15, spike_p=0.0
     return bins
 
 
-def to_rows(bins, width, height):
-    """Per row: RowSoundings with soundings in a shuffled bin order and an address array."""
+def to_rows(bins, width, height, shuffle_seed=None):
+    """Per row: (col, depth, validity, address) grouped by bin column, as the writer reads a
+    row, or in a random order with ``shuffle_seed`` (the kernel's counting-sort path)."""
     rows = []
     for y in range(height):
         col, z, v, addr = [], [], [], []
@@ -147,13 +148,23 @@ def to_rows(bins, width, height):
                 z.append(zz)
                 v.append(vv)
                 addr.append((x, y, k))
-        rows.append((np.array(col, np.int64), np.array(z, float), np.array(v, np.uint32),
-                     np.array(addr, np.int64).reshape(-1, 3)))
+        row = (np.array(col, np.int64), np.array(z, float), np.array(v, np.uint32),
+               np.array(addr, np.int64).reshape(-1, 3))
+        if shuffle_seed is not None:
+            # bins interleaved at random, each bin's soundings still in their order (the
+            # sums run in sounding order: a stable sort by column gives the grouped row back)
+            c = row[0]
+            perm = c[np.random.default_rng(shuffle_seed * 1000 + y).permutation(c.size)]
+            order = np.empty(c.size, np.int64)
+            for x in np.unique(c):
+                order[np.flatnonzero(perm == x)] = np.flatnonzero(c == x)
+            row = tuple(a[order] for a in row)
+        rows.append(row)
     return rows
 
 
-def run_kernel(bins, width, height, **kw):
-    rows = to_rows(bins, width, height)
+def run_kernel(bins, width, height, shuffle_seed=None, **kw):
+    rows = to_rows(bins, width, height, shuffle_seed)
     active = kw.pop("active", None)
     filt = AreaFilter(width, height, **kw)
     cuts = set()
@@ -195,6 +206,34 @@ def test_matches_reference(seed, deep_only, exact_raster):
     assert cuts == ref
     assert summary.cut == len(ref)
     assert len(ref) > 0
+
+
+@pytest.mark.parametrize("exact_raster", [True, False])
+@pytest.mark.parametrize("deep_only", [True, False])
+@pytest.mark.parametrize("seed", range(6))
+def test_shuffled_rows_match_reference_and_grouped(seed, deep_only, exact_raster):
+    """Rows with their bins interleaved (the kernels' counting sort) give the reference's
+    cuts, and the same cuts, counts and post-filter statistics, bit for bit, as the rows
+    grouped by bin (the kernels' path without the sort)."""
+    bins = make_grid(seed)
+    w, h = 11, 8
+    kw = dict(deep_only=deep_only, exact_raster=exact_raster, **PARAMS)
+    cuts, summary, res = run_kernel(bins, w, h, shuffle_seed=seed + 1, **kw)
+    ref_bins = {k: [list(s) for s in v] for k, v in bins.items()}
+    assert cuts == reference(ref_bins, w, h, **kw)
+    g_cuts, g_summary, g_res = run_kernel(bins, w, h, **kw)
+    assert g_cuts == cuts and g_summary == summary
+    assert [(r.examined, r.good, r.bad, r.changed_cols.tolist()) for r in res] == \
+        [(r.examined, r.good, r.bad, r.changed_cols.tolist()) for r in g_res]
+    # the statistics a row hands the next, bit for bit, either way
+    rows_s, rows_g = to_rows(bins, w, h, seed + 1), to_rows(bins, w, h)
+    for y in range(h):
+        fs, fg = AreaFilter(w, h, **kw), AreaFilter(w, h, **kw)
+        out_s = fs.band(lambda r: RowSoundings(*rows_s[r][:3]), 0, y + 1)
+        out_g = fg.band(lambda r: RowSoundings(*rows_g[r][:3]), 0, y + 1)
+        assert out_s["post"].same(out_g["post"])
+        assert fs.pre_stats(RowSoundings(*rows_s[y][:3]), y).same(
+            fg.pre_stats(RowSoundings(*rows_g[y][:3]), y))
 
 
 @pytest.mark.parametrize("seed", [0, 2, 3, 5])     # seeds whose grids get cuts

@@ -42,6 +42,10 @@ class RowSoundings:
     entry per sounding, results carry the entries of the changed soundings, otherwise it is
     passed back as is. ``active``: optional boolean per bin column, the bins to filter
     (pfmLoader filters only bins that received new soundings); ``None`` means every bin.
+    ``pre``: optional ``(data, avg, std)`` per bin column, the row's pre-filter statistics
+    when the caller has them already (the mean and sample std of the soundings neither
+    INVAL nor DELETED, summed in sounding order, exactly as the filter computes them);
+    ``None``: the filter computes them.
     """
 
     col: np.ndarray
@@ -49,6 +53,7 @@ class RowSoundings:
     validity: np.ndarray
     address: Any = None
     active: np.ndarray | None = None
+    pre: Any = None
 
     @classmethod
     def empty(cls) -> "RowSoundings":
@@ -131,11 +136,47 @@ class _Stats:
 
 def _k_row_stats(col, z, v, skip, null_depth, data, avg, std):
     """Mean and sample std (two-pass, 0 when n <= 1) per column of the soundings carrying no
-    bit of ``skip`` and shallower than ``null_depth``; sums in sounding order."""
+    bit of ``skip`` and shallower than ``null_depth``; sums in sounding order. Soundings
+    grouped by column (a row read bin by bin, as the writer reads it) take one pass per
+    column's run, the same sums in the same order."""
     w = data.shape[0]
+    n_snd = col.shape[0]
+    grouped = True
+    for i in range(1, n_snd):
+        if col[i] < col[i - 1]:
+            grouped = False
+            break
+    if grouped:
+        for x in range(w):
+            data[x] = False
+            avg[x] = 0.0
+            std[x] = 0.0
+        a = 0
+        while a < n_snd:
+            c = col[a]
+            b = a
+            n = 0
+            s = 0.0
+            while b < n_snd and col[b] == c:
+                if (v[b] & skip) == 0 and z[b] < null_depth:
+                    n += 1
+                    s += z[b]
+                b += 1
+            data[c] = n > 0
+            m = s / n if n > 0 else 0.0
+            avg[c] = m
+            if n > 1:
+                ss = 0.0
+                for i in range(a, b):
+                    if (v[i] & skip) == 0 and z[i] < null_depth:
+                        d = z[i] - m
+                        ss += d * d
+                std[c] = np.sqrt(ss / (n - 1))
+            a = b
+        return
     n = np.zeros(w, np.int64)
     s = np.zeros(w)
-    for i in range(col.shape[0]):
+    for i in range(n_snd):
         if (v[i] & skip) == 0 and z[i] < null_depth:
             n[col[i]] += 1
             s[col[i]] += z[i]
@@ -143,7 +184,7 @@ def _k_row_stats(col, z, v, skip, null_depth, data, avg, std):
         data[x] = n[x] > 0
         avg[x] = s[x] / n[x] if n[x] > 0 else 0.0
         s[x] = 0.0
-    for i in range(col.shape[0]):
+    for i in range(n_snd):
         if (v[i] & skip) == 0 and z[i] < null_depth:
             d = z[i] - avg[col[i]]
             s[col[i]] += d * d
@@ -154,28 +195,34 @@ def _k_row_stats(col, z, v, skip, null_depth, data, avg, std):
 def _k_filter_row(col, z, v, active, a_data, a_avg, a_std, p_data, p_avg, p_std,
                   b_data, b_avg, b_std, dxs, cellstd, max_slope, null_depth, deep_only,
                   exact_raster, min_cells, cut_reference, skip, post_skip, cut_bits, ref_bit,
-                  cut, q_data, q_avg, q_std, counts):
+                  cut, cut_idx, q_data, q_avg, q_std, counts):
     """One row of the area filter in pfmLoader's raster order (docs/filters.md §3, bugs fixed).
 
     Row y-1's post-filter statistics ``a_*``, this row's pre-filter ``p_*``, row y+1's
     pre-filter ``b_*``; bin x sees bin x-1 after filtering (``exact_raster``) or before.
     Writes ``cut`` (1 per sounding cut), this row's post-filter statistics ``q_*`` (the
     library's: REFERENCE and null depths left out, for bins that were filtered; the pre-filter
-    ones elsewhere) and ``counts``: examined, bad, cut, bins filtered, sparse, no spread.
+    ones elsewhere) and ``counts``: examined, bad, cut, bins filtered, sparse, no spread;
+    ``cut_idx[:counts[2]]`` the soundings cut, in the order found.
     """
     w = p_data.shape[0]
     n_snd = col.shape[0]
-    # the soundings of each column, in their order (a stable counting sort)
+    # the soundings of each column, in their order (a stable counting sort; none needed
+    # when they come grouped by column, as the writer reads a row: then order[r] = r)
     first = np.zeros(w + 1, np.int64)
+    grouped = True
     for i in range(n_snd):
         first[col[i] + 1] += 1
+        if i > 0 and col[i] < col[i - 1]:
+            grouped = False
     for x in range(w):
         first[x + 1] += first[x]
-    order = np.empty(n_snd, np.int64)
-    fill = first[:w].copy()
-    for i in range(n_snd):
-        order[fill[col[i]]] = i
-        fill[col[i]] += 1
+    order = np.empty(0 if grouped else n_snd, np.int64)
+    if not grouped:
+        fill = first[:w].copy()
+        for i in range(n_snd):
+            order[fill[col[i]]] = i
+            fill[col[i]] += 1
     for x in range(w):
         q_data[x] = p_data[x]
         q_avg[x] = p_avg[x]
@@ -232,13 +279,14 @@ def _k_filter_row(col, z, v, active, a_data, a_avg, a_std, p_data, p_avg, p_std,
         n = 0
         s = 0.0
         for r in range(first[x], first[x + 1]):
-            i = order[r]
+            i = r if grouped else order[r]
             vi = v[i]
             if ok and (vi & skip) == 0 and (cut_reference or (vi & ref_bit) == 0):
                 dev = z[i] - mean
                 if (dev >= thr) if deep_only else (np.abs(dev) >= thr):
                     cut[i] = 1
                     vi = vi | cut_bits
+                    cut_idx[counts[2]] = i
                     counts[2] += 1
             counts[0] += 1
             if (vi & skip) != 0:
@@ -249,7 +297,7 @@ def _k_filter_row(col, z, v, active, a_data, a_avg, a_std, p_data, p_avg, p_std,
         avg = s / n if n > 0 else 0.0
         ss = 0.0
         for r in range(first[x], first[x + 1]):
-            i = order[r]
+            i = r if grouped else order[r]
             vi = v[i] | cut_bits if cut[i] else v[i]
             if (vi & post_skip) == 0 and z[i] < null_depth:
                 d = z[i] - avg
@@ -270,7 +318,7 @@ def _signatures(T) -> dict:
         "filter_row": T.void(i8r, f8r, u4r, br, br, f8r, f8r, br, f8r, f8r, br, f8r, f8r,
                              f8r, T.float64, T.float64, T.float64, T.boolean, T.boolean,
                              T.int64, T.boolean, T.uint32, T.uint32, T.uint32, T.uint32,
-                             u1, b1, f8, f8, i8),
+                             u1, i8, b1, f8, f8, i8),
     }
 
 
@@ -435,10 +483,18 @@ class AreaFilter:
             active = np.ascontiguousarray(active, dtype=np.bool_)
             if active.shape != (self.width,):
                 raise ValueError(f"row {y}: active must have one entry per bin column")
-        return RowSoundings(col, depth, val, row.address, active)
+        pre = row.pre
+        if pre is not None:
+            pre = tuple(np.ascontiguousarray(a, dtype=t)
+                        for a, t in zip(pre, (np.bool_, np.float64, np.float64)))
+            if any(a.shape != (self.width,) for a in pre):
+                raise ValueError(f"row {y}: pre must have one entry per bin column")
+        return RowSoundings(col, depth, val, row.address, active, pre)
 
     def _pre(self, row: RowSoundings) -> _Stats:
         """pfmLoader's filter statistics: soundings neither INVAL nor DELETED, REFERENCE included."""
+        if row.pre is not None:
+            return _Stats(*row.pre)
         return _row_stats(row, int(_SKIP), self.width)
 
     def _process(self, y: int, row: RowSoundings, above: _Stats, cur_pre: _Stats,
@@ -448,6 +504,7 @@ class AreaFilter:
         col = row.col
         active = self._all_active if row.active is None else row.active
         cut = np.zeros(col.shape[0], np.uint8)
+        cut_idx = np.empty(col.shape[0], np.int64)    # untouched pages cost nothing
         post = _Stats(np.empty(w, np.bool_), np.empty(w), np.empty(w))
         counts = np.zeros(6, np.int64)
         _kernel("filter_row")(
@@ -455,8 +512,8 @@ class AreaFilter:
             cur_pre.data, cur_pre.avg, cur_pre.std, below.data, below.avg, below.std, self._dxs,
             self.cellstd, self.max_slope, self._null, self.deep_only, self.exact_raster,
             self.min_cells, self.cut_reference, _SKIP, _POST_SKIP, _CUT, np.uint32(V.REFERENCE),
-            cut, post.data, post.avg, post.std, counts)
-        idx = np.flatnonzero(cut)
+            cut, cut_idx, post.data, post.avg, post.std, counts)
+        idx = np.sort(cut_idx[:counts[2]])      # as np.flatnonzero(cut), without its pass
         examined, bad, n_cut, filtered, sparse, no_spread = (int(c) for c in counts)
         addr = row.address
         if isinstance(addr, np.ndarray) and addr.shape[:1] == col.shape:

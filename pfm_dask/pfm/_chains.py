@@ -29,15 +29,21 @@ from .._numeric import CompiledKernels
 __all__ = ["visit", "chain_records", "item_positions", "chain_plan", "ChainWalk"]
 
 
-def _k_visit(bits, idx):
+def _k_visit(bits, idx, n):
     """numba kernel: set the visited bit of each record in ``idx``, in order.
 
-    Returns -1 when none was set before (counting a record twice in ``idx``);
-    otherwise the position of the first that was, with the bits this call set
-    cleared again, so the map is as it was.
+    Returns -1 when none was set before (counting a record twice in ``idx``) and
+    all lie in ``0 .. n - 1``; otherwise the position of the first that was (or
+    lies outside), with the bits this call set cleared again, so the map is as
+    it was.
     """
     for i in range(idx.size):
         r = idx[i]
+        if r < 0 or r >= n:
+            for j in range(i):
+                q = idx[j]
+                bits[q >> 3] &= ~np.uint8(1 << (q & 7))
+            return i
         m = np.uint8(1 << (r & 7))
         if bits[r >> 3] & m:
             for j in range(i):
@@ -146,7 +152,7 @@ def _signatures(T) -> dict:
     ro = dict(readonly=True)
     u1, i8 = T.Array(T.uint8, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro)
     return {
-        "visit": T.int64(T.Array(T.uint8, 1, "C"), i8),
+        "visit": T.int64(T.Array(T.uint8, 1, "C"), i8, T.int64),
         "item_positions": T.void(i8, i8, i8, i8, i8, T.int64, T.int64,
                                  *(T.Array(T.int64, 1, "C"),) * 6),
         "chain_plan": T.UniTuple(T.int64, 3)(i8, T.int64, T.Array(T.uint64, 1, "C", **ro), T.int64,
@@ -159,9 +165,11 @@ def _signatures(T) -> dict:
 _kernel = CompiledKernels(globals(), _signatures)
 
 
-def visit(bits: np.ndarray, idx: np.ndarray) -> bool:
-    """Mark records ``idx`` visited; False (and the map unchanged) if any was reached before."""
-    return _kernel("visit")(bits, np.ascontiguousarray(idx, dtype=np.int64)) < 0
+def visit(bits: np.ndarray, idx: np.ndarray, n: int | None = None) -> bool:
+    """Mark records ``idx`` visited; False (and the map unchanged) if any was reached before,
+    or lies outside ``0 .. n - 1`` (default: the map's bits)."""
+    n = bits.size * 8 if n is None else int(n)
+    return _kernel("visit")(bits, np.ascontiguousarray(idx, dtype=np.int64), n) < 0
 
 
 def chain_records(buf: np.ndarray, rsize: int, wstart: int, wshift: int, pointer_bits: int,
@@ -263,11 +271,10 @@ class ChainWalk:
         """A band's walk, in band order (raster order)."""
         if not self.clean:
             return
-        if not ends_ok or (rec_idx.size and (int(rec_idx.min()) < 0
-                                             or int(rec_idx.max()) >= self.n_phys)):
+        if not ends_ok:
             self.spoil()
             return
-        if not visit(self.bits, rec_idx):
+        if not visit(self.bits, rec_idx, self.n_phys):   # a revisit, or outside the .ndx
             self.spoil()
             return
         self.file_hi = max(self.file_hi, int(file_hi))

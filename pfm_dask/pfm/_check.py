@@ -18,8 +18,6 @@ chain walk), :mod:`._check_band` (one band's checks), :mod:`._problems` (the rep
 from __future__ import annotations
 
 import os
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -27,7 +25,7 @@ from ..errors import PfmDaskError, PfmFormatError
 from .. import validity as V
 from ._chains import visit
 from ._header import PfmHeader, version_number
-from ._recompute import THREADS
+from ._recompute import THREADS, ordered_imap
 from ._recompute_kernel import record_fields
 from ._sparse import (gather_runs, nonzero_records, positions_to_items, record_runs,
                       subtract_runs)
@@ -172,10 +170,12 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
     one that reaches a record reached before, is checked again exactly:
     :func:`_walk_band` on the visited map as the bands before left it, then
     :func:`_check_band_data`. Problems are merged, and the extrema folded, in
-    band order, so neither depends on the path or on ``threads``. Once a band
-    is merged, the pages of the ``.ndx`` map read so far are handed back
-    (:meth:`_Walker.drop_pages`): the resident memory stays at the few bands in
-    flight (:data:`_BAND_SOUNDINGS` soundings each), not the whole ``.ndx``.
+    band order, so neither depends on the path or on ``threads``. The band
+    threads also read the ``.bin`` and ``.cvg`` chunk by chunk and cut the
+    bands (the calling thread only merges). Once a band is walked, the pages of
+    the ``.ndx`` map read so far are handed back (:meth:`_Walker.drop_pages`):
+    the resident memory stays at the few bands in flight
+    (:data:`_BAND_SOUNDINGS` soundings each), not the whole ``.ndx``.
     """
     W, H = int(h.bin_width), int(h.bin_height)
     hs = int(h.bin_header_size)
@@ -185,8 +185,6 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
     n_read = min(n_bins, avail)
     walker = _Walker(parts[".ndx"], sizes[".ndx"], lay, W, pr)
     cvg_fd = None
-    pool = None
-    pending: deque = deque()
     try:
         if sizes[".cvg"] is not None:
             cvg_fd = os.open(parts[".cvg"], os.O_RDONLY)
@@ -199,20 +197,16 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
             ctx.walked = True
         prewalked = walked is not None
         band_fn = _walked_band if prewalked else _fast_band
-        if threads > 1:
-            pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pfm-check")
 
-        def merge_one() -> None:
-            band, bidx, recs, cover, local, fut = pending.popleft()
-            fast = fut.result() if pool is not None else fut
+        def merge_one(band, bidx, recs, cover, local, fast) -> None:
             if prewalked:
                 if fast is None:
                     raise _NotWalked()
                 pr.merge(local, 2 * band + 1)
-                ext.update(*fast[1])
+                ext.fold(fast[1])
             elif fast is not None and visit(walker.visited.bits, fast[0]):
                 pr.merge(local, 2 * band + 1)
-                ext.update(*fast[1])
+                ext.fold(fast[1])
             else:
                 # something to report in this band, or a record reached before: the
                 # exact walk, on the visited map as the bands before left it
@@ -221,69 +215,81 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
                 pr.slot = 2 * band + 1
                 ext.update(*_check_band_data(walked, ctx, pr))
                 del walked
-            walker.drop_pages()
+                walker.drop_pages()
 
-        band = 0
         bs = lay.bin_bytes
         bin_fd = os.open(parts[".bin"], os.O_RDONLY)
+
+        def job(chunk):
+            """A chunk of the .bin's data runs, read and cut into bands, each band through
+            ``band_fn``, on a band thread (the calling thread only merges, in band order):
+            ``(bands, short)``, short when the .bin ended inside it."""
+            lo, hi, at = chunk
+            n, short = int(hi[-1] - lo[-1] + at[-1]), False
+            buf = np.empty(n * bs, dtype=np.uint8)
+            for a, b, p in zip(lo.tolist(), hi.tolist(), at.tolist()):
+                got = os.preadv(bin_fd, [memoryview(buf)[p * bs: (p + b - a) * bs]], hs + a * bs)
+                if got != (b - a) * bs:
+                    n, short = p + got // bs, True
+                    break
+            if n == 0:
+                return [], True
+            # the pieces' coverage bytes (a band whose bytes the .cvg lacks skips the test)
+            cbuf = np.empty(n, dtype=np.uint8)
+            cvalid = np.zeros(n, dtype=bool)
+            if cvg_fd is not None:
+                for a, b, p in zip(lo.tolist(), hi.tolist(), at.tolist()):
+                    m = min(b - a, n - p)
+                    if m <= 0:
+                        break
+                    got = os.preadv(cvg_fd, [memoryview(cbuf)[p: p + m]], _COV_HEADER_SIZE + a)
+                    cvalid[p: p + got] = True
+            recs = buf[: n * bs].reshape(n, bs)
+            # all-zero records are empty bins: only their coverage bytes are checked
+            nz = nonzero_records(recs)
+            bins = positions_to_items(nz, lo, at)
+            recs = recs[nz]
+            cnt = record_fields(recs, lay.bin, ["count"])["count"].astype(np.int64)
+            pieces = list(_split_by_soundings(cnt, budget)) if nz.size else [(0, 0)]
+            out = []
+            for i, (a, b) in enumerate(pieces):
+                # the band's positions (for the coverage) reach the next band's first
+                p0 = int(nz[a]) if i else 0
+                p1 = int(nz[b]) if i + 1 < len(pieces) else n
+                cover = None
+                if p1 > p0 and cvalid[p0:p1].all():
+                    cover = (positions_to_items(np.arange(p0, p1, dtype=np.int64), lo, at),
+                             cbuf[p0:p1].copy())
+                bidx = bins[a:b]
+                local = _Problems()
+                out.append((bidx, recs[a:b], cover, local,
+                            band_fn(bidx, recs[a:b], cover, ctx, local)))
+                if not prewalked:
+                    # the .ndx pages the band read: resident memory stays at a few bands'
+                    # worth (safe while other threads read the map: _Walker.drop_pages)
+                    walker.drop_pages()
+            return out, short
+
+        band = 0
         try:
             # only what holds data: bins outside these runs are holes of the .bin (all-zero
             # records, valid empty bins); those the .cvg holds data for have their coverage
             # bytes checked afterwards (_check_empty_coverage)
             runs = record_runs(bin_fd, hs, bs, 0, n_read)
-            # one buffer for every read (fresh memory costs page faults); bands keep copies.
-            # Short runs (a line crossing every row leaves one a row) share a buffer: the
-            # positions in it map to bins piece by piece (positions_to_items).
-            buf = np.empty(_BAND_BINS * bs, dtype=np.uint8)
-            cbuf = np.empty(_BAND_BINS, dtype=np.uint8)
-            cvalid = np.empty(_BAND_BINS, dtype=bool)
-            for lo, hi, at in gather_runs(runs, _BAND_BINS):
-                n, short = int(hi[-1] - lo[-1] + at[-1]), False
-                for a, b, p in zip(lo.tolist(), hi.tolist(), at.tolist()):
-                    got = os.preadv(bin_fd, [memoryview(buf)[p * bs: (p + b - a) * bs]], hs + a * bs)
-                    if got != (b - a) * bs:
-                        n, short = p + got // bs, True
+            # short runs (a line crossing every row leaves one a row) share a chunk: the
+            # positions in it map to bins piece by piece (positions_to_items)
+            chunks = ordered_imap(job, gather_runs(runs, _BAND_BINS), threads, "pfm-check")
+            try:
+                for bands_, short in chunks:
+                    for bidx, recs, cover, local, fast in bands_:
+                        merge_one(band, bidx, recs, cover, local, fast)
+                        band += 1
+                    if short:
                         break
-                if n == 0:
-                    break
-                # the pieces' coverage bytes (a band whose bytes the .cvg lacks skips the test)
-                cvalid[:n] = False
-                if cvg_fd is not None:
-                    for a, b, p in zip(lo.tolist(), hi.tolist(), at.tolist()):
-                        m = min(b - a, n - p)
-                        if m <= 0:
-                            break
-                        got = os.preadv(cvg_fd, [memoryview(cbuf)[p: p + m]], _COV_HEADER_SIZE + a)
-                        cvalid[p: p + got] = True
-                recs = buf[: n * bs].reshape(n, bs)
-                # all-zero records are empty bins: only their coverage bytes are checked
-                nz = nonzero_records(recs)
-                bins = positions_to_items(nz, lo, at)
-                recs = recs[nz]
-                cnt = record_fields(recs, lay.bin, ["count"])["count"].astype(np.int64)
-                pieces = list(_split_by_soundings(cnt, budget)) if nz.size else [(0, 0)]
-                for i, (a, b) in enumerate(pieces):
-                    # the band's positions (for the coverage) reach the next band's first
-                    p0 = int(nz[a]) if i else 0
-                    p1 = int(nz[b]) if i + 1 < len(pieces) else n
-                    cover = None
-                    if p1 > p0 and cvalid[p0:p1].all():
-                        cover = (positions_to_items(np.arange(p0, p1, dtype=np.int64), lo, at),
-                                 cbuf[p0:p1].copy())
-                    bidx = bins[a:b]
-                    local = _Problems()
-                    fut = (pool.submit(band_fn, bidx, recs[a:b], cover, ctx, local)
-                           if pool is not None else band_fn(bidx, recs[a:b], cover, ctx, local))
-                    pending.append((band, bidx, recs[a:b], cover, local, fut))
-                    while len(pending) > (threads if pool is not None else 0):
-                        merge_one()
-                    band += 1
-                if short:
-                    break
+            finally:
+                chunks.close()     # the band threads stopped before their file closes
         finally:
             os.close(bin_fd)
-        while pending:
-            merge_one()
         pr.slot = 2 * band
         if cvg_fd is not None:
             _check_empty_coverage(cvg_fd, subtract_runs(
@@ -297,10 +303,6 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
                        f"chain (first at byte(s) {first})")
         ext.compare(h, pr)
     finally:
-        if pool is not None:
-            for *_, fut in pending:
-                fut.cancel()
-            pool.shutdown(wait=True)
         walker.close()
         if cvg_fd is not None:
             os.close(cvg_fd)

@@ -42,6 +42,34 @@ class _BandContext:
         self.walked = False   # the chains were walked by the recompute (check's ``walked``)
 
 
+def _first(out, key, vals, bidx, lower, quantum) -> None:
+    if vals.size:
+        j = int(np.argmin(vals) if lower else np.argmax(vals))
+        out.append((key, float(vals[j]), int(bidx[j]), lower, quantum))
+
+
+def extrema_candidates(null: float, bidx, cnt, vals: dict, validity, depth_q, std_q):
+    """A band's candidates for the header extrema (its first extreme of each, with its bin;
+    ``None`` when it has no bin with soundings), on any thread; the caller folds them in
+    band order (:meth:`_ExtremaCheck.fold`)."""
+    has = cnt > 0
+    if not has.any():
+        return None
+    out: list = []
+    bi = bidx[has]
+    _first(out, "bin_count_min", cnt[has].astype(np.float64), bi, True, 0)
+    _first(out, "bin_count_max", cnt[has].astype(np.float64), bi, False, 0)
+    ok = vals["max"][has] < null - 0.5 * depth_q  # below NULL DEPTH
+    data = ok & ((validity[has] & V.DATA) != 0)
+    _first(out, "min_filtered", vals["min_filtered"][has][data], bi[data], True, depth_q)
+    _first(out, "max_filtered", vals["max_filtered"][has][data], bi[data], False, depth_q)
+    _first(out, "min_std", vals["std"][has][data], bi[data], True, std_q)
+    _first(out, "max_std", vals["std"][has][data], bi[data], False, std_q)
+    _first(out, "min", vals["min"][has][ok], bi[ok], True, depth_q)
+    _first(out, "max", vals["max"][has][ok], bi[ok], False, depth_q)
+    return out
+
+
 class _ExtremaCheck:
     """Header extrema recomputed from the stored bin records, pfmLoader's rules."""
 
@@ -51,31 +79,19 @@ class _ExtremaCheck:
         self.v = {}
         self.any = False
 
-    def _take(self, key, vals, bidx, lower, quantum):
-        if vals.size == 0:
-            return
-        j = int(np.argmin(vals) if lower else np.argmax(vals))
-        x = float(vals[j])
-        cur = self.v.get(key)
-        if cur is None or ((x < cur[0]) if lower else (x > cur[0])):
-            self.v[key] = (x, int(bidx[j]), quantum)
-
     def update(self, bidx, cnt, vals: dict, validity, depth_q, std_q):
-        has = cnt > 0
-        if not has.any():
+        self.fold(extrema_candidates(self.null, bidx, cnt, vals, validity, depth_q, std_q))
+
+    def fold(self, found) -> None:
+        """Fold in a band's :func:`extrema_candidates` (bands in order): a band's first
+        extreme replaces the running one only when strictly beyond it, as one pass would."""
+        if found is None:
             return
         self.any = True
-        bi = bidx[has]
-        self._take("bin_count_min", cnt[has].astype(np.float64), bi, True, 0)
-        self._take("bin_count_max", cnt[has].astype(np.float64), bi, False, 0)
-        ok = vals["max"][has] < self.null - 0.5 * depth_q  # below NULL DEPTH
-        data = ok & ((validity[has] & V.DATA) != 0)
-        self._take("min_filtered", vals["min_filtered"][has][data], bi[data], True, depth_q)
-        self._take("max_filtered", vals["max_filtered"][has][data], bi[data], False, depth_q)
-        self._take("min_std", vals["std"][has][data], bi[data], True, std_q)
-        self._take("max_std", vals["std"][has][data], bi[data], False, std_q)
-        self._take("min", vals["min"][has][ok], bi[ok], True, depth_q)
-        self._take("max", vals["max"][has][ok], bi[ok], False, depth_q)
+        for key, x, b, lower, quantum in found:
+            cur = self.v.get(key)
+            if cur is None or ((x < cur[0]) if lower else (x > cur[0])):
+                self.v[key] = (x, b, quantum)
 
     def compare(self, h: PfmHeader, pr: _Problems) -> None:
         if not self.any:
@@ -115,7 +131,8 @@ def _walk_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems) -> dict:
     cnt = u["count"].astype(np.int64)
     # empty bins must be all zero bytes (never written)
     empty = cnt == 0
-    dirty = empty & recs.any(axis=1)
+    dirty = empty.copy()
+    dirty[empty] = recs[empty].any(axis=1)     # only the empty bins' bytes are looked at
     for j in pr.each("empty bin dirty", ".bin", dirty):
         pr.add("empty bin dirty", ".bin", _bin_where(bidx[j], W),
                "count is 0 but the record has non-zero fields (statistics, flags or pointers)")
@@ -159,7 +176,8 @@ def _fast_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
         lay, walker = ctx.lay, ctx.walker
         u = record_fields(recs, lay.bin)
         cnt = u["count"].astype(np.int64)
-        if ((cnt == 0) & recs.any(axis=1)).any():
+        empty = cnt == 0
+        if empty.any() and recs[empty].any():   # an empty bin with bytes: the exact walk
             return None
         if walker.n_phys and (cnt > walker.n_phys * lay.L).any():
             return None
@@ -183,9 +201,13 @@ def _fast_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
         rec_idx, sums = got
         walked = {"bidx": bidx, "u": u, "cnt": cnt, "ok": np.ones(cnt.size, dtype=bool),
                   "cover": cover, "sums": sums}
-        return rec_idx, _check_band_data(walked, ctx, pr)
+        return rec_idx, extrema_candidates(float(ctx.null32), *_check_band_data(walked, ctx, pr))
     except Exception:  # noqa: BLE001 - the exact walk decides what is reported
         return None
+
+
+#: the bin record fields :func:`_walked_band` reads
+_WALKED_FIELDS = ("count", "validity", "std", "min_filtered", "max_filtered", "min", "max")
 
 
 def _walked_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
@@ -193,15 +215,17 @@ def _walked_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
     bin record checks of :func:`_walk_band`, the coverage and the extrema; ``None`` when a
     record needs the exact walk (the whole check then runs without ``walked``)."""
     try:
-        u = record_fields(recs, ctx.lay.bin)
+        # only the fields this path reads (the statistics are not re-derived here)
+        u = record_fields(recs, ctx.lay.bin, [k for k in _WALKED_FIELDS if k in ctx.lay.bin.fields])
         cnt = u["count"].astype(np.int64)
-        if ((cnt == 0) & recs.any(axis=1)).any():
+        empty = cnt == 0
+        if empty.any() and recs[empty].any():   # an empty bin with bytes: the exact walk
             return None
         if ctx.walker.n_phys and (cnt > ctx.walker.n_phys * ctx.lay.L).any():
             return None
         walked = {"bidx": bidx, "u": u, "cnt": cnt, "ok": np.ones(cnt.size, dtype=bool),
                   "cover": cover, "walked": True}
-        return None, _check_band_data(walked, ctx, pr)
+        return None, extrema_candidates(float(ctx.null32), *_check_band_data(walked, ctx, pr))
     except Exception:  # noqa: BLE001 - the whole check decides what is reported
         return None
 
@@ -246,7 +270,8 @@ def _check_band_data(walked: dict, ctx: _BandContext, pr: _Problems) -> tuple:
     depth_q = 1.0 / float(scale32)
     std_q = 1.0 / float(std32)
     stored_code = {k: u[k].astype(np.int64) for k in ("std", "avg_filtered", "min_filtered",
-                                                       "max_filtered", "avg", "min", "max")}
+                                                       "max_filtered", "avg", "min", "max")
+                   if k in u}   # the walked path reads no averages (and compares none)
     if good.size:
         prior_std = (u["std"][good].astype(np.float32) / std32).astype(np.float32)
         if sums is not None:

@@ -326,6 +326,39 @@ FUSED = True
 _AVERAGE_NAMES = ("Average Filtered Depth", "Average Edited")
 
 
+def _first_extreme(vals, bidx, key, coord_key, lower: bool):
+    """A band's candidate for one extremum: its first lowest (highest) value and bin."""
+    if vals.size == 0:
+        return None
+    j = int(np.argmin(vals) if lower else np.argmax(vals))  # first occurrence = raster order
+    return key, coord_key, lower, vals[j], int(bidx[j])
+
+
+def band_extrema(bidx, stats, null32, std_max=None) -> list:
+    """A band's candidates for pfmLoader's header extrema (:meth:`_Extrema.fold`), on any
+    thread: per extremum, the band's first extreme value and its bin."""
+    cnt = stats["num_soundings"].astype(np.int64)
+    out = [_first_extreme(cnt, bidx, "min_bin_count", "min_count_coord", True),
+           _first_extreme(cnt, bidx, "max_bin_count", "max_count_coord", False)]
+    # pfmLoader: bin max depth (float) < max_depth + 1.0, i.e. below NULL DEPTH
+    ok = stats["max"].astype(np.float64) < float(null32)
+    data = ok & ((stats["validity"].astype(np.int64) & V.DATA) != 0)
+    bd = bidx[data]
+    out.append(_first_extreme(stats["min_filtered"][data], bd, "min_filtered_depth",
+                              "min_filtered_coord", True))
+    out.append(_first_extreme(stats["max_filtered"][data], bd, "max_filtered_depth",
+                              "max_filtered_coord", False))
+    std = stats["std"][data].astype(np.float64)  # header std extrema are doubles
+    if std_max is not None:
+        std = np.minimum(std, std_max)
+    out.append(_first_extreme(std, bd, "min_standard_deviation", None, True))
+    out.append(_first_extreme(std, bd, "max_standard_deviation", None, False))
+    bo = bidx[ok]
+    out.append(_first_extreme(stats["min"][ok], bo, "min_depth", "min_coord", True))
+    out.append(_first_extreme(stats["max"][ok], bo, "max_depth", "max_coord", False))
+    return out
+
+
 class _Extrema:
     """pfmLoader's running header extrema: strict comparisons in raster order."""
 
@@ -342,35 +375,25 @@ class _Extrema:
         return (int(b % self.width), int(b // self.width))
 
     def _take(self, vals, bidx, key, coord_key, lower: bool) -> None:
-        if vals.size == 0:
-            return
-        j = int(np.argmin(vals) if lower else np.argmax(vals))  # first occurrence = raster order
-        x = vals[j]
-        cur = self.v[key]
-        if (x < cur) if lower else (x > cur):
-            self.v[key] = x.item()
-            if coord_key:
-                self.v[coord_key] = self._coord(bidx[j])
+        self.fold([_first_extreme(vals, bidx, key, coord_key, lower)])
+
+    def fold(self, found) -> None:
+        """Fold in a band's :func:`band_extrema` (bands in raster order): a band's first
+        extreme replaces the running one only when strictly beyond it, as a bin by bin
+        pass would, so the result does not depend on where the bands were cut."""
+        for got in found:
+            if got is None:
+                continue
+            key, coord_key, lower, x, b = got
+            cur = self.v[key]
+            if (x < cur) if lower else (x > cur):
+                self.v[key] = x.item()
+                if coord_key:
+                    self.v[coord_key] = self._coord(b)
 
     def update(self, bidx, stats, null32) -> None:
         """Fold in a band of recomputed bins (``bidx`` ascending, ``stats`` float32 values)."""
-        cnt = stats["num_soundings"].astype(np.int64)
-        self._take(cnt, bidx, "min_bin_count", "min_count_coord", True)
-        self._take(cnt, bidx, "max_bin_count", "max_count_coord", False)
-        # pfmLoader: bin max depth (float) < max_depth + 1.0, i.e. below NULL DEPTH
-        ok = stats["max"].astype(np.float64) < float(null32)
-        data = ok & ((stats["validity"].astype(np.int64) & V.DATA) != 0)
-        self._take(stats["min_filtered"][data], bidx[data], "min_filtered_depth",
-                   "min_filtered_coord", True)
-        self._take(stats["max_filtered"][data], bidx[data], "max_filtered_depth",
-                   "max_filtered_coord", False)
-        std = stats["std"][data].astype(np.float64)  # header std extrema are doubles
-        if getattr(self, "std_max", None) is not None:
-            std = np.minimum(std, self.std_max)
-        self._take(std, bidx[data], "min_standard_deviation", None, True)
-        self._take(std, bidx[data], "max_standard_deviation", None, False)
-        self._take(stats["min"][ok], bidx[ok], "min_depth", "min_coord", True)
-        self._take(stats["max"][ok], bidx[ok], "max_depth", "max_coord", False)
+        self.fold(band_extrema(bidx, stats, null32, getattr(self, "std_max", None)))
 
     def result(self) -> dict:
         out = {}
@@ -583,43 +606,62 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
         if view is not None and wanted is None:
             walk.begin(view.buf.size // view.rsize, view.rsize)
     walking = walk is not None and walk.clean
+    std_max = ext.std_max
     if view is None:
         bands = _data_bands(pfm_file, wanted, rows_per_band, int(band_soundings), rec_fields)
-        work = compute
-    else:
-        bands = _raw_bands(pfm_file, wanted, int(band_soundings))
-        fd = pfm_file._fd("bin")
 
         def work(band):
-            bidx, raw = band
+            return [compute(band)]
+    else:
+        fd = pfm_file._fd("bin")
+
+        def one(bidx, raw):
             new = raw.copy()
             got = recompute_records(view, new, header=h, null32=null32, class_type=int(h.class_type),
                                     keep_mask=int(keep_mask), clear_mask=int(clear_mask),
                                     compute_average=compute_average, user_flags=_USER_FLAGS,
                                     prior_keep=PRIOR_KEEP, walk=walking)
             if got is None:     # something out of the ordinary: the general path says what
-                return compute(pfm_file._decode_bins(bidx, raw, fields=rec_fields))
+                ub, stats = compute(pfm_file._decode_bins(bidx, raw, fields=rec_fields))
+                return ub, stats, None, band_extrema(ub, stats, null32, std_max)
             cnt, val, f32 = got[:3]
             _write_runs(fd, bidx, new, pfm_file.bin_header_size, pfm_file.bin_path,
                         getattr(pfm_file, "_zero_bins", None))
             pfm_file._touch(bidx)
             pfm_file.update_coverage(bidx, val)
-            return bidx, {"num_soundings": cnt, "validity": val, "std": f32[:, 0],
-                          "min_filtered": f32[:, 1], "max_filtered": f32[:, 2],
-                          "min": f32[:, 3], "max": f32[:, 4]}, (got[3] if walking else None)
+            stats = {"num_soundings": cnt, "validity": val, "std": f32[:, 0],
+                     "min_filtered": f32[:, 1], "max_filtered": f32[:, 2],
+                     "min": f32[:, 3], "max": f32[:, 4]}
+            # the band's extrema candidates here, folded in band order by the caller
+            return (bidx, stats, (got[3] if walking else None),
+                    band_extrema(bidx, stats, null32, std_max))
+
+        def work(job):
+            # a span of bins read and cut into bands on this thread (the calling thread
+            # only folds the results: reading the records there left the pool waiting)
+            out = []
+            for bidx, raw in job():
+                out.append(one(bidx, raw))
+                # the pages the band read: resident memory stays at a few bands' worth
+                view.drop_pages(int(out[-1][1]["num_soundings"].sum()))
+            return out
+
+        bands = _raw_jobs(pfm_file, wanted, int(band_soundings))
     try:
         # the extrema are folded in band order on this thread: raster order, as pfmLoader
-        for result in ordered_imap(work, bands, threads):
-            if result is not None:
-                ext.update(result[0], result[1], null32)
+        for results in ordered_imap(work, bands, threads):
+            for result in results:
+                if result is None:
+                    continue
+                if len(result) > 3:
+                    ext.fold(result[3])
+                else:
+                    ext.update(result[0], result[1], null32)
                 if walking:     # the general path's bands leave the check to walk them
                     if len(result) > 2 and result[2] is not None:
                         walk.add(*result[2])
                     else:
                         walk.spoil()
-            if view is not None and result is not None:
-                # the pages the bands read: resident memory stays at a few bands' worth
-                view.drop_pages(int(result[1]["num_soundings"].sum()))
     except BaseException:
         if walk is not None:
             walk.spoil()
@@ -666,6 +708,39 @@ def _raw_bands(pfm_file, wanted: np.ndarray | None, budget: int):
             yield bidx[i:j], recs[sel[i:j]]
 
 
+def _raw_jobs(pfm_file, wanted: np.ndarray | None, budget: int):
+    """Yield jobs for the band threads: each, called, yields the ``(bins, raw records)``
+    bands of :func:`_raw_bands` for a span of ``_PLAN_BINS`` bins of the grid (of the
+    ``wanted`` ones), read on the thread that calls it; a few scattered ``wanted`` bins are
+    read here instead, band by band (:func:`_raw_bands`)."""
+    n_bins = pfm_file.width * pfm_file.height
+    if wanted is not None and scattered(wanted.size, n_bins):
+        for band in _raw_bands(pfm_file, wanted, budget):
+            yield (lambda band=band: iter((band,)))
+        return
+    for a, b in _wanted_runs(wanted, n_bins):
+        for lo in range(a, b, _PLAN_BINS):
+            hi = min(b, lo + _PLAN_BINS)
+            only = None
+            if wanted is not None:
+                only = wanted[np.searchsorted(wanted, lo):np.searchsorted(wanted, hi)]
+                if only.size == 0:
+                    continue
+            yield (lambda lo=lo, hi=hi, only=only: _span_bands(pfm_file, lo, hi, only, budget))
+
+
+def _span_bands(pfm_file, lo: int, hi: int, only, budget: int):
+    """The bands of :func:`_raw_bands` in bins ``lo .. hi - 1`` (of ``only``, when given)."""
+    for bidx, recs in pfm_file.raw_records_with_data([(lo, hi)], chunk=hi - lo, only=only):
+        cnt = record_fields(recs, pfm_file._bin_layout, ["num_soundings"])["num_soundings"]
+        has = cnt > 0
+        if not has.all():      # (a record with bytes but no soundings: rare)
+            bidx, recs, cnt = bidx[has], recs[has], cnt[has]
+        cnt = cnt.astype(np.int64)
+        for i, j in _cuts(cnt, budget):
+            yield bidx[i:j], recs[i:j]     # views: the band thread copies what it rewrites
+
+
 def _write_runs(fd: int, bidx: np.ndarray, recs: np.ndarray, base: int, path,
                 zero_bits: np.ndarray | None = None) -> None:
     """Write records ``recs`` of bins ``bidx`` (increasing) back, one write per run of
@@ -694,8 +769,9 @@ def _write_runs(fd: int, bidx: np.ndarray, recs: np.ndarray, base: int, path,
             done += k
 
 
-def ordered_imap(fn, items, threads: int):
-    """Yield ``fn(item)`` for every item, in order, ``fn`` running on up to ``threads`` threads.
+def ordered_imap(fn, items, threads: int, name: str = "pfm-band"):
+    """Yield ``fn(item)`` for every item, in order, ``fn`` running on up to ``threads`` threads
+    (named ``name``).
 
     At most ``threads + 1`` results are in flight (bounded memory); the caller consumes them
     on its own thread. The first error stops the work and is raised. One thread: no pool.
@@ -709,7 +785,7 @@ def ordered_imap(fn, items, threads: int):
     from concurrent.futures import ThreadPoolExecutor
 
     pending: deque = deque()
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pfm-band") as pool:
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name) as pool:
         try:
             for item in items:
                 pending.append(pool.submit(fn, item))

@@ -353,11 +353,14 @@ def _k_check_sums(ndx, rsize, L, slot_bits, head, tail, wstart, wshift, pmask, c
 
 def _k_band_soundings(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb, v_off, v_nb,
                       wstart, wshift, pmask, dscale, doff, bstart, col_of, col, depth, val, rec,
-                      slot):
+                      slot, skip, b_data, b_avg, b_std):
     """numba kernel: every sounding of the bins whose raw records are ``recs`` (n, record
     bytes; ``col_of``: one entry per bin), bin by bin then in chain order, as
     ``PfmFile.read_soundings`` gives them: the bin's column, the decoded depth, the validity, the record's byte address
-    and the slot. ``bstart[g]``: where bin g's soundings go. Returns -1, or 1 when a chain
+    and the slot. ``bstart[g]``: where bin g's soundings go. Also each bin's mean and sample
+    std (two-pass, 0 when n <= 1) of its soundings without a bit of ``skip`` (``b_data``: any),
+    summed in chain order: the area filter's statistics of a row (``filters._area``'s
+    ``_k_row_stats``, the same sums in the same order). Returns -1, or 1 when a chain
     leaves the file or ends early (the caller's reader then says where)."""
     n_rec = col_of.size
     rb = recs.size // max(1, n_rec)
@@ -386,6 +389,23 @@ def _k_band_soundings(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb, v_
                 rec[k] = here
                 slot[k] = j
                 k += 1
+        n = 0
+        sm = 0.0
+        for i in range(bstart[g], k):
+            if (val[i] & skip) == 0 and depth[i] < np.inf:
+                n += 1
+                sm += depth[i]
+        m = sm / n if n > 0 else 0.0
+        b_data[g] = n > 0
+        b_avg[g] = m
+        b_std[g] = 0.0
+        if n > 1:
+            ss = 0.0
+            for i in range(bstart[g], k):
+                if (val[i] & skip) == 0 and depth[i] < np.inf:
+                    d = depth[i] - m
+                    ss += d * d
+            b_std[g] = np.sqrt(ss / (n - 1))
     return _OK
 
 
@@ -416,7 +436,9 @@ def _signatures(T) -> dict:
             T.Array(T.int64, 1, "C", **ro), T.Array(T.uint8, 1, "C", **ro), i8, i8, i8, i8, i8,
             i8, i8, i8, i8, u8, f8, f8, T.Array(T.int64, 1, "C", **ro),
             T.Array(T.int64, 1, "C", **ro), T.Array(T.int64, 1, "C"), T.Array(T.float64, 1, "C"),
-            T.Array(T.uint32, 1, "C"), T.Array(T.int64, 1, "C"), T.Array(T.int32, 1, "C")),
+            T.Array(T.uint32, 1, "C"), T.Array(T.int64, 1, "C"), T.Array(T.int32, 1, "C"),
+            T.uint32, T.Array(T.bool_, 1, "C"), T.Array(T.float64, 1, "C"),
+            T.Array(T.float64, 1, "C")),
         "record_fields": T.void(
             T.Array(T.uint8, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro),
             T.Array(T.int64, 1, "C", **ro), T.Array(T.uint64, 2, "C")),
@@ -602,12 +624,14 @@ def check_sums(buf: np.ndarray, rsize: int, L: int, slot_bits: int, cnt: np.ndar
 
 
 def band_soundings(view: NdxView, recs: np.ndarray, cols: np.ndarray,
-                   buffers: dict | None = None) -> dict | None:
+                   buffers: dict | None = None, skip: int = 0) -> dict | None:
     """The soundings of the bins whose raw records are ``recs`` (bins with data, in raster
     order; ``cols``: their columns), read in one compiled pass over their chains: ``col``
     (int64), ``depth`` (decoded, float64), ``validity`` (uint32), ``record_offset`` (int64),
     ``slot`` (int32) and ``start`` (where each bin's soundings begin, and the total), in
-    the order of ``PfmFile.read_soundings``. ``None`` when a chain is broken (the store's
+    the order of ``PfmFile.read_soundings``, and per bin ``bin_data``, ``bin_avg``,
+    ``bin_std``: the mean and sample std of its soundings without a bit of ``skip``, summed
+    in chain order. ``None`` when a chain is broken (the store's
     reader then raises with the place). ``buffers``: a dict the caller keeps (one per
     thread) whose arrays are reused from call to call (fresh memory costs a page fault per
     page); the result is then views of them, valid until the next call."""
@@ -628,11 +652,13 @@ def band_soundings(view: NdxView, recs: np.ndarray, cols: np.ndarray,
         buffers.clear()
         buffers.update({k: np.empty(size, dtype=t) for k, t in kinds.items()}, size=size)
     out = {k: buffers[k][:total] for k in kinds}
+    out.update(bin_data=np.empty(n, np.bool_), bin_avg=np.empty(n), bin_std=np.empty(n))
     r = _kernel("band_soundings")(
         flat, view.foff, view.fnb, view.buf, view.rsize, view.L, view.slot_bits,
         view.depth[0], view.depth[1], view.validity[0], view.validity[1], *view.word,
         view.dscale, view.doff, start, np.ascontiguousarray(cols, dtype=np.int64),
-        out["col"], out["depth"], out["validity"], out["record_offset"], out["slot"])
+        out["col"], out["depth"], out["validity"], out["record_offset"], out["slot"],
+        np.uint32(skip), out["bin_data"], out["bin_avg"], out["bin_std"])
     if r != _OK:
         return None
     out["start"] = start

@@ -695,6 +695,11 @@ def test_visit_marks_in_order_and_undoes_a_conflict():
     assert not visit(bits, np.array([4, 5, 4]))           # twice in one call
     assert np.array_equal(bits, before)
     assert visit(bits, np.zeros(0, dtype=np.int64))
+    # a record outside the map (or outside n records) is refused, the map unchanged
+    for idx, n in (([1, 32], None), ([2, -1], None), ([2, 30], 30)):
+        assert not visit(bits, np.array(idx), n)
+        assert np.array_equal(bits, before)
+    assert visit(bits, np.array([2, 29]), 30)
 
 
 def test_check_threads_on_a_sound_file(sound, monkeypatch):
