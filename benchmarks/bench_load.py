@@ -7,15 +7,21 @@ machine minutes apart. Each mode runs ``--repeat`` times; the median is kept.
     python -m benchmarks.bench_load              # both shapes below, the issue's figures
     python -m benchmarks.bench_load --shape many # 48 files of 23 MB (1.1 GB)
     python -m benchmarks.bench_load --shape few-large   # 8 files of 37 MB (0.3 GB)
+    python -m benchmarks.bench_load --shape survey74    # the 74-file, 2 GB survey of datasets.py
+    python -m benchmarks.bench_load --shape all  # the three shapes in turn
     python -m benchmarks.bench_load --quick      # seconds; CI runs this to keep it working
     python -m benchmarks.bench_load --shape few-large --layouts processes,apart   # A/B layouts
 
 Two survey shapes: *many* files of moderate size (48 x 23 MB, ``--gb``/``--files``) and *few
 large* files (8 x 37 MB, 15.5 M soundings: ``pfm-dask synth --files 8 --pings 4506``), where
 each piece is a large share of the load, so the pipeline's fill and drain and the writer's
-pace weigh more (issue 19: the default 2-worker load lost to ``--serial`` on it). Each shape
-writes its own results (``bench_load[_filters].json``, ``bench_load_few_large[_filters].json``).
-The 2-worker target over ``--serial`` is 1.8x on *many* and 1.6x on *few large* (``TARGETS``).
+pace weigh more (issue 19: the default 2-worker load lost to ``--serial`` on it). A third,
+*survey74*, is the 74-file, 2 GB survey of ``benchmarks.datasets`` (3,249 pings a file, the
+survey of ``docs/performance.md``'s load rows and of ``bench_ceiling``); ``--shape both`` runs
+the first two, ``--shape all`` the three. Each shape writes its own results
+(``bench_load[_filters].json``, ``bench_load_few_large[_filters].json``,
+``bench_load_survey74[_filters].json``). The 2-worker target over ``--serial`` is 1.8x on
+*many* and *survey74*, 1.6x on *few large* (``TARGETS``).
 The Dask modes run the embedded cluster's default layout (threads beside the writer in this
 process); ``--layouts`` adds its ``processes`` and ``apart`` layouts to the rotation. When
 ``pfm-dask load``'s default would load the survey in-process (a small input, ``--quick``), the
@@ -59,10 +65,13 @@ WORK = Path(__file__).resolve().parent / "_work"
 PING_BYTES = 8320  # bytes of one 432-beam synthetic ping record (measured)
 
 
-#: shape -> (files, pings per file, seed); None: from --gb and --files
-SHAPES = {"many": None, "few-large": (8, 4506, 0)}
+#: shape -> (files, pings per file, seed); None: from --gb and --files; "survey74": the
+#: 74-file survey of :mod:`benchmarks.datasets` at its default 2 GB
+SHAPES = {"many": None, "few-large": (8, 4506, 0), "survey74": "survey74"}
+#: what ``--shape both`` runs (``all``: every shape of :data:`SHAPES`)
+BOTH = ("many", "few-large")
 #: shape -> the 2-worker speedup over ``--serial`` issue 19 asks for
-TARGETS = {"many": 1.8, "few-large": 1.6}
+TARGETS = {"many": 1.8, "few-large": 1.6, "survey74": 1.8}
 
 
 def survey(gb: float, files: int, seed: int = 3, pings: int | None = None) -> Path:
@@ -225,8 +234,9 @@ def cpu_seconds(before: os.times_result, after: os.times_result) -> dict:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shape", choices=["both", *SHAPES], default="both",
-                    help="many files (--gb, --files), few large files, or both in turn")
+    ap.add_argument("--shape", choices=["both", "all", *SHAPES], default="both",
+                    help="many files (--gb, --files), few large files, both in turn, the "
+                         "74-file survey (survey74), or all three")
     ap.add_argument("--gb", type=float, default=1.1, help="survey size in GB (default 1.1)")
     ap.add_argument("--files", type=int, default=48)
     ap.add_argument("--repeat", type=int, default=3)
@@ -251,7 +261,7 @@ def main(argv=None) -> dict:
         ap.error(f"unknown layout(s) {bad}: processes, apart")
     if args.quick:
         args.gb, args.files, args.repeat, args.shape = 0.004, 4, 1, "many"
-    shapes = list(SHAPES) if args.shape == "both" else [args.shape]
+    shapes = {"both": list(BOTH), "all": list(SHAPES)}.get(args.shape, [args.shape])
     return {shape: run_shape(args, shape) for shape in shapes}
 
 
@@ -260,6 +270,10 @@ def run_shape(args, shape: str) -> dict:
     WORK.mkdir(parents=True, exist_ok=True)
     if SHAPES[shape] is None:
         data = survey(args.gb, args.files)
+    elif shape == "survey74":
+        from . import datasets
+
+        data = datasets.survey(datasets.pings_for(datasets.DEFAULT_GB), quiet=True)
     else:
         files, pings, seed = SHAPES[shape]
         data = survey(0.0, files, seed=seed, pings=pings)

@@ -31,15 +31,16 @@ _PIECE_OVERHEAD = 16 * 1024  # Arrow buffers and the ping table of a piece, beyo
 
 
 #: ``mode="auto"`` (the command line's default) loads inputs smaller than this in the driver's
-#: own process, as ``--serial`` does: below it the embedded cluster's start-up and transfers
-#: cost more than its second worker saves. The cluster costs about 2 s more than ``--serial``
-#: on the 3.5 MB EX1811 sample on a quiet 2-core machine (2.84 s against 0.88 s), 6.5 s on a
-#: busy one (benchmarks/bench_startup.py); the second worker saves about 0.010 s per MB
-#: without the swath filter (bench_load's 1.1 GB survey: 32.4 s serial, 21.0 s on 2 workers)
-#: and 0.045 s per MB with it, which the workers run in parallel (107.6 s against 57.9 s).
-#: Break-even: 190 MB (quiet) to 620 MB (busy) without it, 44 to 143 MB with it; the limits
-#: take the quiet figures, so no input that a cluster would load faster stays in-process.
-SMALL_LOAD_BYTES = 160 << 20
+#: own process, as ``--serial`` does: below it the embedded cluster's start-up and its second
+#: worker cost more than they save. Without the swath filter the writer is the slower stage and
+#: the compute threads share its two cores: ``bench_load --shape all --repeat 1`` (2-core VM,
+#: shared, load 3-6, d99d266) gave 2 workers 0.55x ``--serial`` on 8 files of 37 MB (0.3 GB:
+#: 4.52 s against 2.49 s), 0.97x on 48 files of 23 MB (1.1 GB: 11.77 s against 11.46 s) and
+#: 1.28x on the 74-file survey (2.0 GB: 25.3 s against 32.3 s): break-even near 1.15 GB, and
+#: the limit is a little above it. With the swath filter, which the workers run in parallel,
+#: the second worker saves about 0.045 s per MB (bench_load's 1.1 GB survey: 107.6 s against
+#: 57.9 s) against the cluster's 2-6.5 s (benchmarks/bench_startup.py): 44 to 143 MB.
+SMALL_LOAD_BYTES = 1280 << 20
 SMALL_LOAD_BYTES_SWATH = 40 << 20
 
 
