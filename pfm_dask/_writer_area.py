@@ -221,17 +221,18 @@ def _row_pre(s: dict, i: int, width: int):
     return data, avg, std
 
 
-def area_bands(f, needed: np.ndarray):
+def area_bands(f, needed: np.ndarray, row_counts=None):
     """Bands ``(row0, row1)`` of consecutive needed rows holding about
     ``AREA_BAND_SOUNDINGS`` soundings (a heavier row is a band of its own), planned from
-    the soundings per row (:func:`_row_counts`), a block of rows at a time (the first
-    bands go to the threads before the rest is planned)."""
+    the soundings per row (``row_counts(f, r0, r1)``, by default :func:`_row_counts`), a
+    block of rows at a time (the first bands go to the threads before the rest is planned)."""
+    row_counts = row_counts or _row_counts
     w, h = f.width, f.height
     step = max(1, _PLAN_BINS // w)
     start, tot = None, 0
     for r0 in range(0, h, step):
         r1 = min(h, r0 + step)
-        per_row = (_row_counts(f, r0, r1) if needed[r0:r1].any()
+        per_row = (row_counts(f, r0, r1) if needed[r0:r1].any()
                    else np.zeros(r1 - r0, np.int64))
         for y in range(r0, r1):
             if not needed[y]:
