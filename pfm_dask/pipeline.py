@@ -282,6 +282,27 @@ def _local_writer(cls, address: str, key: str):
     return None
 
 
+#: nice value of a compute thread that shares its process with the writer (0: unchanged;
+#: docs/performance.md, "Two workers on two cores")
+TASK_NICE = int(os.environ.get("PFM_DASK_TASK_NICE", "10"))
+_niced = threading.local()
+
+
+def _yield_to_writer() -> None:
+    """Lower this compute thread's scheduling priority (once per thread) when it shares a
+    process, and so the cores, with the writer's threads: the writer is the load's serial
+    step, and a core it waits for is time every task waits for later."""
+    if TASK_NICE <= 0 or getattr(_niced, "done", False):
+        return
+    _niced.done = True
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid)
+                                                 + TASK_NICE))
+    except (OSError, AttributeError):  # not Linux, or refused: run as is
+        pass
+
+
 def _piece_task(piece: Piece, grid: BinGrid, cfg: LoadConfig, writer) -> dict:
     """A worker task: prepare the piece and hand it to the writer actor (never waits for order).
 
@@ -295,6 +316,8 @@ def _piece_task(piece: Piece, grid: BinGrid, cfg: LoadConfig, writer) -> dict:
 
         local = _local_writer(*writer)
         writer = Actor(*writer)
+    if local is not None:
+        _yield_to_writer()
     prepared = prepare_piece(piece, grid, cfg)
     kill_compute_worker_once("before", _on_compute_worker)
     t0 = time.perf_counter()

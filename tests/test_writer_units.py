@@ -227,3 +227,30 @@ def test_chunks_merged_ahead_on_the_merge_thread_write_the_bytes_of_one_chunk(tm
             w.abort()
     for k in ("ndx", "bin", "cvg"):
         assert out["whole"][k] == out["runs"][k], k
+
+
+def test_a_compute_thread_beside_the_writer_yields_to_it(monkeypatch):
+    """_yield_to_writer lowers the calling thread's priority once, and only that thread's."""
+    import os
+    import threading
+
+    from pfm_dask import pipeline
+
+    if not hasattr(os, "setpriority"):
+        import pytest
+        pytest.skip("no setpriority here")
+    monkeypatch.setattr(pipeline, "TASK_NICE", 7)
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    seen = {}
+
+    def task():
+        tid = threading.get_native_id()
+        pipeline._yield_to_writer()
+        pipeline._yield_to_writer()
+        seen["task"] = os.getpriority(os.PRIO_PROCESS, tid)
+
+    t = threading.Thread(target=task)
+    t.start()
+    t.join()
+    assert seen["task"] == min(19, base + 7)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base
