@@ -142,6 +142,7 @@ class PfmWriter(WriterJournal):
         self._redo: dict | None = None
         self._check: dict | None = None
         self._walk: ChainWalk | None = None   # the recompute's chain walk, for the check
+        self._check_only = None   # the bins the final check reads, when the load wrote few
         self._result: dict | None = None
         self._jp = J.journal_paths(self.path)
         self.resume_command = J.resume_command(self.path)
@@ -543,8 +544,11 @@ class PfmWriter(WriterJournal):
             # not for scattered bins, whose check walks them itself)
             touched = np.flatnonzero(self.touched)
             self._walk = ChainWalk()
-            extrema = pfm.recompute(self.pfm, touched if scattered(touched.size, self.touched.size)
-                                    else None, threads=self.threads, walk=self._walk)
+            few = scattered(touched.size, self.touched.size)
+            extrema = pfm.recompute(self.pfm, touched if few else None, threads=self.threads,
+                                    walk=self._walk)
+            if few:     # the check reads these bins too, not the whole sparse .bin
+                self._check_only = touched
         self.pfm.write_header(**(extrema or {}))
         self.timings["recompute"] = time.perf_counter() - t0
         t_close = time.perf_counter()
@@ -557,7 +561,7 @@ class PfmWriter(WriterJournal):
         checkpoint("check")
         t0 = time.perf_counter()
         problems = pfm.check(self.path, journal=False, threads=self.threads,
-                             walked=self._walk)
+                             walked=self._walk, only=self._check_only)
         self.timings["check"] = time.perf_counter() - t0
         self._check = {"sound": not problems, "problems": [str(p) for p in problems]}
         result = {

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pfm_dask import pipeline
@@ -174,6 +175,43 @@ def test_info_reads_the_same_with_and_without_numba(small_pfm):
         outs.append(json.loads(r.stdout))
     assert outs[0] == outs[1]
     assert outs[0]["counts"]["soundings"] > 0
+
+
+def test_a_load_of_few_bins_checks_the_bins_it_wrote(tiny, tmp_path, monkeypatch):
+    """A new load over a fine grid (pfm._recompute.scattered) hands its final check the bins
+    it wrote (check's ``only``), which are every bin with soundings; its verdict is the full
+    check's, and a planted stale statistic in one of them fails it as the full check does."""
+    from pfm_dask import pfm as P
+    from pfm_dask.inputs import expand_inputs
+
+    seen = []
+    check = P.check
+
+    def spy(path, **kw):
+        seen.append(kw.get("only"))
+        return check(path, **kw)
+
+    monkeypatch.setattr(P, "check", spy)
+    out = tmp_path / "fine.pfm"
+    res = pipeline.run_load(expand_inputs([tiny]), out, LoadConfig(bin_size_m=2.0), mode="serial")
+    assert res.exit_code == 0 and res.check["sound"], res.summary()
+    assert len(seen) == 1 and seen[0] is not None
+    with P.open_pfm(out) as f:
+        recs = f.read_bin_records(0, f.height, fields=("num_soundings",))
+        with_data = np.sort(recs["bin_index"][recs["num_soundings"] > 0])
+        bs, hs, n_bins = f.bin_record_size, f.bin_header_size, f.width * f.height
+    assert n_bins > 64 * with_data.size
+    assert np.array_equal(np.sort(seen[0]), with_data)
+    assert check(out) == []
+    # a byte of the stats of a bin the load wrote, changed: both checks say the same
+    b = int(with_data[with_data.size // 2])
+    with open(Path(str(out) + ".data") / "fine.pfm.bin", "r+b") as fh:
+        fh.seek(hs + b * bs + 4)
+        byte = fh.read(1)[0]
+        fh.seek(hs + b * bs + 4)
+        fh.write(bytes([byte ^ 0x10]))
+    full = check(out)
+    assert full and check(out, only=seen[0]) == full
 
 
 def test_plain_values_keep_typer_checks_and_wording():
