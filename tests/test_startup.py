@@ -214,6 +214,24 @@ def test_a_load_of_few_bins_checks_the_bins_it_wrote(tiny, tmp_path, monkeypatch
     assert full and check(out, only=seen[0]) == full
 
 
+def test_the_console_scripts_load_ends_with_its_code_and_its_output(tiny, tmp_path):
+    """A load's process ends without the interpreter's teardown (cli._exit_now): its exit
+    handlers still run (the IMPORTED line), its output is all there, its exit code is the
+    load's, and its PFM is the one an in-process load writes."""
+    from pfm_dask.inputs import expand_inputs
+
+    out = tmp_path / "cli.pfm"
+    r, _ = _cli("load", tiny, "-o", out, "--bin-size", "25", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["check"]["sound"]
+    ref = tmp_path / "ref.pfm"
+    res = pipeline.run_load(expand_inputs([tiny]), ref, LoadConfig(bin_size_m=25.0), mode="serial")
+    assert res.exit_code == 0
+    assert _parts(out) == _parts(ref)
+    r, _ = _cli("load", tmp_path / "missing.gsf", "-o", tmp_path / "m.pfm")
+    assert r.returncode == 2 and "missing.gsf" in r.stderr, r.stderr
+
+
 def test_plain_values_keep_typer_checks_and_wording():
     """The command line's own coercion (no pydantic): numbers, tuples, lists and paths."""
     from typer.testing import CliRunner
