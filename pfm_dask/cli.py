@@ -87,6 +87,8 @@ def _collect_later() -> None:
         gc.enable()
 
     gc.disable()
+    if hasattr(os, "register_at_fork"):   # a process forked meanwhile has no timer: it collects
+        os.register_at_fork(after_in_child=gc.enable)
     timer = threading.Timer(GC_AFTER_S, start)
     timer.daemon = True
     timer.start()

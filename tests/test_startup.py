@@ -232,6 +232,30 @@ def test_the_console_scripts_load_ends_with_its_code_and_its_output(tiny, tmp_pa
     assert r.returncode == 2 and "missing.gsf" in r.stderr, r.stderr
 
 
+def test_a_load_collects_garbage_after_its_first_second_and_a_forked_child_at_once():
+    """cli._collect_later: the collector off at first, on again after GC_AFTER_S (the
+    survivors frozen), and on in a process forked meanwhile (it has no timer)."""
+    code = ("import gc, os, sys, time\n"
+            "from pfm_dask import cli\n"
+            "cli.GC_AFTER_S = 0.2\n"
+            "cli._collect_later()\n"
+            "assert not gc.isenabled()\n"
+            "r, w = os.pipe()\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    os.write(w, b'1' if gc.isenabled() else b'0')\n"
+            "    os._exit(0)\n"
+            "os.waitpid(pid, 0)\n"
+            "assert os.read(r, 1) == b'1'\n"
+            "time.sleep(1.0)\n"
+            "assert gc.isenabled() and gc.get_freeze_count() > 0\n"
+            "print('ok')\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
 def test_plain_values_keep_typer_checks_and_wording():
     """The command line's own coercion (no pydantic): numbers, tuples, lists and paths."""
     from typer.testing import CliRunner
