@@ -57,7 +57,7 @@ def main() -> None:  # console-script entry point
         sys.exit(code)
     from ._cli_app import app
 
-    if sys.argv[1:2] != ["load"]:
+    if sys.argv[1:2] not in (["load"], ["check"]):
         app()
         return
     _collect_later()
@@ -73,9 +73,9 @@ GC_AFTER_S = 1.0
 
 
 def _collect_later() -> None:
-    """No garbage collection in a load's first second: the imports and numba's kernel loads
-    make hundreds of thousands of long-lived objects, and collecting while they are made
-    cost 0.05 CPU-s of a small load (190 collections). A load still running after
+    """No garbage collection in a load's (or check's) first second: the imports and numba's
+    kernel loads make hundreds of thousands of long-lived objects, and collecting while they
+    are made cost 0.05 CPU-s of a small load (190 collections). A load still running after
     :data:`GC_AFTER_S` collects once, freezes what survives (numba's and the modules'
     objects, never garbage) and collects as usual from then on."""
     import gc
@@ -95,9 +95,10 @@ def _collect_later() -> None:
 
 
 def _exit_now(code) -> None:
-    """End a finished load's process without the interpreter's teardown: its garbage
-    collection and module clean-up over numba's and numpy's objects cost about 0.1 s of a
-    0.7 s small load, and a load has closed and synced its files by now. The exit handlers
+    """End a finished load's (or check's) process without the interpreter's teardown: its
+    garbage collection and module clean-up over numba's and numpy's objects cost about 0.1 s
+    of a 0.7 s small load, and a load has closed and synced its files by now (a check only
+    reads). The exit handlers
     still run and the standard streams are flushed; while a non-daemon thread is alive, or
     when a stream cannot be flushed, the process ends the ordinary way instead."""
     import atexit

@@ -215,9 +215,9 @@ def test_a_load_of_few_bins_checks_the_bins_it_wrote(tiny, tmp_path, monkeypatch
 
 
 def test_the_console_scripts_load_ends_with_its_code_and_its_output(tiny, tmp_path):
-    """A load's process ends without the interpreter's teardown (cli._exit_now): its exit
-    handlers still run (the IMPORTED line), its output is all there, its exit code is the
-    load's, and its PFM is the one an in-process load writes."""
+    """A load's (and a check's) process ends without the interpreter's teardown
+    (cli._exit_now): its exit handlers still run (the IMPORTED line), its output is all
+    there, its exit code is the command's, and its PFM is the one an in-process load writes."""
     from pfm_dask.inputs import expand_inputs
 
     out = tmp_path / "cli.pfm"
@@ -230,6 +230,13 @@ def test_the_console_scripts_load_ends_with_its_code_and_its_output(tiny, tmp_pa
     assert _parts(out) == _parts(ref)
     r, _ = _cli("load", tmp_path / "missing.gsf", "-o", tmp_path / "m.pfm")
     assert r.returncode == 2 and "missing.gsf" in r.stderr, r.stderr
+    # check ends the same way: its verdict printed, its exit code
+    r, _ = _cli("check", out, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["sound"] is True, (r.stdout, r.stderr)
+    with (Path(str(out) + ".data") / "cli.pfm.ndx").open("ab") as fh:
+        fh.write(b"\0" * 64)
+    r, _ = _cli("check", out)
+    assert r.returncode == 1 and ".ndx" in r.stdout, (r.stdout, r.stderr)
 
 
 def test_a_load_collects_garbage_after_its_first_second_and_a_forked_child_at_once():
