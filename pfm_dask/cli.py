@@ -98,9 +98,9 @@ def _exit_now(code) -> None:
     """End a finished load's (or check's) process without the interpreter's teardown: its
     garbage collection and module clean-up over numba's and numpy's objects cost about 0.1 s
     of a 0.7 s small load, and a load has closed and synced its files by now (a check only
-    reads). The exit handlers
-    still run and the standard streams are flushed; while a non-daemon thread is alive, or
-    when a stream cannot be flushed, the process ends the ordinary way instead."""
+    reads). The exit handlers still run and the standard streams are flushed; while a
+    non-daemon thread is alive, or when a stream cannot be flushed, the process ends the
+    ordinary way instead."""
     import atexit
     import threading
 

@@ -96,8 +96,8 @@ def check(path, *, journal: bool = True, threads: int | None = None,
 
     ``only``: the bins (increasing numbers) that a new load wrote, every other bin of the grid
     being the empty bin the load created (the load's final step, when it wrote a few bins of
-    a fine grid: ``_recompute.scattered``). Only those records, with the bins within a 4 kB
-    read of them, are read and their chains walked, instead of every data run of the sparse
+    a fine grid: ``_recompute.scattered``). Only those records (gathered through read-only
+    maps) are read and their chains walked, instead of every data run of the sparse
     ``.bin``; the coverage bytes of all other bins are still checked, and a chain record no
     read bin reaches is still an orphan. A problem in a read bin is reported as the full
     check reports it; a non-zero record outside them goes unseen (``pfm-dask check``, with no
