@@ -207,6 +207,21 @@ class GsfFile:
                 pass
             self._mm = None
 
+    def forget_before(self, ping: int) -> None:
+        """Unmap this process's pages of the file before ping ``ping`` (0-based; ``n_pings``:
+        the whole file), once they are decoded: a reader going through a large file in chunks
+        then holds the chunk's pages, not all it has read, nor all the framing's scan read
+        (they stay in the page cache; a later read maps them again)."""
+        if self._mm is None or not 0 < ping <= self.n_pings or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        end = (self.size if ping == self.n_pings
+               else int(self.ping_offsets[ping]) // mmap.PAGESIZE * mmap.PAGESIZE)
+        if end > 0:
+            try:
+                self._mm.madvise(mmap.MADV_DONTNEED, 0, end)
+            except (OSError, ValueError):   # pragma: no cover - advisory
+                pass
+
     def __enter__(self) -> "GsfFile":
         return self
 
