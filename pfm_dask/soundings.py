@@ -83,14 +83,17 @@ def prepare_piece(piece: Piece, grid: BinGrid, cfg: LoadConfig) -> PreparedPiece
             start = min(piece.start_ping, n)
             stop = n if piece.stop_ping is None else min(piece.stop_ping, n)
             step = _chunk_pings(piece, n)
+            f.forget_before(n)      # the pages a first open's framing scan read: all of it
             for a in range(start, stop, step) if stop > start else [start]:
                 b = min(stop, a + step)
                 t_r = _time.perf_counter()
                 lo, hi = max(0, a - halo), min(n, b + halo)
                 cols = f.read_columns(*((lo, hi) if hi > lo else (0, 0)), per_ping=True)
+                f.forget_before(lo)        # what reaching it read (a walk from an earlier ping)
                 t_read += _time.perf_counter() - t_r
                 parts.append(_place_chunk(cols, a, b, grid, cfg, counts))
                 del cols
+                f.forget_before(b - halo)      # its pages are decoded (but the next halo's)
             # A decode error found while reading is added to the file's damage list.
             for d in f.damage:
                 dd = d.to_dict()
