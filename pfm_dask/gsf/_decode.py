@@ -414,7 +414,11 @@ def _arena(size: int) -> np.ndarray:
         if len(_POOL) < _POOL_SIZE:
             _POOL.append(buf)
         elif free:
-            _POOL[free[0]] = buf
+            # the smallest free one makes way, unless it is larger (a piece's short last
+            # chunk must not evict the buffer its full chunks reuse)
+            k = min(free, key=lambda j: len(_POOL[j]))
+            if len(_POOL[k]) < size:
+                _POOL[k] = buf
         return buf[:size]
 
 

@@ -247,7 +247,7 @@ def _mapped_kib(path) -> int:
 
 
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/self/smaps"), reason="Linux only")
-def test_forget_before_unmaps_the_decoded_pages_and_reads_the_same(tmp_path):
+def test_forget_unmaps_the_pages_of_a_ping_range_and_reads_the_same(tmp_path):
     """A task reads its piece in chunks: the pages before the chunk it is at leave this process
     (the framing scan mapped the whole file), and reading them again gives the same values."""
     from pfm_dask import synth
@@ -258,14 +258,16 @@ def test_forget_before_unmaps_the_decoded_pages_and_reads_the_same(tmp_path):
         want = f.read(0, f.n_pings)
         whole = _mapped_kib(path)
         assert whole * 1024 > 0.9 * f.size            # the framing scan read it all
-        f.forget_before(f.n_pings)
+        f.forget(350, f.n_pings)                     # past the pings to read
+        assert _mapped_kib(path) * 1024 <= int(f.ping_offsets[350]) + 4096
+        f.forget(0, f.n_pings)
         assert _mapped_kib(path) == 0
         f.read_columns(300, 320)
-        f.forget_before(300)
+        f.forget(0, 300)
         mapped = _mapped_kib(path) * 1024
-        assert mapped < f.size - int(f.ping_offsets[300]) + (1 << 16)
-        f.forget_before(0)                           # nothing before ping 0: a no-op
-        f.forget_before(f.n_pings + 5)               # out of range: a no-op
+        assert mapped < 0.25 * f.size                # the 20 pings read and the pages around
+        f.forget(5, 5)                               # an empty range: a no-op
+        f.forget(f.n_pings, f.n_pings + 5)           # out of range: a no-op
         assert f.read(0, f.n_pings).equals(want)     # pages mapped again on demand
 
 
