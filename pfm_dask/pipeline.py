@@ -44,6 +44,7 @@ import numpy as np
 
 from .bins import BinGrid
 from .config import LoadConfig, RunOptions
+from . import gsf
 from . import journal as J
 from ._faults import kill_compute_worker_once
 from .auto_area import position_problems
@@ -155,6 +156,8 @@ def _run_serial(job: _Job, kernels: KernelWatch) -> LoadResult:
         writer = PfmWriter(output, grid, cfg, files, len(pieces), append=append,
                            journal=_static(job, pieces),
                            checkpoint_seconds=checkpoint_seconds, threads=1)
+    # one thread decodes: one recycled decode buffer, not one per thread of a Dask worker
+    pool = gsf.keep_buffers(1)
     try:
         for p in pieces:
             writer.put(prepare_piece(p, writer.pfm.grid, writer.cfg))
@@ -162,6 +165,7 @@ def _run_serial(job: _Job, kernels: KernelWatch) -> LoadResult:
             if progress:
                 progress(writer.status())
         t_load = time.perf_counter()
+        gsf.keep_buffers(0)       # nothing left to decode: the buffer is the final step's
         # the final step on the machine's cores (--final-threads; the load above used one)
         writer.threads = job.options.final_threads or FINAL_THREADS
         with follow(writer.status, progress):
@@ -171,6 +175,8 @@ def _run_serial(job: _Job, kernels: KernelWatch) -> LoadResult:
     except BaseException:
         writer.abort()
         raise
+    finally:
+        gsf.keep_buffers(pool)
     t_end = time.perf_counter()
     timings = {"compile": kernels.compile_seconds, "kernels": kernels.seconds,
                "prescan": t_scan - t0, "load": t_load - t_scan,

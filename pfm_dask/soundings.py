@@ -83,14 +83,17 @@ def prepare_piece(piece: Piece, grid: BinGrid, cfg: LoadConfig) -> PreparedPiece
             start = min(piece.start_ping, n)
             stop = n if piece.stop_ping is None else min(piece.stop_ping, n)
             step = _chunk_pings(piece, n)
+            f.forget(stop + halo, n)   # what a first open's framing scan read past the piece
             for a in range(start, stop, step) if stop > start else [start]:
                 b = min(stop, a + step)
                 t_r = _time.perf_counter()
                 lo, hi = max(0, a - halo), min(n, b + halo)
                 cols = f.read_columns(*((lo, hi) if hi > lo else (0, 0)), per_ping=True)
+                f.forget(0, lo)            # what reaching it read (a walk from an earlier ping)
                 t_read += _time.perf_counter() - t_r
                 parts.append(_place_chunk(cols, a, b, grid, cfg, counts))
                 del cols
+                f.forget(lo, b - halo)     # its pages are decoded (but the next halo's)
             # A decode error found while reading is added to the file's damage list.
             for d in f.damage:
                 dd = d.to_dict()
@@ -175,7 +178,10 @@ def _place_chunk(cols: dict, start: int, stop: int, grid: BinGrid, cfg: LoadConf
     # binned (soundings outside the grid or polygon counted and dropped) and written out
     out = {name: np.empty(n, dtype=BATCH_SCHEMA.field(name).type.to_pandas_dtype())
            for name in _OUT}
-    pings = {name: np.empty(n, dtype=PING_SCHEMA.field(name).type.to_pandas_dtype())
+    # at most one row per ping (the per-ping columns' length), not per sounding: a piece of
+    # one chunk keeps these arrays in its ping table until the writer has written it
+    n_pings = cols["heading"].size
+    pings = {name: np.empty(n_pings, dtype=PING_SCHEMA.field(name).type.to_pandas_dtype())
              for name in _PINGS}
     box = np.array([2**62, -1, 2**62, -1], dtype=np.int64)   # rows and columns of the bins
     k, g = K.kernel("place_emit")(

@@ -386,8 +386,10 @@ class PfmWriter(WriterJournal):
             # is that value as a float, which may round below it (e.g. max 1364.475)
             nulls = (self.cfg.null_depth, self.pfm.null_depth)
         ping = batch.column("ping").to_numpy()
+        # the line numbers by ping, looked up a run at a time (_sounding_columns): a group's
+        # line column whole would be 4 bytes a sounding more at the writer's peak
         return {"bin_index": batch.column("bin_index").to_numpy(), "file": fnum,
-                "line": _lookup(p, global_lines, ping), "ping": ping, "nulls": nulls,
+                "line": (p, global_lines), "ping": ping, "nulls": nulls,
                 "nbytes": batch.nbytes,
                 **{k: batch.column(k).to_numpy() for k in ("beam", "depth", *_PLAIN_COLUMNS)}}
 
@@ -501,8 +503,9 @@ class PfmWriter(WriterJournal):
         if self._merge_pool is not None:
             self._merge_pool.shutdown()
             self._merge_pool = None
-        release_free_heap()
         self.pfm.flush()
+        self.pfm.drop_write_buffers()
+        release_free_heap()
         # a short new load: a resume starts it over from its first checkpoint
         # (_whole_load_undone), so the phases below are not checkpoints of their own
         quick = self._whole_load_undone()
@@ -517,6 +520,7 @@ class PfmWriter(WriterJournal):
             if self.jphase == "loaded":
                 self._filter_stats, self._redo = run_area_filter(
                     self.pfm, self.touched, self.cfg, self._jp["redo"], self.threads)
+                release_free_heap()    # the filter's bands, before the recompute's
                 self._checkpoint("area-filter")
             if self.jphase == "area-filter":
                 self._dirty = True
@@ -542,15 +546,20 @@ class PfmWriter(WriterJournal):
             # they are a few bins scattered over a fine grid: those are read directly;
             # the same pass walks the chains for the check (one walk instead of two;
             # not for scattered bins, whose check walks them itself)
-            touched = np.flatnonzero(self.touched)
+            # (the list only then: 8 bytes a bin with data, on a large grid the final
+            # step's largest array)
+            wanted = None
+            if scattered(int(np.count_nonzero(self.touched)), self.touched.size):
+                wanted = np.flatnonzero(self.touched)
             self._walk = ChainWalk()
-            few = scattered(touched.size, self.touched.size)
-            extrema = pfm.recompute(self.pfm, touched if few else None, threads=self.threads,
-                                    walk=self._walk)
-            if few:     # the check reads these bins too, not the whole sparse .bin
-                self._check_only = touched
+            extrema = pfm.recompute(self.pfm, wanted, threads=self.threads, walk=self._walk)
+            # the check reads these bins too, not the whole sparse .bin
+            self._check_only = wanted
         self.pfm.write_header(**(extrema or {}))
         self.timings["recompute"] = time.perf_counter() - t0
+        # the recompute's band buffers, freed in its threads' heaps: back to the system
+        # before the check's bands take their own
+        release_free_heap()
         # a short load's parts are first needed durable by its "complete" checkpoint (a
         # crash before it starts the load over): their fsyncs run beside the check
         syncing = _Beside(self._close_durable) if quick else None
@@ -652,13 +661,16 @@ class _Beside:
 def _sounding_columns(part: dict, a: int, b: int) -> dict:
     """Soundings ``a .. b - 1`` of a piece (:meth:`PfmWriter._columns`) as the columns
     ``add_sorted`` takes (once :func:`_merge_sorted` has repeated the file number, one value
-    here), the PFM's null depth; the other columns are views."""
+    here), the PFM's null depth and their line numbers (looked up by ping); the other
+    columns are views."""
     depth = part["depth"][a:b]
+    ping = part["ping"][a:b]
     if part["nulls"] is not None:
         depth = np.where(depth == part["nulls"][0], part["nulls"][1], depth)
     return {"bin_index": part["bin_index"][a:b],
             "file": np.uint32(part["file"]),     # one value: repeated by the merge
-            **{k: part[k][a:b] for k in ("line", "ping", "beam")}, "depth": depth,
+            "line": _lookup(*part["line"], ping), "ping": ping, "beam": part["beam"][a:b],
+            "depth": depth,
             **{k: part[k][a:b] for k in _PLAIN_COLUMNS}}
 
 

@@ -106,3 +106,34 @@ def test_a_slow_writer_holds_two_groups_and_two_pieces(survey, tmp_path, monkeyp
         a = (tmp_path / "slow.pfm.data" / ("slow.pfm" + part)).read_bytes()
         b = (tmp_path / "ser.pfm.data" / ("ser.pfm" + part)).read_bytes()
         assert len(a) == len(b) and a[at:] == b[at:]
+
+
+def test_serial_load_keeps_one_decode_buffer_and_none_in_the_final_step(survey, tmp_path,
+                                                                        monkeypatch):
+    """A --serial load decodes on one thread: at most one recycled decode buffer while it reads
+    its pieces, none once the final step runs, nor the writer's packing buffers; the limit is
+    given back afterwards."""
+    from pfm_dask.gsf import _decode
+
+    monkeypatch.setattr(_decode, "_POOL_MIN_BYTES", 0)      # pool the small survey's buffers
+    seen, final = [], []
+    real_prepare, real_recompute = pipeline.prepare_piece, pfm.recompute
+
+    def prepare(*a, **k):
+        out = real_prepare(*a, **k)
+        seen.append(len(_decode._POOL))
+        return out
+
+    def recompute(pfm_file, *a, **k):
+        final.append((len(_decode._POOL), getattr(pfm_file, "_chunk_pool", None)))
+        return real_recompute(pfm_file, *a, **k)
+
+    monkeypatch.setattr(pipeline, "prepare_piece", prepare)
+    monkeypatch.setattr(pfm, "recompute", recompute)
+    before = _decode._POOL_SIZE
+    cfg = LoadConfig(bin_size_m=25.0, split_pings=20)
+    res = pipeline.run_load(expand_inputs([survey]), tmp_path / "s.pfm", cfg, mode="serial")
+    assert res.exit_code == 0
+    assert len(seen) >= 8 and max(seen) == 1
+    assert final == [(0, None)]
+    assert _decode._POOL_SIZE == before

@@ -11,5 +11,6 @@ from ._encode import *  # noqa: F401,F403  (the GSF 03.0x writer)
 from ._encode import __all__ as _encode_all
 from ._position import *  # noqa: F401,F403  (beam placement on WGS-84)
 from ._position import __all__ as _position_all
+from ._decode import keep_buffers  # noqa: F401  (the decoder's recycled buffers)
 
-__all__ = [*_reader_all, *_encode_all, *_position_all]
+__all__ = [*_reader_all, *_encode_all, *_position_all, "keep_buffers"]

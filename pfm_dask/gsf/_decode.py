@@ -27,7 +27,8 @@ from ._kernels import FLAGS_SLOT, OUT_SIGNED, SPEC_TABLE, kernel
 from ._records import (ARRAY_SPECS, MAX_ARRAY_ID, MAX_BEAMS, OUTPUT_ARRAYS,
                        SUB_QUALITY_FLAGS, SUB_SCALE_FACTORS)
 
-__all__ = ["ScaleState", "PingDirectory", "walk_pings", "decode_pings", "NeedHistory"]
+__all__ = ["ScaleState", "PingDirectory", "walk_pings", "decode_pings", "NeedHistory",
+           "keep_buffers"]
 
 _U32 = struct.Struct(">I").unpack_from
 _U16 = struct.Struct(">H").unpack_from
@@ -388,6 +389,17 @@ _POOL_MIN_BYTES = 1 << 22       # smaller blocks: plain allocation
 _POOL_MAX_BYTES = 1 << 27       # 128 MiB: larger blocks are never kept
 
 
+def keep_buffers(n: int) -> int:
+    """Keep at most ``n`` recycled output buffers from now on, dropping the rest; returns the
+    previous limit. One serves a process that decodes on one thread (``--serial``): each more
+    is memory held while the writer works; none once nothing is left to decode."""
+    global _POOL_SIZE
+    with _POOL_LOCK:
+        old, _POOL_SIZE = _POOL_SIZE, max(0, int(n))
+        del _POOL[_POOL_SIZE:]
+    return old
+
+
 def _arena(size: int) -> np.ndarray:
     """A uint8 block of ``size`` bytes for output columns, recycled when possible."""
     if size < _POOL_MIN_BYTES or size > _POOL_MAX_BYTES:
@@ -402,7 +414,11 @@ def _arena(size: int) -> np.ndarray:
         if len(_POOL) < _POOL_SIZE:
             _POOL.append(buf)
         elif free:
-            _POOL[free[0]] = buf
+            # the smallest free one makes way, unless it is larger (a piece's short last
+            # chunk must not evict the buffer its full chunks reuse)
+            k = min(free, key=lambda j: len(_POOL[j]))
+            if len(_POOL[k]) < size:
+                _POOL[k] = buf
         return buf[:size]
 
 

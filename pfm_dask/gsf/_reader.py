@@ -207,6 +207,23 @@ class GsfFile:
                 pass
             self._mm = None
 
+    def forget(self, start: int, stop: int) -> None:
+        """Unmap this process's pages of pings ``[start, stop)`` (0-based; ``stop`` = ``n_pings``:
+        to the end of the file): a reader going through a large file in chunks then holds the
+        chunk's pages, not all it has read, nor all the framing's scan read (they stay in the
+        page cache; a later read maps them again). Pages partly outside the range are kept."""
+        start, stop = max(0, int(start)), min(int(stop), self.n_pings)
+        if self._mm is None or start >= stop or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        page = mmap.PAGESIZE
+        lo = -(-(int(self.ping_offsets[start]) if start else 0) // page) * page
+        hi = self.size if stop == self.n_pings else int(self.ping_offsets[stop]) // page * page
+        if hi > lo:
+            try:
+                self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+            except (OSError, ValueError):   # pragma: no cover - advisory
+                pass
+
     def __enter__(self) -> "GsfFile":
         return self
 

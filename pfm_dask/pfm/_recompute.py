@@ -317,8 +317,9 @@ BAND_SOUNDINGS = 500_000
 #: Default thread count of :func:`recompute` and of the check's band pipeline.
 THREADS = min(4, os.cpu_count() or 1)
 #: Bin records read at once while planning bands (their raw bytes and copies: about 150 bytes
-#: a bin; 1 << 20 made the recompute's peak 130 MB higher, for no time saved)
-_PLAN_BINS = 1 << 18
+#: a bin, on each of the recompute's threads; 1 << 20 made the recompute's peak 130 MB higher,
+#: 1 << 18 about 30 MB higher than this, for no time saved)
+_PLAN_BINS = 1 << 17
 #: False: every band takes the general path (numpy passes and the store's record writes)
 #: instead of the compiled band pass; the tests compare the two.
 FUSED = True

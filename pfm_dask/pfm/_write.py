@@ -167,6 +167,11 @@ class PfmWrites:
             pool = self._chunk_pool = BufferPool(1 << 20, CHUNK_BUFFERS + max(1, self.pack_threads))
         return pool
 
+    def drop_write_buffers(self) -> None:
+        """Let go of the packing buffers once no more soundings will be appended (after
+        :meth:`flush`): they are memory the final step can use."""
+        self._chunk_pool = None
+
     def _check_field(self, key: str, arr: np.ndarray) -> None:
         """Raise naming the first value of integer field ``key`` outside its header limit."""
         limits = {"file": (self.max_file_number, "[FILE NUMBER BITS]"),

@@ -231,3 +231,62 @@ def test_read_columns_per_ping_holds_each_pings_header_once(tmp_path):
         np.testing.assert_array_equal(got, every[name], err_msg=name)
         if name not in every["_valid"]:
             np.testing.assert_array_equal(got, want.column(name).to_numpy(), err_msg=name)
+
+
+def _mapped_kib(path) -> int:
+    """Resident KiB of this process's mappings of ``path`` (the kernel's count, smaps)."""
+    name, total, cur = str(path), 0, None
+    with open("/proc/self/smaps") as fh:
+        for line in fh:
+            parts = line.split()
+            if "-" in parts[0] and not parts[0].endswith(":"):
+                cur = parts[5] if len(parts) > 5 else None
+            elif parts[0] == "Rss:" and cur == name:
+                total += int(parts[1])
+    return total
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/smaps"), reason="Linux only")
+def test_forget_unmaps_the_pages_of_a_ping_range_and_reads_the_same(tmp_path):
+    """A task reads its piece in chunks: the pages before the chunk it is at leave this process
+    (the framing scan mapped the whole file), and reading them again gives the same values."""
+    from pfm_dask import synth
+
+    synth.generate(tmp_path, files=1, pings=400, beams=256, seed=4)
+    path = next(tmp_path.glob("*.gsf")).resolve()
+    with gsf.GsfFile(path) as f:
+        want = f.read(0, f.n_pings)
+        whole = _mapped_kib(path)
+        assert whole * 1024 > 0.9 * f.size            # the framing scan read it all
+        f.forget(350, f.n_pings)                     # past the pings to read
+        assert _mapped_kib(path) * 1024 <= int(f.ping_offsets[350]) + 4096
+        f.forget(0, f.n_pings)
+        assert _mapped_kib(path) == 0
+        f.read_columns(300, 320)
+        f.forget(0, 300)
+        mapped = _mapped_kib(path) * 1024
+        assert mapped < 0.25 * f.size                # the 20 pings read and the pages around
+        f.forget(5, 5)                               # an empty range: a no-op
+        f.forget(f.n_pings, f.n_pings + 5)           # out of range: a no-op
+        assert f.read(0, f.n_pings).equals(want)     # pages mapped again on demand
+
+
+def test_keep_buffers_limits_the_recycled_decode_buffers(tmp_path):
+    """``keep_buffers(n)``: at most n decode buffers kept from then on (a --serial load keeps one,
+    none once its pieces are read), the previous limit returned; values unaffected."""
+    from pfm_dask import synth
+    from pfm_dask.gsf import _decode
+
+    synth.generate(tmp_path, files=2, pings=200, beams=432, seed=8)
+    paths = sorted(tmp_path.glob("*.gsf"))
+    want = [gsf.read_pings(p) for p in paths]
+    old = gsf.keep_buffers(1)
+    try:
+        assert len(_decode._POOL) <= 1
+        kept = [gsf.read_pings(p) for p in paths]       # both alive: a second buffer is made
+        assert len(_decode._POOL) <= 1
+        assert gsf.keep_buffers(0) == 1 and _decode._POOL == []
+        assert [gsf.read_pings(p).equals(w) for p, w in zip(paths, want)] == [True, True]
+        assert _decode._POOL == [] and kept[0].equals(want[0]) and kept[1].equals(want[1])
+    finally:
+        assert gsf.keep_buffers(old) == 0
