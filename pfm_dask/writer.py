@@ -142,6 +142,7 @@ class PfmWriter(WriterJournal):
         self._redo: dict | None = None
         self._check: dict | None = None
         self._walk: ChainWalk | None = None   # the recompute's chain walk, for the check
+        self._check_only = None   # the bins the final check reads, when the load wrote few
         self._result: dict | None = None
         self._jp = J.journal_paths(self.path)
         self.resume_command = J.resume_command(self.path)
@@ -552,22 +553,28 @@ class PfmWriter(WriterJournal):
                 wanted = np.flatnonzero(self.touched)
             self._walk = ChainWalk()
             extrema = pfm.recompute(self.pfm, wanted, threads=self.threads, walk=self._walk)
+            # the check reads these bins too, not the whole sparse .bin
+            self._check_only = wanted
         self.pfm.write_header(**(extrema or {}))
         self.timings["recompute"] = time.perf_counter() - t0
         # the recompute's band buffers, freed in its threads' heaps: back to the system
         # before the check's bands take their own
         release_free_heap()
-        t_close = time.perf_counter()
-        self.pfm.close(durable=self._journal_on)  # fsyncs every part
-        if self._journal_on:
-            self._touched_log.sync()
-            self._dirty = False         # every part is durable now
-            self.timings["journal_checkpoint"] += time.perf_counter() - t_close
+        # a short load's parts are first needed durable by its "complete" checkpoint (a
+        # crash before it starts the load over): their fsyncs run beside the check
+        syncing = _Beside(self._close_durable) if quick else None
+        if syncing is None:
+            self._close_durable()
         self.phase = "check"
         checkpoint("check")
         t0 = time.perf_counter()
-        problems = pfm.check(self.path, journal=False, threads=self.threads,
-                             walked=self._walk)
+        try:
+            crash_point("final-check")
+            problems = pfm.check(self.path, journal=False, threads=self.threads,
+                                 walked=self._walk, only=self._check_only)
+        finally:
+            if syncing is not None:
+                syncing.join()
         self.timings["check"] = time.perf_counter() - t0
         self._check = {"sound": not problems, "problems": [str(p) for p in problems]}
         result = {
@@ -591,6 +598,15 @@ class PfmWriter(WriterJournal):
             self._close_journal()
         self.phase = "done"
         return result
+
+    def _close_durable(self) -> None:
+        """Close the PFM, fsyncing every part (and the touched-bins log) with the journal on."""
+        t_close = time.perf_counter()
+        self.pfm.close(durable=self._journal_on)  # fsyncs every part
+        if self._journal_on:
+            self._touched_log.sync()
+            self._dirty = False         # every part is durable now
+            self.timings["journal_checkpoint"] += time.perf_counter() - t_close
 
     def _crash_in_recompute(self) -> None:
         """Test hook: SIGKILL after the N-th batch of bin records the recompute writes."""
@@ -619,6 +635,27 @@ class PfmWriter(WriterJournal):
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass
         self._close_journal()
+
+
+class _Beside:
+    """``fn()`` on a thread of its own; :meth:`join` waits for it and raises what it raised."""
+
+    def __init__(self, fn):
+        self._error: BaseException | None = None
+
+        def run():
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - raised again by join()
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="pfm-sync", daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def _sounding_columns(part: dict, a: int, b: int) -> dict:

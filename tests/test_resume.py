@@ -419,6 +419,25 @@ def test_killed_load_resumes_to_the_uninterrupted_result(rsurvey, request, tmp_p
     assert not (data / ("undo.log" + J.UNDO_ALT_SUFFIX)).exists()
 
 
+def test_a_short_load_killed_in_its_check_resumes_to_the_uninterrupted_result(rsurvey,
+                                                                              tmp_path):
+    """A short new load (no area filter) takes no phase checkpoints after its first and
+    fsyncs its parts beside its final check (writer._Beside): killed in the check, the
+    journal still says ``loading`` and a resume loads it again to the same bytes."""
+    opts = ["--bin-size", "25", "--serial", "-q"]
+    ref = tmp_path / "ref.pfm"
+    r = pfm_cli("load", rsurvey, "-o", ref, *opts)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "out.pfm"
+    r = pfm_cli("load", rsurvey, "-o", out, *opts, env={"PFM_DASK_CRASH_AT": "final-check"})
+    assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr)
+    assert J.read_journal(out)["phase"] == "loading"
+    res = pipeline.run_load([], out, None, mode="serial", resume=True)
+    assert res.exit_code == 0, res.summary()
+    assert_same_pfm(out, ref, tmp_path)
+    assert J.read_journal(out)["phase"] == "complete"
+
+
 def test_partial_output_is_refused_naming_the_resume_command_which_works(rsurvey, reference,
                                                                           tmp_path):
     ref, _ = reference

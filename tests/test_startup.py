@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pfm_dask import pipeline
@@ -174,6 +175,92 @@ def test_info_reads_the_same_with_and_without_numba(small_pfm):
         outs.append(json.loads(r.stdout))
     assert outs[0] == outs[1]
     assert outs[0]["counts"]["soundings"] > 0
+
+
+def test_a_load_of_few_bins_checks_the_bins_it_wrote(tiny, tmp_path, monkeypatch):
+    """A new load over a fine grid (pfm._recompute.scattered) hands its final check the bins
+    it wrote (check's ``only``), which are every bin with soundings; its verdict is the full
+    check's, and a planted stale statistic in one of them fails it as the full check does."""
+    from pfm_dask import pfm as P
+    from pfm_dask.inputs import expand_inputs
+
+    seen = []
+    check = P.check
+
+    def spy(path, **kw):
+        seen.append(kw.get("only"))
+        return check(path, **kw)
+
+    monkeypatch.setattr(P, "check", spy)
+    out = tmp_path / "fine.pfm"
+    res = pipeline.run_load(expand_inputs([tiny]), out, LoadConfig(bin_size_m=2.0), mode="serial")
+    assert res.exit_code == 0 and res.check["sound"], res.summary()
+    assert len(seen) == 1 and seen[0] is not None
+    with P.open_pfm(out) as f:
+        recs = f.read_bin_records(0, f.height, fields=("num_soundings",))
+        with_data = np.sort(recs["bin_index"][recs["num_soundings"] > 0])
+        bs, hs, n_bins = f.bin_record_size, f.bin_header_size, f.width * f.height
+    assert n_bins > 64 * with_data.size
+    assert np.array_equal(np.sort(seen[0]), with_data)
+    assert check(out) == []
+    # a byte of the stats of a bin the load wrote, changed: both checks say the same
+    b = int(with_data[with_data.size // 2])
+    with open(Path(str(out) + ".data") / "fine.pfm.bin", "r+b") as fh:
+        fh.seek(hs + b * bs + 4)
+        byte = fh.read(1)[0]
+        fh.seek(hs + b * bs + 4)
+        fh.write(bytes([byte ^ 0x10]))
+    full = check(out)
+    assert full and check(out, only=seen[0]) == full
+
+
+def test_the_console_scripts_load_ends_with_its_code_and_its_output(tiny, tmp_path):
+    """A load's (and a check's) process ends without the interpreter's teardown
+    (cli._exit_now): its exit handlers still run (the IMPORTED line), its output is all
+    there, its exit code is the command's, and its PFM is the one an in-process load writes."""
+    from pfm_dask.inputs import expand_inputs
+
+    out = tmp_path / "cli.pfm"
+    r, _ = _cli("load", tiny, "-o", out, "--bin-size", "25", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["check"]["sound"]
+    ref = tmp_path / "ref.pfm"
+    res = pipeline.run_load(expand_inputs([tiny]), ref, LoadConfig(bin_size_m=25.0), mode="serial")
+    assert res.exit_code == 0
+    assert _parts(out) == _parts(ref)
+    r, _ = _cli("load", tmp_path / "missing.gsf", "-o", tmp_path / "m.pfm")
+    assert r.returncode == 2 and "missing.gsf" in r.stderr, r.stderr
+    # check ends the same way: its verdict printed, its exit code
+    r, _ = _cli("check", out, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["sound"] is True, (r.stdout, r.stderr)
+    with (Path(str(out) + ".data") / "cli.pfm.ndx").open("ab") as fh:
+        fh.write(b"\0" * 64)
+    r, _ = _cli("check", out)
+    assert r.returncode == 1 and ".ndx" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_a_load_collects_garbage_after_its_first_second_and_a_forked_child_at_once():
+    """cli._collect_later: the collector off at first, on again after GC_AFTER_S (the
+    survivors frozen), and on in a process forked meanwhile (it has no timer)."""
+    code = ("import gc, os, sys, time\n"
+            "from pfm_dask import cli\n"
+            "cli.GC_AFTER_S = 0.2\n"
+            "cli._collect_later()\n"
+            "assert not gc.isenabled()\n"
+            "r, w = os.pipe()\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    os.write(w, b'1' if gc.isenabled() else b'0')\n"
+            "    os._exit(0)\n"
+            "os.waitpid(pid, 0)\n"
+            "assert os.read(r, 1) == b'1'\n"
+            "time.sleep(1.0)\n"
+            "assert gc.isenabled() and gc.get_freeze_count() > 0\n"
+            "print('ok')\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
 def test_plain_values_keep_typer_checks_and_wording():

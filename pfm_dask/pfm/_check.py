@@ -17,6 +17,7 @@ chain walk), :mod:`._check_band` (one band's checks), :mod:`._problems` (the rep
 
 from __future__ import annotations
 
+import mmap
 import os
 
 import numpy as np
@@ -61,7 +62,8 @@ class _NotWalked(Exception):
 
 
 def check(path, *, journal: bool = True, threads: int | None = None,
-          band_soundings: int | None = None, bins: bool = True, walked=None) -> list[Problem]:
+          band_soundings: int | None = None, bins: bool = True, walked=None,
+          only=None) -> list[Problem]:
     """Full validity check of the PFM whose handle is ``path``; returns the problems found.
 
     See the module docstring and docs/pfm-format.md ("What check verifies").
@@ -91,6 +93,15 @@ def check(path, *, journal: bool = True, threads: int | None = None,
     byte, orphan and the header extrema are still checked from the bytes. Anything that pass
     cannot answer for (a deleted file, a dirty empty bin, ...) and the check runs whole, so
     the problems are those of the full check.
+
+    ``only``: the bins (increasing numbers) that a new load wrote, every other bin of the grid
+    being the empty bin the load created (the load's final step, when it wrote a few bins of
+    a fine grid: ``_recompute.scattered``). Only those records (gathered through read-only
+    maps) are read and their chains walked, instead of every data run of the sparse
+    ``.bin``; the coverage bytes of all other bins are still checked, and a chain record no
+    read bin reaches is still an orphan. A problem in a read bin is reported as the full
+    check reports it; a non-zero record outside them goes unseen (``pfm-dask check``, with no
+    ``only``, reads every bin).
     """
     parts = _parts(path)
     if not os.path.exists(parts["handle"]) and not os.path.isdir(parts["data"]):
@@ -123,7 +134,7 @@ def check(path, *, journal: bool = True, threads: int | None = None,
         trial = pr.copy()
         try:
             _check_bins(parts, h, lay, sizes, n_files, n_lines, deleted, trial, threads, budget,
-                        walked=walked)
+                        walked=walked, only=only)
         except Exception:  # noqa: BLE001 - checked whole below
             pass
         else:
@@ -133,13 +144,14 @@ def check(path, *, journal: bool = True, threads: int | None = None,
         # (where it stops and what it found before), so the answer never depends on threads.
         trial = pr.copy()
         try:
-            _check_bins(parts, h, lay, sizes, n_files, n_lines, deleted, trial, threads, budget)
+            _check_bins(parts, h, lay, sizes, n_files, n_lines, deleted, trial, threads, budget,
+                        only=only)
         except Exception:  # noqa: BLE001 - redone sequentially
             pass
         else:
             return trial.finish()
     try:
-        _check_bins(parts, h, lay, sizes, n_files, n_lines, deleted, pr, 1, budget)
+        _check_bins(parts, h, lay, sizes, n_files, n_lines, deleted, pr, 1, budget, only=only)
     except PfmDaskError:
         raise
     except (OSError, ValueError, IndexError, OverflowError, MemoryError) as exc:
@@ -160,7 +172,7 @@ def _walk_fits(walked, sizes, lay: _Layout, n_files, n_lines, deleted) -> bool:
 
 def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, deleted,
                 pr: _Problems, threads: int = 1, budget: int | None = None,
-                walked=None) -> None:
+                walked=None, only=None) -> None:
     """The bin pass: bands of bins in raster order, then orphans and header extrema.
 
     Each band is first checked by :func:`_fast_band` (on a thread pool of
@@ -176,6 +188,7 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
     the ``.ndx`` map read so far are handed back (:meth:`_Walker.drop_pages`):
     the resident memory stays at the few bands in flight
     (:data:`_BAND_SOUNDINGS` soundings each), not the whole ``.ndx``.
+    ``only``: the bins to read instead of the ``.bin``'s data runs (:func:`check`).
     """
     W, H = int(h.bin_width), int(h.bin_height)
     hs = int(h.bin_header_size)
@@ -184,7 +197,7 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
     avail = max(0, (sizes[".bin"] - hs) // lay.bin_bytes)
     n_read = min(n_bins, avail)
     walker = _Walker(parts[".ndx"], sizes[".ndx"], lay, W, pr)
-    cvg_fd = None
+    cvg_fd = bin_map = cvg_map = None
     try:
         if sizes[".cvg"] is not None:
             cvg_fd = os.open(parts[".cvg"], os.O_RDONLY)
@@ -219,6 +232,12 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
 
         bs = lay.bin_bytes
         bin_fd = os.open(parts[".bin"], os.O_RDONLY)
+        # ``only``: a few scattered bins, gathered through maps of the .bin and the .cvg (one
+        # read a run cost more than the records); the bins are within the .bin (n_read)
+        bin_map = cvg_map = None
+        if only is not None:
+            bin_map = _Mapped(bin_fd)
+            cvg_map = _Mapped(cvg_fd) if cvg_fd is not None else None
 
         def job(chunk):
             """A chunk of the .bin's data runs, read and cut into bands, each band through
@@ -226,18 +245,29 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
             ``(bands, short)``, short when the .bin ended inside it."""
             lo, hi, at = chunk
             n, short = int(hi[-1] - lo[-1] + at[-1]), False
-            buf = np.empty(n * bs, dtype=np.uint8)
-            for a, b, p in zip(lo.tolist(), hi.tolist(), at.tolist()):
-                got = os.preadv(bin_fd, [memoryview(buf)[p * bs: (p + b - a) * bs]], hs + a * bs)
-                if got != (b - a) * bs:
-                    n, short = p + got // bs, True
-                    break
+            if bin_map is not None:
+                pos = positions_to_items(np.arange(n, dtype=np.int64), lo, at)
+                buf = bin_map.gather(hs + pos * bs, bs).reshape(-1)
+                cbuf = np.zeros(n, dtype=np.uint8)
+                cvalid = np.zeros(n, dtype=bool)
+                if cvg_map is not None:
+                    cvalid = _COV_HEADER_SIZE + pos < cvg_map.size
+                    cbuf[cvalid] = cvg_map.gather(_COV_HEADER_SIZE + pos[cvalid], 1).reshape(-1)
+                pos = None
+            else:
+                buf = np.empty(n * bs, dtype=np.uint8)
+                for a, b, p in zip(lo.tolist(), hi.tolist(), at.tolist()):
+                    got = os.preadv(bin_fd, [memoryview(buf)[p * bs: (p + b - a) * bs]],
+                                    hs + a * bs)
+                    if got != (b - a) * bs:
+                        n, short = p + got // bs, True
+                        break
+                # the pieces' coverage bytes (a band whose bytes the .cvg lacks skips the test)
+                cbuf = np.empty(n, dtype=np.uint8)
+                cvalid = np.zeros(n, dtype=bool)
             if n == 0:
                 return [], True
-            # the pieces' coverage bytes (a band whose bytes the .cvg lacks skips the test)
-            cbuf = np.empty(n, dtype=np.uint8)
-            cvalid = np.zeros(n, dtype=bool)
-            if cvg_fd is not None:
+            if cvg_fd is not None and bin_map is None:
                 for a, b, p in zip(lo.tolist(), hi.tolist(), at.tolist()):
                     m = min(b - a, n - p)
                     if m <= 0:
@@ -275,10 +305,15 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
             # only what holds data: bins outside these runs are holes of the .bin (all-zero
             # records, valid empty bins); those the .cvg holds data for have their coverage
             # bytes checked afterwards (_check_empty_coverage)
-            runs = record_runs(bin_fd, hs, bs, 0, n_read)
-            # short runs (a line crossing every row leaves one a row) share a chunk: the
-            # positions in it map to bins piece by piece (positions_to_items)
-            chunks = ordered_imap(job, gather_runs(runs, _BAND_BINS), threads, "pfm-check")
+            if only is None:
+                runs = record_runs(bin_fd, hs, bs, 0, n_read)
+                # short runs (a line crossing every row leaves one a row) share a chunk: the
+                # positions in it map to bins piece by piece (positions_to_items)
+                groups = gather_runs(runs, _BAND_BINS)
+            else:
+                runs = _bin_runs(only, n_read)
+                groups = _gather_short_runs(runs, _BAND_BINS)
+            chunks = ordered_imap(job, groups, threads, "pfm-check")
             try:
                 for bands_, short in chunks:
                     for bidx, recs, cover, local, fast in bands_:
@@ -292,8 +327,11 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
             os.close(bin_fd)
         pr.slot = 2 * band
         if cvg_fd is not None:
-            _check_empty_coverage(cvg_fd, subtract_runs(
-                record_runs(cvg_fd, _COV_HEADER_SIZE, 1, 0, n_read), runs), W, pr)
+            held = record_runs(cvg_fd, _COV_HEADER_SIZE, 1, 0, n_read)
+            if only is None:
+                _check_empty_coverage(cvg_fd, subtract_runs(held, runs), W, pr)
+            else:   # many short runs read: skipped by lookup, not subtracted run by run
+                _check_empty_coverage(cvg_fd, held, W, pr, read=runs)
         # orphans
         if walker.n_phys:
             n_orphans, firsts = walker.visited.unset()
@@ -304,13 +342,61 @@ def _check_bins(parts, h: PfmHeader, lay: _Layout, sizes, n_files, n_lines, dele
         ext.compare(h, pr)
     finally:
         walker.close()
+        for m in (bin_map, cvg_map):
+            if m is not None:
+                m.close()
         if cvg_fd is not None:
             os.close(cvg_fd)
 
 
-def _check_empty_coverage(cvg_fd: int, runs: np.ndarray, W: int, pr: _Problems) -> None:
+def _bin_runs(bins, n_read: int) -> np.ndarray:
+    """Runs ``[a, b)`` of consecutive bins of ``bins`` (increasing) within ``[0, n_read)``."""
+    bins = np.asarray(bins, dtype=np.int64)
+    bins = bins[(bins >= 0) & (bins < n_read)]
+    if bins.size == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    brk = np.flatnonzero(np.diff(bins) != 1) + 1
+    return np.stack([bins[np.r_[0, brk]], bins[np.r_[brk, bins.size] - 1] + 1], axis=1)
+
+
+def _gather_short_runs(runs: np.ndarray, limit: int):
+    """:func:`._sparse.gather_runs` for many short runs, in numpy: groups of whole runs
+    of about ``limit`` items (a group ends with the run that reaches it)."""
+    if runs.shape[0] == 0:
+        return
+    size = runs[:, 1] - runs[:, 0]
+    at = np.cumsum(size) - size
+    group = at // max(1, int(limit))
+    cuts = np.r_[0, np.flatnonzero(np.diff(group)) + 1, runs.shape[0]]
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        yield runs[a:b, 0].copy(), runs[a:b, 1].copy(), at[a:b] - at[a]
+
+
+class _Mapped:
+    """A part mapped read-only, for gathering many scattered records in one numpy step."""
+
+    def __init__(self, fd: int):
+        self.size = os.fstat(fd).st_size
+        self._map = mmap.mmap(fd, self.size, prot=mmap.PROT_READ) if self.size else None
+        self.bytes = (np.frombuffer(self._map, dtype=np.uint8) if self._map is not None
+                      else np.zeros(0, dtype=np.uint8))
+
+    def gather(self, offsets: np.ndarray, size: int) -> np.ndarray:
+        """The ``size`` bytes at each of ``offsets`` (all within the part), as an (n, size) copy."""
+        return self.bytes[offsets[:, None] + np.arange(size, dtype=np.int64)]
+
+    def close(self) -> None:
+        self.bytes = None
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+
+
+def _check_empty_coverage(cvg_fd: int, runs: np.ndarray, W: int, pr: _Problems,
+                          read: np.ndarray | None = None) -> None:
     """Coverage bytes of bins whose record is a hole of the ``.bin`` (empty: validity 0), in
-    the ``runs`` where the ``.cvg`` holds data: none may set DATA, CHECKED or VERIFIED."""
+    the ``runs`` where the ``.cvg`` holds data: none may set DATA, CHECKED or VERIFIED.
+    ``read``: runs of bins whose coverage the bands checked (check's ``only``), skipped."""
     mask = V.COV_DATA | V.COV_CHECKED | V.COV_VERIFIED
     buf = np.empty(min(_BAND_BINS * 16, max(1, int((runs[:, 1] - runs[:, 0]).max(initial=1)))),
                    dtype=np.uint8)
@@ -319,7 +405,12 @@ def _check_empty_coverage(cvg_fd: int, runs: np.ndarray, W: int, pr: _Problems) 
             hi = min(b, lo + buf.size)
             got = os.preadv(cvg_fd, [memoryview(buf)[: hi - lo]], _COV_HEADER_SIZE + lo)
             cov = buf[:got]
-            for j in pr.each("coverage", ".cvg", (cov & mask) != 0):
+            bad = (cov & mask) != 0
+            if read is not None and read.size and bad.any():
+                at = lo + np.flatnonzero(bad)
+                k = np.searchsorted(read[:, 0], at, side="right") - 1
+                bad[at[(k >= 0) & (at < read[np.maximum(k, 0), 1])] - lo] = False
+            for j in pr.each("coverage", ".cvg", bad):
                 pr.add("coverage", ".cvg", _bin_where(lo + int(j), W),
                        f"coverage byte {int(cov[j]):#04x} disagrees with the bin flags "
                        "(DATA False, CHECKED False, VERIFIED False)")
