@@ -569,6 +569,8 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
     except BaseException as err:
         for fut in in_flight:
             fut.cancel()
+        for piece in in_flight.values():   # summaries the driver will never take
+            _summaries.pop((id(here), piece.seq), None)
         if not _actor_lost(err):
             try:
                 writer.abort().result(timeout=30)
