@@ -22,6 +22,7 @@ LOCAL_DISK_WORKER = "pfm-disk"  #: the embedded cluster's disk worker (the write
 #: The embedded cluster's layouts (``make_local_cluster(layout=...)``).
 LAYOUTS = ("threads", "processes", "apart")
 LOCAL_WORKER = "pfm-local"  #: the threads layout's one worker (in the driver's process)
+INPROC = "inproc://"  #: the threads layout's transport: Dask's messages as objects in memory
 
 
 def local_worker_specs(workers: int, *, scratch: str, host: str, layout: str = "threads",
@@ -34,7 +35,9 @@ def local_worker_specs(workers: int, *, scratch: str, host: str, layout: str = "
     piece reaches the writer in memory. The task kernels and the writer's packing are numba
     kernels that release the GIL and numpy calls on whole arrays, so the threads run side by
     side; on two cores this layout spends 7-8 CPU-s less than ``processes`` on 8 files of 37 MB
-    (docs/performance.md, "The embedded cluster's layout").
+    (docs/performance.md, "The embedded cluster's layout"). Its worker and scheduler talk
+    ``inproc``: Dask's messages between the driver's client, the scheduler and the worker are
+    handed over as objects, not serialised through loopback TCP (only the dashboards listen).
 
     ``processes``: ``workers`` worker processes (one thread, ``compute=1`` each), the first
     also holding ``disk=1``; ``apart``: the same plus a process that holds ``disk=1`` and
@@ -63,6 +66,10 @@ def local_worker_specs(workers: int, *, scratch: str, host: str, layout: str = "
         # 80 % of it, and a process's memory need not fall while its tasks wait.
         threads = spec({"compute": workers, "disk": 1}, nthreads=workers)
         threads["options"]["memory_limit"] = 0 if memory_limit == "auto" else memory_limit
+        # Scheduler, worker and client share this process: their messages are passed in
+        # memory (inproc), not serialised through loopback TCP; only the dashboards listen.
+        threads["options"]["protocol"] = INPROC
+        del threads["options"]["host"]
         return {LOCAL_WORKER: threads}
     specs = {}
     if layout == "apart":
@@ -97,6 +104,9 @@ def make_local_cluster(workers: int, *, dashboard_address: str | None = None,
     scheduler = {"cls": Scheduler, "options": {
         "host": LOOPBACK, "dashboard_address": dashboard_address or LOCAL_DASHBOARD,
         "local_directory": scratch, "preload": ["pfm_dask.dashboard"]}}
+    if layout == "threads":  # every server in this process: messages passed in memory
+        scheduler["options"]["protocol"] = INPROC
+        del scheduler["options"]["host"]
     with worker_environment():
         return scratch_spec_cluster()(workers=specs, scheduler=scheduler, scratch=scratch,
                                       silence_logs=logging.WARNING, name="pfm-dask")

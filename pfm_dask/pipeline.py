@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 import time
 import uuid
@@ -333,8 +334,16 @@ def _piece_task(piece: Piece, grid: BinGrid, cfg: LoadConfig, writer) -> dict:
     accepted = local.put(prepared) if local is not None else writer.put(prepared).result()
     kill_compute_worker_once("after", _on_compute_worker)
     timings = dict(prepared.timings, transfer=time.perf_counter() - t0)
-    return {"seq": piece.seq, "nbytes": prepared.nbytes, "accepted": accepted,
-            "timings": timings}
+    summary = {"seq": piece.seq, "nbytes": prepared.nbytes, "accepted": accepted,
+               "timings": timings}
+    if local is not None:  # the driver is in this process too: no fetch through the scheduler
+        _summaries[(id(local), piece.seq)] = summary
+    return summary
+
+
+#: summaries of the tasks that ran in the driver's process, by (id of the writer actor, seq):
+#: the driver takes them from here instead of fetching each result through the scheduler
+_summaries: dict = {}
 
 
 def _writer_groups_ready(status: dict, delivered: set, est: dict, group_bytes: int) -> int:
@@ -348,6 +357,20 @@ def _writer_groups_ready(status: dict, delivered: set, est: dict, group_bytes: i
             groups, acc = groups + 1, 0
         seq += 1
     return groups
+
+
+def _finished_within(finished: queue.SimpleQueue, timeout: float) -> list:
+    """The futures ``finished`` holds: waits up to ``timeout`` seconds for the first, then takes
+    whatever else is there; an empty list when none finished meanwhile."""
+    try:
+        done = [finished.get(timeout=timeout)]
+    except queue.Empty:
+        return []
+    while True:
+        try:
+            done.append(finished.get_nowait())
+        except queue.Empty:
+            return done
 
 
 def _check_disk_worker(client) -> dict | None:
@@ -455,6 +478,10 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
     # message to the worker and back on the event loop the tasks' and writer's threads share.
     here = _local_writer(*writer_ref)
     writer_status = here.status if here is not None else lambda: writer.status().result()
+    # With the writer here, the driver learns of finished tasks from their callbacks and asks
+    # the writer directly: a ``wait`` every 0.05 s was a round trip through the event loop the
+    # tasks' and the writer's threads share (its CPU and wake-ups taken from them).
+    finished = queue.SimpleQueue() if here is not None else None
 
     pending = list(reversed(pieces))
     in_flight: dict = {}
@@ -503,16 +530,23 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
                                     pure=False, priority=-nxt.seq, retries=1)
                 in_flight[fut] = nxt
                 in_flight_bytes += est[nxt.seq]
+                if finished is not None:
+                    fut.add_done_callback(finished.put)
             if in_flight:
-                try:
-                    done, _ = wait(list(in_flight), timeout=0.25 if here is None else 0.05,
-                                   return_when="FIRST_COMPLETED")
-                except TimeoutError:  # nothing finished in this slice; poll the writer
-                    done = ()
+                if finished is not None:
+                    done = _finished_within(finished, 0.05)
+                else:
+                    try:
+                        done, _ = wait(list(in_flight), timeout=0.25,
+                                       return_when="FIRST_COMPLETED")
+                    except TimeoutError:  # nothing finished in this slice; poll the writer
+                        done = ()
                 for fut in done:
                     piece = in_flight.pop(fut)
                     if fut.status == "finished":
-                        transfer += fut.result()["timings"]["transfer"]
+                        summary = _summaries.pop((id(here), piece.seq), None) \
+                            if here is not None else None
+                        transfer += (summary or fut.result())["timings"]["transfer"]
                         delivered.add(piece.seq)
                     if fut.status == "error":
                         err = fut.exception()
@@ -541,6 +575,8 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
     except BaseException as err:
         for fut in in_flight:
             fut.cancel()
+        for piece in in_flight.values():   # summaries the driver will never take
+            _summaries.pop((id(here), piece.seq), None)
         if not _actor_lost(err):
             try:
                 writer.abort().result(timeout=30)

@@ -155,4 +155,16 @@ def scratch_spec_cluster():
             finally:
                 self._scratch_finalizer()
 
+        @property
+        def dashboard_link(self):
+            """The dashboard's link; an in-memory (inproc) scheduler's address names the
+            machine's address, but the dashboard listens on loopback."""
+            link = super().dashboard_link
+            if link and self.scheduler_address.startswith("inproc://"):
+                from distributed.utils import format_dashboard_link
+
+                return format_dashboard_link(LOOPBACK,
+                                             self.scheduler_info["services"]["dashboard"])
+            return link
+
     return ScratchSpecCluster

@@ -26,6 +26,9 @@ def test_by_default_one_in_process_worker_has_every_compute_thread_and_the_write
     assert specs[LOCAL_WORKER]["cls"] is Worker  # no process of its own
     # no Dask memory limit: it would pause the tasks on the whole load's memory
     assert specs[LOCAL_WORKER]["options"]["memory_limit"] == 0
+    # its messages to the scheduler in this process are passed in memory, not through TCP
+    assert specs[LOCAL_WORKER]["options"]["protocol"] == "inproc://"
+    assert "host" not in specs[LOCAL_WORKER]["options"]
 
 
 def test_with_the_writer_apart_the_disk_worker_computes_nothing():
