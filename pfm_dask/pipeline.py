@@ -336,14 +336,16 @@ def _piece_task(piece: Piece, grid: BinGrid, cfg: LoadConfig, writer) -> dict:
     timings = dict(prepared.timings, transfer=time.perf_counter() - t0)
     summary = {"seq": piece.seq, "nbytes": prepared.nbytes, "accepted": accepted,
                "timings": timings}
-    if local is not None:  # the driver is in this process too: no fetch through the scheduler
-        _summaries[(id(local), piece.seq)] = summary
+    box = _summaries.get(id(local)) if local is not None else None
+    if box is not None:  # the driver is in this process too: no fetch through the scheduler
+        box[piece.seq] = summary
     return summary
 
 
-#: summaries of the tasks that ran in the driver's process, by (id of the writer actor, seq):
-#: the driver takes them from here instead of fetching each result through the scheduler
-_summaries: dict = {}
+#: summaries of the tasks that ran in the driver's process, by seq, in a box per writer actor
+#: (by its id) that the driver of that load opens (:func:`_run_dask`) and removes when it
+#: ends: a worker that holds the writer without the driver (a disk worker) keeps nothing
+_summaries: dict[int, dict] = {}
 
 
 def _writer_groups_ready(status: dict, delivered: set, est: dict, group_bytes: int) -> int:
@@ -482,6 +484,8 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
     # the writer directly: a ``wait`` every 0.05 s was a round trip through the event loop the
     # tasks' and the writer's threads share (its CPU and wake-ups taken from them).
     finished = queue.SimpleQueue() if here is not None else None
+    if here is not None:
+        _summaries[id(here)] = box = {}
 
     pending = list(reversed(pieces))
     in_flight: dict = {}
@@ -544,8 +548,7 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
                 for fut in done:
                     piece = in_flight.pop(fut)
                     if fut.status == "finished":
-                        summary = _summaries.pop((id(here), piece.seq), None) \
-                            if here is not None else None
+                        summary = box.pop(piece.seq, None) if here is not None else None
                         transfer += (summary or fut.result())["timings"]["transfer"]
                         delivered.add(piece.seq)
                     if fut.status == "error":
@@ -575,8 +578,6 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
     except BaseException as err:
         for fut in in_flight:
             fut.cancel()
-        for piece in in_flight.values():   # summaries the driver will never take
-            _summaries.pop((id(here), piece.seq), None)
         if not _actor_lost(err):
             try:
                 writer.abort().result(timeout=30)
@@ -590,6 +591,9 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
                             "and marked so, and everything up to its last checkpoint is kept. "
                             f"Continue with: {job.resume_cmd}", path=out_path) from err
         raise
+    finally:
+        if here is not None:  # summaries the driver will never take (cancelled tasks)
+            _summaries.pop(id(here), None)
     t_end = time.perf_counter()
     timings = {**kernels, "prescan": t_scan - t0, "load": t_load - t_scan,
                "final": t_end - t_load, "total": t_end - t0}
