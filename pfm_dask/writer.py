@@ -144,6 +144,7 @@ class PfmWriter(WriterJournal):
         self._walk: ChainWalk | None = None   # the recompute's chain walk, for the check
         self._check_only = None   # the bins the final check reads, when the load wrote few
         self._result: dict | None = None
+        self._finished: dict | None = None   # what finish() returned (a repeated call gets it)
         self._jp = J.journal_paths(self.path)
         self.resume_command = J.resume_command(self.path)
         self.resumed_from: dict | None = None
@@ -475,10 +476,14 @@ class PfmWriter(WriterJournal):
 
         Each step starts from the phase the journal is in, so a resumed load
         does only what is left. The PFM is marked complete only when the check
-        passes.
+        passes. A repeated call returns the first call's result: Dask runs an actor's
+        method again when the connection that carried the call broke.
         """
+        if self._finished is not None:
+            return self._finished
         try:
-            return self._finish()
+            self._finished = self._finish()
+            return self._finished
         except OSError as err:
             if J.is_disk_full(err):
                 raise self._disk_full(err) from err

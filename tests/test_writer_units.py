@@ -254,3 +254,53 @@ def test_a_compute_thread_beside_the_writer_yields_to_it(monkeypatch):
     t.join()
     assert seen["task"] == min(19, base + 7)
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base
+
+
+def test_a_task_keeps_its_summary_only_for_a_driver_collecting_in_its_process(monkeypatch):
+    """A task beside the writer leaves its summary for the driver only in the box that
+    driver opened; a worker holding the writer without the driver (a disk worker, worker 0
+    of the processes layout) keeps nothing, load after load."""
+    from types import SimpleNamespace
+
+    import distributed.actor
+
+    from pfm_dask import pipeline
+
+    local = SimpleNamespace(put=lambda prepared: True)
+    monkeypatch.setattr(pipeline, "_local_writer", lambda *a: local)
+    monkeypatch.setattr(distributed.actor, "Actor", lambda *a: None)
+    monkeypatch.setattr(pipeline, "prepare_piece",
+                        lambda piece, grid, cfg: SimpleNamespace(timings={}, nbytes=5))
+    monkeypatch.setattr(pipeline, "TASK_NICE", 0)
+    monkeypatch.setattr(pipeline, "_summaries", {})
+    ref = ("WriterActor", "tcp://127.0.0.1:1", "key")
+    pipeline._piece_task(SimpleNamespace(seq=3), None, None, ref)
+    assert pipeline._summaries == {}
+    pipeline._summaries[id(local)] = box = {}
+    out = pipeline._piece_task(SimpleNamespace(seq=4), None, None, ref)
+    assert box == {4: out} and out["seq"] == 4
+
+
+def test_finish_called_again_returns_the_first_result(tmp_path):
+    """Dask runs an actor's method again when the connection that carried the call broke:
+    a second finish() returns the first one's result instead of touching a closed PFM."""
+    from pfm_dask import synth
+    from pfm_dask.config import LoadConfig
+    from pfm_dask.inputs import expand_inputs
+    from pfm_dask.pipeline import area_from_scans, plan_pieces, prescan_file
+    from pfm_dask.soundings import prepare_piece
+    from pfm_dask.writer import PfmWriter
+
+    synth.generate(tmp_path / "gsf", files=2, pings=20, beams=32, seed=4)
+    paths = expand_inputs([tmp_path / "gsf"])
+    cfg = LoadConfig(bin_size_m=25.0)
+    scans = [prescan_file(p) for p in paths]
+    grid = area_from_scans(scans, cfg)
+    pieces = plan_pieces(scans, cfg)
+    w = PfmWriter(tmp_path / "f.pfm", grid, cfg, paths, len(pieces), checkpoint_seconds=0)
+    w.start()
+    for p in pieces:
+        w.put(prepare_piece(p, grid, cfg))
+    first = w.finish()
+    assert first["check"]["sound"]
+    assert w.finish() is first
