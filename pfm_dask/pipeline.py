@@ -598,6 +598,13 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
     finally:
         if here is not None:  # summaries the driver will never take (cancelled tasks)
             _summaries.pop(id(here), None)
+        # The writer actor goes now: its proxies here (``writer``, and every ``Actor`` a call
+        # made) hold its key until a full garbage collection, and a finished writer keeps a
+        # byte per bin of the grid on the disk worker. The key is this load's alone (tag).
+        try:
+            client.cancel([actor_fut])
+        except Exception as err:  # noqa: BLE001 - a client going away: its keys go with it
+            log.debug("writer actor not released: %s", err)
     t_end = time.perf_counter()
     timings = {**kernels, "prescan": t_scan - t0, "load": t_load - t_scan,
                "final": t_end - t_load, "total": t_end - t0}

@@ -124,10 +124,12 @@ class WorkerWarmup:
     def result(self) -> dict:
         """``{"compile": s, "kernels": s}``: the longest compilation and the longest warm-up
         (cache loads included) over the workers. A cache problem is said once, in one line."""
+        futures, self._futures = self._futures, []   # their keys go with the gather
         try:
-            results = self._client.gather(self._futures)
+            results = self._client.gather(futures)
         finally:
             self._client.unsubscribe_topic(TOPIC)
+            del futures
         problems = sorted({r["cache_problem"] for r in results if r.get("cache_problem")})
         if problems:
             n = sum(1 for r in results if r.get("cache_problem"))

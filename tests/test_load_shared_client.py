@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import json
+import time
 
 import pytest
 
@@ -61,3 +62,34 @@ def test_two_loads_on_one_client_each_write_their_own_pfm(survey, tmp_path):
         assert report["pfm"] == str(out)
         assert [f["path"] for f in report["files"]] == [str(f) for f in files]
     assert (tmp_path / "p1.pfm.data" / "p1.pfm.ctl").read_text().count(".gsf") == 2
+
+
+def test_a_finished_load_leaves_no_task_or_actor_on_the_cluster(survey, tmp_path):
+    """The writer actor and the warm-up results go when the load ends, not when the driver's
+    garbage collector next frees their proxies: a finished writer keeps a byte per bin of the
+    grid, and a long-lived cluster would hold one per load."""
+    from distributed import Client
+
+    def held(dask_scheduler=None):
+        return sorted(str(k) for k in dask_scheduler.tasks)
+
+    def actors(dask_worker=None):
+        return len(dask_worker.state.actors)
+
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with make_local_cluster(2, layout="processes", processes=False) as cluster, \
+                Client(cluster) as client:
+            res = pipeline.run_load(survey, tmp_path / "a.pfm", LoadConfig(bin_size_m=25.0),
+                                    mode="scheduler", client=client)
+            assert res.exit_code == 0
+            deadline = time.monotonic() + 10
+            while (client.run_on_scheduler(held) or any(client.run(actors).values())) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert client.run_on_scheduler(held) == []
+            assert sum(client.run(actors).values()) == 0
+    finally:
+        if was_enabled:
+            gc.enable()
