@@ -198,7 +198,7 @@ def _refuse_foreign(output: Path, found: _Found) -> ConfigError:
 def _remove_own_unfinished(output: Path) -> None:
     """Delete a fresh load that its ``load.json`` proves ours and that died before its first
     checkpoint: the handle, the PFM's parts and our scratch files, nothing else."""
-    _remove_load_files(output, "the unfinished load")
+    remove_load_files(output, "the unfinished load")
 
 
 def remove_earlier_load(output: Path, inputs_in: Path) -> bool:
@@ -216,13 +216,14 @@ def remove_earlier_load(output: Path, inputs_in: Path) -> bool:
                               f"a load of other inputs than those in {inputs_in}")
         raise ConfigError(f"refusing to remove {output}: found {what}; nothing was changed. "
                           "Move it away, or name another folder", path=output)
-    _remove_load_files(output, "the earlier load")
+    remove_load_files(output, "the earlier load")
     return True
 
 
-def _remove_load_files(output: Path, what: str) -> None:
+def remove_load_files(output: Path, what: str) -> None:
     """Delete a load's handle, PFM parts and scratch files, and its then empty data folder;
-    refuse (before deleting anything) when the folder holds any other file."""
+    refuse (before deleting anything) when the folder holds any other file. ``what`` names
+    the load in the refusal."""
     data = Path(str(output) + ".data")
     names = set(_OWN_SCRATCH) | {output.name + s for s in _PART_SUFFIXES}
     others = sorted(p.name for p in data.iterdir() if p.name not in names)
@@ -236,7 +237,7 @@ def _remove_load_files(output: Path, what: str) -> None:
         except FileNotFoundError:
             pass
     data.rmdir()
-    output.unlink()
+    output.unlink(missing_ok=True)    # a new PFM may die between its folder and its handle
 
 
 def _given(files: list[str]) -> list[str]:
