@@ -676,22 +676,18 @@ def demo(
     seed: int = typer.Option(0, "--seed"),
 ):
     """The README's first command: a synthetic survey loaded on the embedded cluster, then checked."""
-    import shutil
-
     from . import pfm
     from . import synth as _synth
     from .config import LoadConfig, RunOptions, SwathFilterConfig
+    from .outputs import remove_earlier_load
 
     survey = Path(outdir) / "survey"
     out = Path(outdir) / "demo.pfm"
     try:
+        # an earlier demo's load starts over; anything else at demo.pfm is refused, unchanged
+        remove_earlier_load(out, survey)
         summary = _synth.generate(survey, files=files, pings=pings, beams=432, seed=seed)
         typer.echo(f"synthetic survey: {summary.get('files_written', files)} files in {survey}")
-        for stale in (out, Path(str(out) + ".data")):
-            if stale.is_dir():
-                shutil.rmtree(stale)
-            elif stale.exists():
-                stale.unlink()
         # 25 m bins: the synthetic survey is deep water (800-2500 m), where 2 m bins would
         # make a grid of tens of millions of mostly empty bins.
         cfg = LoadConfig(bin_size_m=25.0, swath=SwathFilterConfig(enabled=True), area_filter=True)

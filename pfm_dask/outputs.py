@@ -127,9 +127,10 @@ def _dedupe(files: list[str]) -> tuple[list[str], list[str]]:
 
 # ---------------------------------------------------------------- the output path
 #: The files a load creates inside ``X.pfm.data/`` beside the PFM's parts: only these
-#: (and the parts) are ever removed, and only for a load its own journal proves unfinished.
+#: (and the parts) are ever removed, and only for a load its own journal proves unfinished,
+#: or (``pfm-dask demo``) proves a load of the demo's own survey.
 _OWN_SCRATCH = ("load.json", "journal.json", "journal.json.tmp", "load.json.tmp", "undo.log",
-                "touched.log", "filter-redo.bin", "lock", "load-report.json",
+                "undo.log.b", "touched.log", "filter-redo.bin", "lock", "load-report.json",
                 "load-report.json.tmp")
 _PART_SUFFIXES = (".ctl", ".bin", ".ndx", ".lin", ".cvg")
 
@@ -197,11 +198,37 @@ def _refuse_foreign(output: Path, found: _Found) -> ConfigError:
 def _remove_own_unfinished(output: Path) -> None:
     """Delete a fresh load that its ``load.json`` proves ours and that died before its first
     checkpoint: the handle, the PFM's parts and our scratch files, nothing else."""
+    remove_load_files(output, "the unfinished load")
+
+
+def remove_earlier_load(output: Path, inputs_in: Path) -> bool:
+    """Delete the PFM at ``output`` when its own journal proves it a pfm-dask load of files
+    inside the folder ``inputs_in`` (``pfm-dask demo`` starting over): the handle, the PFM's
+    parts and the load's files, nothing else. Anything else there is refused
+    (:class:`ConfigError`), unchanged. True if a load was removed, False if nothing was there."""
+    found = _inspect_output(output)
+    if found.kind == "nothing":
+        return False
+    folder = os.path.join(os.path.abspath(inputs_in), "")
+    given = _journal_given(found.static or {}) if found.kind == "load" else []
+    if not given or not all(os.path.abspath(f).startswith(folder) for f in given):
+        what = found.what or ("a PFM without a pfm-dask journal" if found.kind == "pfm" else
+                              f"a load of other inputs than those in {inputs_in}")
+        raise ConfigError(f"refusing to remove {output}: found {what}; nothing was changed. "
+                          "Move it away, or name another folder", path=output)
+    remove_load_files(output, "the earlier load")
+    return True
+
+
+def remove_load_files(output: Path, what: str) -> None:
+    """Delete a load's handle, PFM parts and scratch files, and its then empty data folder;
+    refuse (before deleting anything) when the folder holds any other file. ``what`` names
+    the load in the refusal."""
     data = Path(str(output) + ".data")
     names = set(_OWN_SCRATCH) | {output.name + s for s in _PART_SUFFIXES}
     others = sorted(p.name for p in data.iterdir() if p.name not in names)
     if others:
-        raise ConfigError(f"refusing to remove the unfinished load in {data}: it also holds "
+        raise ConfigError(f"refusing to remove {what} in {data}: it also holds "
                           f"files that are not the load's ({', '.join(others[:5])}); move them "
                           "away, or name a new output", path=output)
     for name in names:
@@ -210,7 +237,7 @@ def _remove_own_unfinished(output: Path) -> None:
         except FileNotFoundError:
             pass
     data.rmdir()
-    output.unlink()
+    output.unlink(missing_ok=True)    # a new PFM may die between its folder and its handle
 
 
 def _given(files: list[str]) -> list[str]:

@@ -431,7 +431,11 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
     _register_dashboard(client)
     task_res = _check_disk_worker(client)
     out_path = str(Path(output).resolve())
-    warming = warm_workers(client, job.say, cfg)
+    # Every key this load submits is its own (tag): Dask takes a key for the task's identity,
+    # and hands back what the scheduler still holds under it, another load's writer actor
+    # or pre-scan included (a driver's earlier writer proxy lives until a full collection).
+    tag = uuid.uuid4().hex[:8]
+    warming = warm_workers(client, job.say, cfg, tag=tag)
     if job.resume:
         scans: list[dict] = []
         kernels = warming.result()
@@ -440,13 +444,13 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
         actor_fut = client.submit(WriterActor, out_path, None, cfg, None, None, False, None,
                                   True, checkpoint_seconds, actor=True,
                                   resources={"disk": 1}, pure=False,
-                                  key=f"pfm-writer-resume-{uuid.uuid4().hex[:8]}")
+                                  key=f"pfm-writer-resume-{tag}")
     else:
         if head is not None:
             scans = head.scans()
         else:
             scan_futs = client.map(prescan_file, files, exact_beams=append,
-                                   key=[f"prescan-{i}" for i in range(len(files))],
+                                   key=[f"prescan-{tag}-{i}" for i in range(len(files))],
                                    resources=task_res, pure=False)
             scans = client.gather(scan_futs)
             del scan_futs
@@ -461,7 +465,7 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
         static = _static(job, pieces)
         actor_fut = client.submit(WriterActor, out_path, grid, cfg, files, len(pieces), append,
                                   static, False, checkpoint_seconds, actor=True,
-                                  resources={"disk": 1}, pure=False, key="pfm-writer")
+                                  resources={"disk": 1}, pure=False, key=f"pfm-writer-{tag}")
     try:
         writer = actor_fut.result()
         grid = writer.grid().result()
@@ -530,7 +534,7 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
                     break
                 pending.pop()
                 fut = client.submit(_piece_task, nxt, grid, cfg, writer_ref,
-                                    key=f"piece-{nxt.seq:06d}", resources=task_res,
+                                    key=f"piece-{tag}-{nxt.seq:06d}", resources=task_res,
                                     pure=False, priority=-nxt.seq, retries=1)
                 in_flight[fut] = nxt
                 in_flight_bytes += est[nxt.seq]
@@ -594,6 +598,13 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
     finally:
         if here is not None:  # summaries the driver will never take (cancelled tasks)
             _summaries.pop(id(here), None)
+        # The writer actor goes now: its proxies here (``writer``, and every ``Actor`` a call
+        # made) hold its key until a full garbage collection, and a finished writer keeps a
+        # byte per bin of the grid on the disk worker. The key is this load's alone (tag).
+        try:
+            client.cancel([actor_fut])
+        except Exception as err:  # noqa: BLE001 - a client going away: its keys go with it
+            log.debug("writer actor not released: %s", err)
     t_end = time.perf_counter()
     timings = {**kernels, "prescan": t_scan - t0, "load": t_load - t_scan,
                "final": t_end - t_load, "total": t_end - t0}

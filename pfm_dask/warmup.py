@@ -9,6 +9,7 @@ wait; an unusable cache is said once, in one line, for the whole load (all worke
 
 from __future__ import annotations
 
+import uuid
 from typing import Callable
 
 from . import kernel_cache
@@ -99,14 +100,14 @@ class WorkerWarmup:
     """Warm-up tasks on every worker of ``client``, submitted before the pre-scan's tasks (which
     they go ahead of); :meth:`result` waits for them and gives the load's compile timings."""
 
-    def __init__(self, client, say: Callable[[str], None], cfg=None):
+    def __init__(self, client, say: Callable[[str], None], cfg=None, tag: str = ""):
         self._client, self._say = client, say
         self._said = False
         workers = list(client.scheduler_info(n_workers=-1)["workers"])
         client.subscribe_topic(TOPIC, self._on_event)
         self._futures = [client.submit(_warm_task, _for_load(cfg), workers=[w],
                                        allow_other_workers=False, pure=False, priority=100,
-                                       key=f"warm-kernels-{i}")
+                                       key=f"warm-kernels-{tag or uuid.uuid4().hex[:8]}-{i}")
                          for i, w in enumerate(workers)]
 
     def _on_event(self, event) -> None:
@@ -123,10 +124,12 @@ class WorkerWarmup:
     def result(self) -> dict:
         """``{"compile": s, "kernels": s}``: the longest compilation and the longest warm-up
         (cache loads included) over the workers. A cache problem is said once, in one line."""
+        futures, self._futures = self._futures, []   # their keys go with the gather
         try:
-            results = self._client.gather(self._futures)
+            results = self._client.gather(futures)
         finally:
             self._client.unsubscribe_topic(TOPIC)
+            del futures
         problems = sorted({r["cache_problem"] for r in results if r.get("cache_problem")})
         if problems:
             n = sum(1 for r in results if r.get("cache_problem"))
@@ -137,9 +140,10 @@ class WorkerWarmup:
                 "kernels": max((r["seconds"] for r in results), default=0.0)}
 
 
-def warm_workers(client, say: Callable[[str], None], cfg=None) -> WorkerWarmup:
-    """Start warming every worker of ``client`` for a load with ``cfg`` (:class:`WorkerWarmup`)."""
-    return WorkerWarmup(client, say, cfg)
+def warm_workers(client, say: Callable[[str], None], cfg=None, tag: str = "") -> WorkerWarmup:
+    """Start warming every worker of ``client`` for a load with ``cfg`` (:class:`WorkerWarmup`);
+    ``tag`` makes the tasks' keys the load's own (default: a new one)."""
+    return WorkerWarmup(client, say, cfg, tag)
 
 
 def describe(res: WarmResult) -> str:

@@ -30,7 +30,6 @@ handling is :mod:`pfm_dask._writer_journal`'s, the area filter step
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 from collections import defaultdict
@@ -186,11 +185,13 @@ class PfmWriter(WriterJournal):
                     pass
             self._close_journal()
             if created and self._epoch == 0:
-                # a new PFM that died before its first checkpoint holds nothing: remove it
-                shutil.rmtree(str(self.path) + ".data", ignore_errors=True)
+                # a new PFM that died before its first checkpoint holds nothing: remove what
+                # it made (a folder holding anything else is left as it is)
+                from .outputs import remove_load_files
+
                 try:
-                    os.unlink(self.path)
-                except OSError:
+                    remove_load_files(self.path, "the new PFM")
+                except (PfmDaskError, OSError):
                     pass
             if isinstance(err, OSError) and J.is_disk_full(err):
                 raise self._disk_full(err) from err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -304,3 +305,35 @@ def test_finish_called_again_returns_the_first_result(tmp_path):
     first = w.finish()
     assert first["check"]["sound"]
     assert w.finish() is first
+
+
+@pytest.mark.parametrize("intruder", [False, True])
+def test_a_new_pfm_failing_before_its_first_checkpoint_removes_only_what_it_made(
+        tmp_path, monkeypatch, intruder):
+    """The writer removes the new PFM it made when it fails before its first checkpoint: its
+    handle, parts and journal files, never a file it did not make in that folder."""
+    from pfm_dask import synth
+    from pfm_dask.config import LoadConfig
+    from pfm_dask.inputs import expand_inputs
+    from pfm_dask.pipeline import area_from_scans, prescan_file
+    from pfm_dask.writer import PfmWriter
+
+    synth.generate(tmp_path / "gsf", files=1, pings=10, beams=16, seed=4)
+    paths = expand_inputs([tmp_path / "gsf"])
+    cfg = LoadConfig(bin_size_m=25.0)
+    grid = area_from_scans([prescan_file(p) for p in paths], cfg)
+    out = tmp_path / "n.pfm"
+    data = tmp_path / "n.pfm.data"
+
+    def fail(self, static, **kw):
+        if intruder:  # someone else's file, put there while the load started
+            (data / "theirs.txt").write_text("keep")
+        raise OSError(5, "planted failure")
+
+    monkeypatch.setattr(PfmWriter, "_start_journal", fail)
+    with pytest.raises(OSError, match="planted"):
+        PfmWriter(out, grid, cfg, paths, 1, journal={"command": None})
+    if intruder:
+        assert (data / "theirs.txt").read_text() == "keep"
+    else:
+        assert not out.exists() and not data.exists()
