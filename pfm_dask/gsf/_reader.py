@@ -1,4 +1,5 @@
-"""Public GSF reading API: :class:`GsfFile`, :func:`read_pings`, :func:`iter_batches`, :func:`info`.
+"""Public GSF reading API: :class:`GsfFile`, :func:`read_pings`, :func:`iter_batches`
+(:func:`~pfm_dask.gsf.info`, the summary, is in ``_summary``).
 
 Soundings come out as Arrow tables with :data:`SOUNDING_SCHEMA`: one row per beam of
 every ping, in file order. ``ping`` is the 1-based number of the ping record among
@@ -32,9 +33,9 @@ from ._decode import (NeedHistory, PingDirectory, ScaleState, decode_pings, walk
                       walk_pings)
 from ._framing import scan_records
 from ._records import ping_header_dtype
-from ._summary import add_damage, check_mapped_size, info, map_file, summarize
+from ._summary import add_damage, check_mapped_size, map_file, summarize
 
-__all__ = ["SOUNDING_SCHEMA", "GsfFile", "read_pings", "iter_batches", "info"]
+__all__ = ["SOUNDING_SCHEMA", "GsfFile", "read_pings", "iter_batches"]
 
 
 def _f(name, typ, units, doc, nullable=False):
