@@ -123,13 +123,40 @@ def test_cli_import_and_quick_commands_load_no_dask_numba_or_pydantic(tiny, smal
         assert not _tops(imported) & {"dask", "distributed", "numba", "llvmlite"}, (args, imported)
         if args[0] == "info":  # answered without typer (pfm_dask.cli._quick)
             assert not _tops(imported) & {"typer", "click"}, (args, imported)
-    # gsf-info decodes ping headers with the GSF reader's compiled kernels: numba, no Dask
+    # gsf-info frames and walks in Python (gsf._summary): neither numba nor Dask nor typer
     r, imported = _cli("gsf-info", gsf_file)
     assert r.returncode == 0, r.stderr
-    assert not _tops(imported) & {"dask", "distributed"}, imported
+    assert not _tops(imported) & {"dask", "distributed", "numba", "llvmlite", "typer",
+                                  "click"}, imported
     r, imported = _cli("check", small_pfm)
     assert r.returncode == 0 and "sound" in r.stdout, r.stderr
     assert not _tops(imported) & {"dask", "distributed"}, imported
+
+
+# Runs gsf-info as the console script does, then prints every module it imported.
+_RUN_GSF_INFO = ("import atexit, json, sys\n"
+                 "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
+                 "sys.argv[0] = 'pfm-dask'\n"
+                 "from pfm_dask.cli import main\n"
+                 "main()\n")
+
+
+def test_gsf_info_imports_neither_numba_nor_dask_nor_typer_nor_arrow(sample_by_name):
+    """gsf-info of a real sample (EM302: 73,748 records, 50 pings) frames and walks the file
+    in Python (gsf._summary), so its start-up is Python and numpy: no numba, no Dask, no
+    typer, no Arrow."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    path = sample_by_name("EM302")
+    r = subprocess.run([sys.executable, "-c", _RUN_GSF_INFO, "gsf-info", str(path), "--json"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["path"], out["n_pings"], out["damage"]) == (str(path), 50, [])
+    modules = set(json.loads(r.stderr.splitlines()[-1]))
+    heavy = {m.split(".")[0] for m in modules} & {"numba", "llvmlite", "dask", "distributed",
+                                                   "typer", "click", "pyarrow"}
+    assert not heavy, sorted(heavy)
+    assert "pfm_dask.gsf._summary" in modules
 
 
 def test_quick_info_and_gsf_info_answer_as_typer_does(tiny, small_pfm, tmp_path):

@@ -1,4 +1,5 @@
-"""Public GSF reading API: :class:`GsfFile`, :func:`read_pings`, :func:`iter_batches`, :func:`info`.
+"""Public GSF reading API: :class:`GsfFile`, :func:`read_pings`, :func:`iter_batches`
+(:func:`~pfm_dask.gsf.info`, the summary, is in ``_summary``).
 
 Soundings come out as Arrow tables with :data:`SOUNDING_SCHEMA`: one row per beam of
 every ping, in file order. ``ping`` is the 1-based number of the ping record among
@@ -19,7 +20,6 @@ import threading
 import zlib
 from collections import OrderedDict
 from dataclasses import fields
-import datetime as _dt
 import mmap
 import os
 import struct
@@ -32,10 +32,10 @@ from ..errors import GsfError
 from ._decode import (NeedHistory, PingDirectory, ScaleState, decode_pings, walk_ping,
                       walk_pings)
 from ._framing import scan_records
-from ._records import (ARRAY_SPECS, SUB_INTENSITY_SERIES, SUB_QUALITY_FLAGS,
-                       ping_header_dtype)
+from ._records import ping_header_dtype
+from ._summary import add_damage, check_mapped_size, map_file, summarize
 
-__all__ = ["SOUNDING_SCHEMA", "GsfFile", "read_pings", "iter_batches", "info"]
+__all__ = ["SOUNDING_SCHEMA", "GsfFile", "read_pings", "iter_batches"]
 
 
 def _f(name, typ, units, doc, nullable=False):
@@ -147,18 +147,12 @@ class GsfFile:
         self._mm = None
         self._buf = b""
         self._u8 = np.zeros(0, dtype=np.uint8)
-        try:
-            with open(self.path, "rb") as fh:
-                self.size = os.fstat(fh.fileno()).st_size
-                if self.size > 0:
-                    self._mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                    self._buf = self._mm
-                    self._u8 = np.frombuffer(self._mm, dtype=np.uint8)
-                    if remember:
-                        self._identity = _identity(fh, self._u8)
-        except (OSError, ValueError) as err:
-            self.close()
-            raise GsfError(f"cannot open: {err}", path=self.path) from err
+        self.size, self._mm, st = map_file(self.path)
+        if self._mm is not None:
+            self._buf = self._mm
+            self._u8 = np.frombuffer(self._mm, dtype=np.uint8)
+            if remember:
+                self._identity = _identity(st, self._u8)
         self._check_size()
         known = _recall(self._identity)
         fr = known.framing if known is not None else scan_records(self._buf, self.path)
@@ -248,8 +242,7 @@ class GsfFile:
     def _note_damage(self, err: GsfError, ping: int) -> None:
         if self._bad_ping is None or ping < self._bad_ping:
             self._bad_ping = ping
-        if not any(d.offset == err.offset and d.reason == err.reason for d in self.damage):
-            self.damage.append(err)
+        add_damage(self.damage, err)
 
     def _state_at(self, start: int) -> ScaleState | None:
         """The scale-factor state before ping ``start``; None if damage lies before it."""
@@ -297,20 +290,10 @@ class GsfFile:
         return start, stop
 
     def _check_size(self) -> None:
-        """Raise a truncation :class:`GsfError` if the file shrank since it was mapped.
-
-        Touching a mapped page past a file's new end is a SIGBUS, which no handler
-        turns into an exception; so every walk and decode first asks the mapping
-        for the file's size (one ``fstat``). A shrink within that call itself is
-        not caught.
-        """
-        if self._mm is None:
-            return
-        now = self._mm.size()
-        if now < self.size:
-            raise GsfError(f"file truncated while being read: it now ends here, "
-                           f"{self.size - now:,} of its {self.size:,} bytes are gone",
-                           path=self.path, offset=now)
+        """Raise a truncation :class:`GsfError` if the file shrank since it was mapped
+        (:func:`~pfm_dask.gsf._summary.check_mapped_size`: a SIGBUS otherwise). A shrink
+        within a walk or decode itself is not caught."""
+        check_mapped_size(self._mm, self.size, self.path)
 
     def _walk(self, start: int, stop: int) -> tuple[PingDirectory, int]:
         """Directory of pings [start, stop) (shortened by damage in lenient mode)."""
@@ -473,54 +456,14 @@ class GsfFile:
         return out
 
     def info(self) -> dict:
-        """Version, record counts, ping/beam counts, arrays, time and position extents.
-
-        Extents are computed from the pings themselves, never from the summary
-        record (P5). JSON-serialisable.
+        """Version, record counts, ping/beam counts, arrays, time and position extents,
+        damage: :func:`~pfm_dask.gsf._summary.summarize` after the kernels' walk of every
+        ping (:func:`info` gives the same without numba). JSON-serialisable.
         """
         dirn, _ = self._walk(0, self.n_pings)
-        n = len(dirn)
-        out = {
-            "path": self.path,
-            "size": int(self.size),
-            "version": self.version,
-            "major": self.major,
-            "minor": self.minor,
-            "record_counts": dict(self.record_counts),
-            "n_pings": n,
-            "n_ping_records": self.n_pings,
-            "n_beams": int(dirn.n_beams.sum()),
-            "beams_per_ping": {"min": int(dirn.n_beams.min()) if n else None,
-                               "max": int(dirn.n_beams.max()) if n else None},
-            "arrays": _array_names(self._seen),
-            "sensor_subrecords": sorted(int(s) for s in self._seen
-                                        if s >= 102 or s == 0),
-            "time": {"start": None, "end": None, "start_iso": None, "end_iso": None},
-            "latitude": {"min": None, "max": None},
-            "longitude": {"min": None, "max": None},
-        }
-        if n:
-            from ._decode import _gather
-            hdr = _gather(self._u8, dirn.data_offsets, self._hdr_len).view(
-                self._hdr_dtype).reshape(n)
-            sec = hdr["time_sec"].astype(np.int64)
-            nsec = hdr["time_nsec"].astype(np.int64)
-            t = sec * 1_000_000_000 + nsec
-            i0, i1 = int(np.argmin(t)), int(np.argmax(t))
-            out["time"] = {
-                "start": float(sec[i0] + nsec[i0] / 1e9),
-                "end": float(sec[i1] + nsec[i1] / 1e9),
-                "start_iso": _iso(int(sec[i0]), int(nsec[i0])),
-                "end_iso": _iso(int(sec[i1]), int(nsec[i1])),
-            }
-            lat = hdr["latitude"].astype(np.float64) / 1.0e7
-            lon = hdr["longitude"].astype(np.float64) / 1.0e7
-            ok = (np.abs(lat) <= 90.0) & (np.abs(lon) <= 180.0)   # 91/181 = null
-            if ok.any():
-                out["latitude"] = {"min": float(lat[ok].min()), "max": float(lat[ok].max())}
-                out["longitude"] = {"min": float(lon[ok].min()), "max": float(lon[ok].max())}
-        out["damage"] = [d.to_dict() for d in self.damage]
-        return out
+        return summarize(self.path, self.size, self.version, self.major, self.minor,
+                         self.record_counts, self.n_pings, dirn.n_beams, dirn.data_offsets,
+                         self._u8, self._hdr_dtype, self._seen, self.damage)
 
 
 # --- what earlier GsfFile objects of a file learnt (opt-in: ``remember=True``) ----------------
@@ -543,8 +486,7 @@ class _Known:
         self.framing, self.states = framing, states
 
 
-def _identity(fh, u8: np.ndarray) -> tuple:
-    st = os.fstat(fh.fileno())
+def _identity(st: os.stat_result, u8: np.ndarray) -> tuple:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
             zlib.crc32(u8[:_ENDS]), zlib.crc32(u8[-_ENDS:]))
 
@@ -571,26 +513,6 @@ def _keep(identity, framing, states: dict) -> None:
             known.states = {**known.states, **states}
 
 
-def _array_names(seen: set) -> list:
-    names = []
-    for sid in sorted(seen):
-        if sid in ARRAY_SPECS:
-            names.append(ARRAY_SPECS[sid].name)
-        elif sid == SUB_QUALITY_FLAGS:
-            names.append("quality_flags")
-        elif sid == SUB_INTENSITY_SERIES:
-            names.append("intensity_series")
-    return names
-
-
-def _iso(sec: int, nsec: int) -> str:
-    try:
-        t = _dt.datetime.fromtimestamp(sec, tz=_dt.timezone.utc)
-    except (OverflowError, OSError, ValueError):  # pragma: no cover - u32 always fits
-        return f"@{sec}.{nsec:09d}"
-    return t.strftime("%Y-%m-%dT%H:%M:%S") + f".{nsec:09d}Z"
-
-
 # --- module-level conveniences -------------------------------------------------------------
 
 def read_pings(path, *, strict: bool = True) -> pa.Table:
@@ -615,15 +537,3 @@ def iter_batches(path, max_pings: int = 1000, *, start_ping: int = 0,
     """Soundings of a GSF file in record batches of at most ``max_pings`` pings."""
     with GsfFile(path, strict=strict) as f:
         yield from f.iter_batches(max_pings, start_ping=start_ping, stop_ping=stop_ping)
-
-
-def info(path) -> dict:
-    """A JSON-ready summary of one GSF file (see :meth:`GsfFile.info`).
-
-    Damage is reported in the ``damage`` list, not raised; a file that is not GSF at
-    all (no GSF header record) raises :class:`GsfError`.
-    """
-    with GsfFile(path, strict=False) as f:
-        if f.version is None:
-            raise f.damage[0] if f.damage else GsfError("not a GSF file", path=f.path)
-        return f.info()
