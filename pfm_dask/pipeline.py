@@ -419,6 +419,23 @@ def _actor_lost(err: BaseException) -> bool:
         "CommClosedError", "StreamClosedError")
 
 
+#: seconds between two looks at the writer's actor while a finished task's result is fetched
+_RESULT_EVERY = 1.0
+
+
+def _task_summary(fut, actor_fut, every: float = _RESULT_EVERY) -> dict:
+    """A finished piece task's summary, fetched from the worker that ran it, or the writer's
+    loss raised. When that worker died with the writer (a disk worker that also computes),
+    Dask reschedules the task, whose rerun can wait minutes on the dead writer's address: a
+    plain ``result()`` hung the driver there."""
+    while True:
+        try:
+            return fut.result(timeout=every)
+        except TimeoutError:
+            if actor_fut.status == "error":
+                raise RuntimeError("Worker holding Actor was lost") from None
+
+
 def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> LoadResult:
     """The load on ``client``'s cluster; ``mode`` names it in the report. ``head``: the
     pre-scan (and kernels) the embedded cluster's load started before its cluster was up;
@@ -553,7 +570,7 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
                     piece = in_flight.pop(fut)
                     if fut.status == "finished":
                         summary = box.pop(piece.seq, None) if here is not None else None
-                        transfer += (summary or fut.result())["timings"]["transfer"]
+                        transfer += (summary or _task_summary(fut, actor_fut))["timings"]["transfer"]
                         delivered.add(piece.seq)
                     if fut.status == "error":
                         err = fut.exception()
