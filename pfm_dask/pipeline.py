@@ -56,7 +56,7 @@ from .pfm import THREADS as FINAL_THREADS
 from .pieces import Piece
 from .soundings import prepare_piece
 from .outputs import (Complete, _dedupe, _existing, _given, _inspect_output, _new_files,
-                      _plan_resume, _refuse_foreign, _refuse_unfinished, _unfinished,
+                      _plan_resume, _refuse_busy, _refuse_foreign, _refuse_unfinished, _unfinished,
                       check_append_fits)
 # planning and the report have modules of their own; the names callers use stay importable here
 # (a test patching MAX_GRID_BINS patches it in pfm_dask.planning, where it is read)
@@ -694,6 +694,8 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
         pending_ok = False
     if not resume:
         found = _inspect_output(output)
+        if found.kind != "nothing":
+            _refuse_busy(output)
         if found.kind == "foreign":
             raise _refuse_foreign(output, found)
         unfinished = _unfinished(output) if found.kind == "load" else None

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,7 @@ from pfm_dask import pipeline
 from pfm_dask.config import LoadConfig
 from pfm_dask.inputs import expand_inputs
 
-from .test_resume import assert_same_pfm
-
-pytestmark = pytest.mark.cluster
+from .test_resume import assert_same_pfm, pfm_cli
 
 TREE = Path(__file__).resolve().parents[1]
 OPTS = ["--bin-size", "25", "-q"]
@@ -85,6 +84,14 @@ def _report(out: Path) -> dict:
     return json.loads((Path(str(out) + ".data") / "load-report.json").read_text())
 
 
+def _error_line(stderr: str, out: Path) -> str:
+    """The one ``pfm-dask: error:`` line, which names ``out``; no traceback."""
+    errors = [ln for ln in stderr.splitlines() if ln.startswith("pfm-dask: error:")]
+    assert len(errors) == 1 and str(out) in errors[0] and "Traceback" not in stderr, stderr
+    return errors[0]
+
+
+@pytest.mark.cluster
 def test_two_drivers_load_two_outputs_at_once(scheduler, surveys, references, tmp_path):
     outs = {name: tmp_path / f"{name}.pfm" for name in surveys}
     procs = {name: _start(surveys[name], outs[name], scheduler) for name in surveys}
@@ -99,6 +106,7 @@ def test_two_drivers_load_two_outputs_at_once(scheduler, surveys, references, tm
         assert_same_pfm(out, references[name], tmp_path / f"cmp-{name}")
 
 
+@pytest.mark.cluster
 def test_two_drivers_to_one_output_one_wins_the_other_is_refused(scheduler, surveys,
                                                                  references, tmp_path):
     out = tmp_path / "same.pfm"
@@ -108,9 +116,42 @@ def test_two_drivers_to_one_output_one_wins_the_other_is_refused(scheduler, surv
     assert codes == [0, 2], {n: (rc, err) for n, (rc, _, err) in results.items()}
     winner = next(n for n, (rc, _, _) in results.items() if rc == 0)
     _, _, refused = next(r for r in results.values() if r[0] == 2)
-    errors = [ln for ln in refused.splitlines() if ln.startswith("pfm-dask: error:")]
-    assert len(errors) == 1 and str(out) in errors[0] and "Traceback" not in refused, refused
+    _error_line(refused, out)
     report = _report(out)
     assert report["pfm"] == str(out)
     assert [Path(f["path"]).parent for f in report["files"]] == [surveys[winner]] * 3
     assert_same_pfm(out, references[winner], tmp_path / "cmp")
+
+
+def test_a_load_to_an_output_another_load_is_writing_is_refused_at_once(surveys, references,
+                                                                          tmp_path):
+    """The second driver starts once the first one's writer holds the PFM (paused after its
+    first piece): it must not call that load "unfinished", offer to resume or remove it, or
+    wait; it is refused at once, and the first load ends as its serial reference."""
+    out = tmp_path / "busy.pfm"
+    started, go, result = threading.Event(), threading.Event(), {}
+
+    def pause(status: dict) -> None:
+        started.set()
+        go.wait(60)
+
+    def first() -> None:
+        result["res"] = pipeline.run_load(expand_inputs([surveys["north"]]), out,
+                                          LoadConfig(bin_size_m=25.0), mode="serial",
+                                          progress=pause)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        assert started.wait(60)
+        for extra in ([], ["--append"]):
+            r = pfm_cli("load", surveys["south"], "-o", out, *OPTS, "--serial", *extra,
+                        timeout=60)
+            assert r.returncode == 2, r.stderr
+            line = _error_line(r.stderr, out)
+            assert "another load is writing" in line and "remove" not in line, line
+    finally:
+        go.set()
+        thread.join(120)
+    assert result["res"].exit_code == 0
+    assert_same_pfm(out, references["north"], tmp_path / "cmp")
