@@ -575,7 +575,7 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
         t_load = time.perf_counter()
         if actor_fut.status == "error":
             raise RuntimeError("Worker holding Actor was lost")
-        with relay(client, _STATUS_TOPIC, progress):
+        with relay(client, _STATUS_TOPIC, progress, out_path):
             rw = writer.finish().result()
         if progress:
             progress(writer.status().result())
