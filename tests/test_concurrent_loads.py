@@ -37,7 +37,7 @@ def surveys(tmp_path_factory) -> dict:
     out = {}
     for name, seed, lon in (("north", 4, -123.0), ("south", 5, -122.9)):
         out[name] = root / name
-        synth.generate(out[name], files=3, pings=30, beams=48, seed=seed, longitude=lon)
+        synth.generate(out[name], files=4, pings=300, beams=128, seed=seed, longitude=lon)
     return out
 
 
@@ -84,6 +84,13 @@ def _report(out: Path) -> dict:
     return json.loads((Path(str(out) + ".data") / "load-report.json").read_text())
 
 
+def _span(out: Path) -> tuple[float, float]:
+    """When the load of ``out`` planned (``load.json``) and when it completed (its journal)."""
+    data = Path(str(out) + ".data")
+    return (json.loads((data / "load.json").read_text())["created"],
+            json.loads((data / "journal.json").read_text())["time"])
+
+
 def _error_line(stderr: str, out: Path) -> str:
     """The one ``pfm-dask: error:`` line, which names ``out``; no traceback."""
     errors = [ln for ln in stderr.splitlines() if ln.startswith("pfm-dask: error:")]
@@ -102,8 +109,10 @@ def test_two_drivers_load_two_outputs_at_once(scheduler, surveys, references, tm
         report = _report(out)
         assert report["pfm"] == str(out)
         assert report["check"]["sound"], report["check"]
-        assert [Path(f["path"]).parent for f in report["files"]] == [surveys[name]] * 3
+        assert [Path(f["path"]).parent for f in report["files"]] == [surveys[name]] * 4
         assert_same_pfm(out, references[name], tmp_path / f"cmp-{name}")
+    spans = [_span(out) for out in outs.values()]
+    assert max(a for a, _ in spans) < min(b for _, b in spans), f"not at once: {spans}"
 
 
 @pytest.mark.cluster
@@ -119,7 +128,7 @@ def test_two_drivers_to_one_output_one_wins_the_other_is_refused(scheduler, surv
     _error_line(refused, out)
     report = _report(out)
     assert report["pfm"] == str(out)
-    assert [Path(f["path"]).parent for f in report["files"]] == [surveys[winner]] * 3
+    assert [Path(f["path"]).parent for f in report["files"]] == [surveys[winner]] * 4
     assert_same_pfm(out, references[winner], tmp_path / "cmp")
 
 
