@@ -31,6 +31,7 @@ actor stops the load at once with the resume command.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import queue
@@ -206,6 +207,7 @@ class WriterActor:
         # The status goes to the scheduler's pfm-writer plugin (pfm_dask.dashboard) every
         # _STATUS_EVERY seconds from a thread of ours; log_event may be called from any thread.
         self._load_id = uuid.uuid4().hex
+        self._final: concurrent.futures.Future | None = None   # the final step (start_finish)
         self._publish_stop = threading.Event()
         self._publisher = None
         if self._worker is not None:
@@ -262,7 +264,29 @@ class WriterActor:
         finally:
             self._stop_publishing()
 
+    def start_finish(self) -> None:
+        """Start the final step on a thread of its own and return. A worker runs every actor's
+        calls on one thread: the final step run there (minutes on a large survey) held up
+        every call of another load's writer on this disk worker, its pieces and its status."""
+        if self._final is None:
+            final = self._final = concurrent.futures.Future()
+
+            def run() -> None:
+                try:
+                    final.set_result(self.finish())
+                except BaseException as err:  # noqa: BLE001 - raised again by finished()
+                    final.set_exception(err)
+
+            threading.Thread(target=run, name="pfm-writer-final", daemon=True).start()
+
+    def finished(self, wait: bool = False) -> dict | None:
+        """The final step's result once it has ended (its error raised); None while it runs,
+        unless ``wait`` (for a caller in this process: a call through the actor never waits)."""
+        return self._final.result() if wait or self._final.done() else None
+
     def abort(self) -> None:
+        if self._final is not None:  # never close the PFM under a final step that runs
+            concurrent.futures.wait([self._final])
         try:
             self.writer.abort()
         finally:
@@ -576,7 +600,15 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
         if actor_fut.status == "error":
             raise RuntimeError("Worker holding Actor was lost")
         with relay(client, _STATUS_TOPIC, progress, out_path):
-            rw = writer.finish().result()
+            if here is not None:  # the writer is in this process: wait on its final step
+                here.start_finish()
+                rw = here.finished(wait=True)
+            else:
+                writer.start_finish().result()
+                while (rw := writer.finished().result()) is None:
+                    if actor_fut.status == "error":
+                        raise RuntimeError("Worker holding Actor was lost")
+                    time.sleep(0.1)
         if progress:
             progress(writer.status().result())
     except BaseException as err:
