@@ -492,6 +492,14 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
                                   resources={"disk": 1}, pure=False, key=f"pfm-writer-{tag}")
     try:
         writer = actor_fut.result()
+        # The proxy is made again, here, for this load's client: an Actor binds to whatever
+        # get_client() gives where it is unpickled (the process's default client: with two
+        # clients in one process, the newest), and that client's closing cancelled it
+        # mid-load ("Worker holding Actor was lost. Status: cancelled").
+        from distributed.actor import Actor
+
+        with client.as_current():
+            writer = Actor(WriterActor, writer._address, writer.key)
         grid = writer.grid().result()
         cfg = writer.cfg().result()
         writer_addr = writer.where().result()

@@ -136,3 +136,26 @@ def test_a_load_goes_on_while_another_loads_final_step_runs_on_the_same_disk_wor
     assert slow_code == 0 and quick_code == 0
     assert quick_end < slow_end, "the second load waited for the first one's final step"
 
+
+def test_a_load_survives_another_client_of_its_process_closing(survey, tmp_path):
+    """Two clients in one process (two loads from one notebook or service): the writer's proxy
+    belongs to its load's client, not to the process's default one (the newest client),
+    whose closing cancelled it mid-load."""
+    from distributed import Client
+
+    with make_local_cluster(2, layout="processes", processes=False) as cluster:
+        mine = Client(cluster, set_as_default=False)
+        other = Client(cluster)            # the process's default client from here on
+
+        def close_other(status: dict) -> None:
+            if other.status == "running":
+                other.close()
+
+        try:
+            res = pipeline.run_load(survey, tmp_path / "m.pfm", LoadConfig(bin_size_m=25.0),
+                                    mode="scheduler", client=mine, progress=close_other)
+        finally:
+            other.close()
+            mine.close()
+    assert res.exit_code == 0
+    assert other.status == "closed"
