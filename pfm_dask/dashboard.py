@@ -48,6 +48,10 @@ INDIVIDUAL_PAGE = "/individual-pfm-writer"
 JSON_ROUTE = "/pfm/writer.json"
 PHASES = ("idle", "loading", "area filter", "recompute", "check", "done", "aborted")
 HISTORY = 7200  # points kept for the page: an hour at one status per half second
+#: seconds without a status after which a load counts as gone (its writer or driver died
+#: without a last word): the plugin then follows the next load that reports
+STALE_SECONDS = 10.0
+_ENDED = ("done", "aborted")
 
 _routed: "weakref.WeakSet[Any]" = weakref.WeakSet()  # http applications that have the route
 
@@ -64,6 +68,8 @@ class PfmWriterPlugin(SchedulerPlugin):
         self.history: deque = deque(maxlen=self.maxlen)
         self.updates = 0
         self.load_id: str | None = None
+        self._heard = 0.0                  # time.monotonic() of the followed load's last status
+        self.others: dict[str, tuple[float, dict]] = {}   # other loads: (heard, latest status)
         self._collector = None
         self._scheduler = None
 
@@ -105,13 +111,27 @@ class PfmWriterPlugin(SchedulerPlugin):
         if topic == TOPIC and isinstance(msg, dict):
             self._update(msg)
 
+    def _following(self, now: float) -> bool:
+        """True while the followed load runs: not ended, and heard of within STALE_SECONDS."""
+        return (bool(self.latest) and self.latest.get("phase") not in _ENDED
+                and now - self._heard < STALE_SECONDS)
+
     def _update(self, msg: dict) -> None:
+        """Take a writer's status. Two loads may run at once on one scheduler (two drivers):
+        the gauges, JSON and page follow one load, from its first status to its end, and list
+        the others; statuses of both in turn would restart the history at every one."""
         lid = msg.get("load_id")
-        if lid != self.load_id:
-            self.history.clear()
-            self.load_id = lid
         st = dict(msg)
         st.setdefault("time", time.time())
+        now = time.monotonic()
+        if lid != self.load_id:
+            if self._following(now):
+                self.others[lid] = (now, st)
+                return
+            self.others.pop(lid, None)
+            self.history.clear()
+            self.load_id = lid
+        self._heard = now
         self.latest = st
         self.history.append((float(st["time"]), int(st.get("backlog_batches") or 0),
                              int(st.get("backlog_bytes") or 0),
@@ -130,7 +150,16 @@ class PfmWriterPlugin(SchedulerPlugin):
         st = dict(self.latest) if self.latest else {"phase": "idle"}
         st["updates"] = self.updates
         st["age_seconds"] = time.time() - st["time"] if "time" in st else None
+        st["other_loads"] = self.other_loads()
         return st
+
+    def other_loads(self) -> list[dict]:
+        """The latest status of each other load running on this scheduler (not followed)."""
+        now = time.monotonic()
+        for lid, (heard, other) in list(self.others.items()):
+            if other.get("phase") in _ENDED or now - heard >= STALE_SECONDS:
+                del self.others[lid]
+        return [other for _, other in self.others.values()]
 
     def metric_families(self):
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -173,6 +202,10 @@ class PfmWriterPlugin(SchedulerPlugin):
         for ph in PHASES + ((current,) if current not in PHASES else ()):
             phase.add_metric([ph], 1.0 if ph == current else 0.0)
         yield phase
+        running = int(bool(st) and st.get("phase") not in _ENDED) + len(self.other_loads())
+        yield GaugeMetricFamily("pfm_loads_running", "Loads whose writers report on this "
+                                "scheduler now (the pfm_writer_* gauges follow one of them)",
+                                value=float(running))
 
 
 class _WriterCollector:
@@ -274,6 +307,10 @@ def _summary_html(st: dict) -> str:
             ("last status", f"{st.get('age_seconds') or 0.0:,.1f} s ago")]
     if st.get("error"):
         rows.append(("error", st["error"]))
+    for other in st.get("other_loads") or []:
+        rows.append(("also loading", f"{other.get('pfm', '')} ({other.get('phase')}, "
+                                     f"{other.get('watermark', 0)} of "
+                                     f"{other.get('pieces_total', 0)} pieces)"))
     body = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{escape(k)}</th>"
                    f"<td>{escape(str(v))}</td></tr>" for k, v in rows)
     return f"<h3>PFM writer</h3><table>{body}</table>"

@@ -60,6 +60,7 @@ __all__ = [
     "UndoLog",
     "TouchedLog",
     "PfmLock",
+    "lock_holder",
     "resume_command",
     "mark_append",
     "config_to_dict",
@@ -667,6 +668,26 @@ class PfmLock:
             finally:
                 os.close(self.fd)
                 self.fd = None
+
+
+def lock_holder(pfm_path: str | os.PathLike) -> str | None:
+    """Who holds the PFM's lock now (``pid N on HOST``, or ``unknown``): a load is writing it;
+    None when no one does. Looks only: never creates the lock file, never keeps the lock."""
+    try:
+        fd = os.open(journal_paths(pfm_path)["lock"], os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
 
 
 def remove_scratch(pfm_path: str | os.PathLike) -> bool:

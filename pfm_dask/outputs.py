@@ -92,6 +92,15 @@ def _unfinished(output: Path) -> dict | None:
     return None
 
 
+def _refuse_busy(output: Path) -> None:
+    """Refuse an output that another load is writing now (it holds the PFM's lock): its
+    journal reads as unfinished, and neither resuming nor removing it is for this load."""
+    holder = J.lock_holder(output)
+    if holder is not None:
+        raise ConfigError(f"another load is writing this PFM now ({holder}); nothing was "
+                          "changed: wait for it to end, or name another output", path=output)
+
+
 def _refuse_unfinished(output: Path, state: dict) -> ConfigError:
     phase = state.get("phase")
     where = (f", {state.get('watermark', 0):,} of {state.get('n_pieces', 0):,} pieces written"

@@ -31,6 +31,7 @@ actor stops the load at once with the resume command.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import queue
@@ -56,7 +57,7 @@ from .pfm import THREADS as FINAL_THREADS
 from .pieces import Piece
 from .soundings import prepare_piece
 from .outputs import (Complete, _dedupe, _existing, _given, _inspect_output, _new_files,
-                      _plan_resume, _refuse_foreign, _refuse_unfinished, _unfinished,
+                      _plan_resume, _refuse_busy, _refuse_foreign, _refuse_unfinished, _unfinished,
                       check_append_fits)
 # planning and the report have modules of their own; the names callers use stay importable here
 # (a test patching MAX_GRID_BINS patches it in pfm_dask.planning, where it is read)
@@ -206,6 +207,7 @@ class WriterActor:
         # The status goes to the scheduler's pfm-writer plugin (pfm_dask.dashboard) every
         # _STATUS_EVERY seconds from a thread of ours; log_event may be called from any thread.
         self._load_id = uuid.uuid4().hex
+        self._final: concurrent.futures.Future | None = None   # the final step (start_finish)
         self._publish_stop = threading.Event()
         self._publisher = None
         if self._worker is not None:
@@ -262,7 +264,29 @@ class WriterActor:
         finally:
             self._stop_publishing()
 
+    def start_finish(self) -> None:
+        """Start the final step on a thread of its own and return. A worker runs every actor's
+        calls on one thread: the final step run there (minutes on a large survey) held up
+        every call of another load's writer on this disk worker, its pieces and its status."""
+        if self._final is None:
+            final = self._final = concurrent.futures.Future()
+
+            def run() -> None:
+                try:
+                    final.set_result(self.finish())
+                except BaseException as err:  # noqa: BLE001 - raised again by finished()
+                    final.set_exception(err)
+
+            threading.Thread(target=run, name="pfm-writer-final", daemon=True).start()
+
+    def finished(self, wait: bool = False) -> dict | None:
+        """The final step's result once it has ended (its error raised); None while it runs,
+        unless ``wait`` (for a caller in this process: a call through the actor never waits)."""
+        return self._final.result() if wait or self._final.done() else None
+
     def abort(self) -> None:
+        if self._final is not None:  # never close the PFM under a final step that runs
+            concurrent.futures.wait([self._final])
         try:
             self.writer.abort()
         finally:
@@ -485,6 +509,14 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
                                   resources={"disk": 1}, pure=False, key=f"pfm-writer-{tag}")
     try:
         writer = actor_fut.result()
+        # The proxy is made again, here, for this load's client: an Actor binds to whatever
+        # get_client() gives where it is unpickled (the process's default client: with two
+        # clients in one process, the newest), and that client's closing cancelled it
+        # mid-load ("Worker holding Actor was lost. Status: cancelled").
+        from distributed.actor import Actor
+
+        with client.as_current():
+            writer = Actor(WriterActor, writer._address, writer.key)
         grid = writer.grid().result()
         cfg = writer.cfg().result()
         writer_addr = writer.where().result()
@@ -592,8 +624,16 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
         t_load = time.perf_counter()
         if actor_fut.status == "error":
             raise RuntimeError("Worker holding Actor was lost")
-        with relay(client, _STATUS_TOPIC, progress):
-            rw = writer.finish().result()
+        with relay(client, _STATUS_TOPIC, progress, out_path):
+            if here is not None:  # the writer is in this process: wait on its final step
+                here.start_finish()
+                rw = here.finished(wait=True)
+            else:
+                writer.start_finish().result()
+                while (rw := writer.finished().result()) is None:
+                    if actor_fut.status == "error":
+                        raise RuntimeError("Worker holding Actor was lost")
+                    time.sleep(0.1)
         if progress:
             progress(writer.status().result())
     except BaseException as err:
@@ -711,6 +751,8 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
         pending_ok = False
     if not resume:
         found = _inspect_output(output)
+        if found.kind != "nothing":
+            _refuse_busy(output)
         if found.kind == "foreign":
             raise _refuse_foreign(output, found)
         unfinished = _unfinished(output) if found.kind == "load" else None

@@ -230,13 +230,21 @@ def follow(fetch: Callable[[], dict | None], progress: Callable[[dict], None] | 
 
 
 @contextmanager
-def relay(client, topic: str, progress: Callable[[dict], None] | None):
+def relay(client, topic: str, progress: Callable[[dict], None] | None, pfm: str):
     """While the body runs, pass each status published on the scheduler's event ``topic`` (the
-    writer actor's, every half second) to ``progress``: the actor itself is busy finishing."""
+    writer actor's, every half second) to ``progress``: the actor itself is busy finishing.
+    Only the statuses of the writer of ``pfm``: the topic is the whole cluster's, and another
+    load on the same scheduler publishes its own."""
     if progress is None:
         yield
         return
-    client.subscribe_topic(topic, lambda event: progress(event[1]))
+
+    def mine(event) -> None:
+        status = event[1]
+        if isinstance(status, dict) and status.get("pfm") == pfm:
+            progress(status)
+
+    client.subscribe_topic(topic, mine)
     try:
         yield
     finally:

@@ -48,7 +48,7 @@ from ._writer_journal import WriterJournal
 from .heap import release_free_heap
 from .bins import BinGrid
 from .config import LoadConfig
-from .errors import LoadError, PfmDaskError
+from .errors import ConfigError, LoadError, PfmDaskError, PfmFormatError
 from . import validity as V
 from .lines import LineTracker
 from .pfm._bitpack import gather_u32, merge_runs_to, scatter, touch_new
@@ -163,9 +163,7 @@ class PfmWriter(WriterJournal):
             if append:
                 self.pfm = pfm.open_pfm(self.path, "r+")
             else:
-                self.pfm = pfm.create(self.path, grid, min_depth=cfg.min_depth,
-                                      max_depth=cfg.max_depth, precision=cfg.precision,
-                                      bin_size_m=cfg.bin_size_m if cfg.bin_size_deg is None else None)
+                self.pfm = self._create(grid, cfg)
                 created = True
             if self.threads is not None:
                 self.pfm.pack_threads = self.threads
@@ -196,6 +194,21 @@ class PfmWriter(WriterJournal):
             if isinstance(err, OSError) and J.is_disk_full(err):
                 raise self._disk_full(err) from err
             raise
+
+    def _create(self, grid: BinGrid, cfg: LoadConfig):
+        """The new PFM; refused (:class:`ConfigError`, exit 2) when its path was taken after
+        the load found it free: another load to the same output started at the same time."""
+        try:
+            return pfm.create(self.path, grid, min_depth=cfg.min_depth, max_depth=cfg.max_depth,
+                              precision=cfg.precision,
+                              bin_size_m=cfg.bin_size_m if cfg.bin_size_deg is None else None)
+        except PfmFormatError as err:
+            if not (os.path.lexists(self.path) or os.path.lexists(str(self.path) + ".data")):
+                raise
+            raise ConfigError("this output was created by another process (another load to the "
+                              "same output?) after this load found it free; this load wrote "
+                              "nothing and left it as it is: wait for that load and look at "
+                              "its output, or name another output", path=self.path) from err
 
     @staticmethod
     def default_group_bytes(cfg: LoadConfig) -> int:

@@ -85,12 +85,48 @@ def test_idle_gauges_before_any_load():
 def test_history_restarts_with_a_new_load_and_is_bounded():
     plugin = PfmWriterPlugin(history=5)
     for i in range(8):
-        plugin.log_event(TOPIC, _status(time=100.0 + i, backlog_batches=i))
+        plugin.log_event(TOPIC, _status(time=100.0 + i, backlog_batches=i,
+                                        phase="done" if i == 7 else "loading"))
     assert [h[0] for h in plugin.history] == [103.0, 104.0, 105.0, 106.0, 107.0]
     assert [h[1] for h in plugin.history] == [3, 4, 5, 6, 7]
     plugin.log_event(TOPIC, _status(load_id="L2", time=200.0))
     assert [h[0] for h in plugin.history] == [200.0]
     assert plugin.load_id == "L2"
+
+
+def test_two_loads_at_once_the_first_is_followed_the_other_listed(monkeypatch):
+    """Two drivers on one scheduler: statuses of both in turn. The gauges and history follow
+    the first load to its end (not restarted by every status of the other), the other is
+    listed; then the other is followed. A load silent for STALE_SECONDS is let go."""
+    from pfm_dask import dashboard
+
+    clock = [1000.0]
+    monkeypatch.setattr(dashboard.time, "monotonic", lambda: clock[0])
+    plugin = PfmWriterPlugin()
+    for i in range(3):
+        plugin.log_event(TOPIC, _status(time=10.0 + i, watermark=i))
+        plugin.log_event(TOPIC, _status(load_id="L2", pfm="/fast/b.pfm", time=10.5 + i,
+                                        watermark=10 + i))
+        clock[0] += 0.5
+    assert plugin.load_id == "L1" and [h[0] for h in plugin.history] == [10.0, 11.0, 12.0]
+    assert plugin.latest["watermark"] == 2
+    st = plugin.snapshot()
+    assert [o["pfm"] for o in st["other_loads"]] == ["/fast/b.pfm"]
+    assert st["other_loads"][0]["watermark"] == 12
+    assert _scrape(plugin)[("pfm_loads_running", ())] == 2
+    page = _WriterPage(SimpleNamespace(plugins={"pfm-writer": plugin}))
+    page.update()
+    assert "also loading" in page.text.text and "/fast/b.pfm (loading, 12 of 12" in page.text.text
+    plugin.log_event(TOPIC, _status(time=13.0, phase="done"))
+    assert plugin.load_id == "L1" and _scrape(plugin)[("pfm_loads_running", ())] == 1
+    plugin.log_event(TOPIC, _status(load_id="L2", pfm="/fast/b.pfm", time=13.5, watermark=13))
+    assert plugin.load_id == "L2" and [h[0] for h in plugin.history] == [13.5]
+    assert plugin.snapshot()["other_loads"] == []
+    plugin.log_event(TOPIC, _status(load_id="L3", time=14.0))
+    assert plugin.load_id == "L2"
+    clock[0] += dashboard.STALE_SECONDS   # L2 went silent (its driver killed): L3 is followed
+    plugin.log_event(TOPIC, _status(load_id="L3", time=30.0))
+    assert plugin.load_id == "L3" and plugin.snapshot()["other_loads"] == []
 
 
 def test_disk_workers_are_never_offered_for_downscaling():
@@ -124,7 +160,7 @@ def test_page_streams_the_history_and_resets_for_a_new_load():
     assert list(d["backlog_mib"]) == [1.0, 2.0, 3.0]
     assert list(d["backlog_batches"]) == [0, 1, 2]
     assert list(d["rate"]) == [0.0, 100.0, 200.0]
-    plugin.log_event(TOPIC, _status(time=13.0))
+    plugin.log_event(TOPIC, _status(time=13.0, phase="done"))
     page.update()
     assert list(page.source.data["time"])[-1] == 13000.0 and len(page.source.data["time"]) == 4
     assert "2 done of 7" in page.text.text and "/fast/out.pfm" in page.text.text

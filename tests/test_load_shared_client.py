@@ -93,3 +93,69 @@ def test_a_finished_load_leaves_no_task_or_actor_on_the_cluster(survey, tmp_path
     finally:
         if was_enabled:
             gc.enable()
+
+
+def test_a_load_goes_on_while_another_loads_final_step_runs_on_the_same_disk_worker(
+        survey, tmp_path, monkeypatch):
+    """Both writers live on the one disk worker, which runs every actor's calls on one
+    thread: a final step run on it (minutes on a large survey) held up every call of the other
+    load's writer, its pieces and its status, until it ended. The first load's final step is
+    slowed to 6 s here; the second, started meanwhile, must end before it."""
+    import threading
+
+    from distributed import Client
+
+    from pfm_dask import pfm, writer
+
+    slow_out = str(tmp_path / "slow.pfm")
+    real = pfm.recompute
+    in_final = threading.Event()
+
+    def recompute(f, *a, **kw):
+        if str(f.path) == slow_out:
+            in_final.set()
+            time.sleep(6)
+        return real(f, *a, **kw)
+
+    monkeypatch.setattr(writer.pfm, "recompute", recompute)
+    cfg = LoadConfig(bin_size_m=25.0)
+    ended: dict = {}
+    with make_local_cluster(2, layout="processes", processes=False) as cluster:
+        def load(out, files) -> None:
+            with Client(cluster) as client:
+                res = pipeline.run_load(files, out, cfg, mode="scheduler", client=client)
+            ended[str(out)] = (res.exit_code, time.monotonic())
+
+        first = threading.Thread(target=load, args=(tmp_path / "slow.pfm", survey))
+        first.start()
+        assert in_final.wait(60)
+        load(tmp_path / "quick.pfm", survey[:2])
+        first.join(120)
+    (slow_code, slow_end), (quick_code, quick_end) = (ended[slow_out],
+                                                      ended[str(tmp_path / "quick.pfm")])
+    assert slow_code == 0 and quick_code == 0
+    assert quick_end < slow_end, "the second load waited for the first one's final step"
+
+
+def test_a_load_survives_another_client_of_its_process_closing(survey, tmp_path):
+    """Two clients in one process (two loads from one notebook or service): the writer's proxy
+    belongs to its load's client, not to the process's default one (the newest client),
+    whose closing cancelled it mid-load."""
+    from distributed import Client
+
+    with make_local_cluster(2, layout="processes", processes=False) as cluster:
+        mine = Client(cluster, set_as_default=False)
+        other = Client(cluster)            # the process's default client from here on
+
+        def close_other(status: dict) -> None:
+            if other.status == "running":
+                other.close()
+
+        try:
+            res = pipeline.run_load(survey, tmp_path / "m.pfm", LoadConfig(bin_size_m=25.0),
+                                    mode="scheduler", client=mine, progress=close_other)
+        finally:
+            other.close()
+            mine.close()
+    assert res.exit_code == 0
+    assert other.status == "closed"

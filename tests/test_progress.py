@@ -151,3 +151,42 @@ def test_a_dask_load_relays_the_final_phases(survey, tmp_path, monkeypatch):
     assert res.exit_code == 0
     assert "recompute" in [st.get("phase") for st in seen]
     assert seen[-1]["phase"] == "done" and seen[-1]["watermark"] == seen[-1]["pieces_total"]
+
+
+def test_two_dask_loads_at_once_each_relay_only_their_own_writer(survey, tmp_path, monkeypatch):
+    """The writers' statuses go out on one topic of the whole cluster: two loads finishing at
+    once on one scheduler (two clients, as two drivers) must each show only their own."""
+    import threading
+
+    from distributed import Client
+
+    from pfm_dask import pfm, pipeline, writer
+    from pfm_dask.config import LoadConfig
+    from pfm_dask.inputs import expand_inputs
+
+    real = pfm.recompute
+
+    def slow(*a, **kw):
+        time.sleep(1.5)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(writer.pfm, "recompute", slow)
+    outs = [tmp_path / "a.pfm", tmp_path / "b.pfm"]
+    seen: dict = {str(out): [] for out in outs}
+    codes: dict = {}
+    with cluster_mod.make_local_cluster(2, processes=False) as cluster:
+        def load(out) -> None:
+            with Client(cluster) as client:
+                codes[str(out)] = pipeline.run_load(
+                    expand_inputs([survey]), out, LoadConfig(bin_size_m=25.0), mode="scheduler",
+                    client=client, progress=seen[str(out)].append).exit_code
+
+        threads = [threading.Thread(target=load, args=(out,)) for out in outs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    assert codes == {str(out): 0 for out in outs}
+    for out, statuses in seen.items():
+        published = [st["pfm"] for st in statuses if "pfm" in st]
+        assert published and set(published) == {out}, (out, set(published))

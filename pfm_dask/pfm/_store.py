@@ -345,12 +345,18 @@ class PfmFile(PfmReads, PfmWrites):
                            creation_software=creation_software, wkt=wkt,
                            dynamic_reload=dynamic_reload, user_flag_names=user_flag_names)
         data_dir = path + ".data"
-        if os.path.exists(path) or os.path.exists(data_dir):
-            raise PfmFormatError("refusing to create a PFM over an existing one "
+        refused = PfmFormatError("refusing to create a PFM over an existing one "
                                  "(the handle file or data directory exists)", path=path)
+        if os.path.lexists(path):
+            raise refused
+        # the data directory is the claim: of two processes creating this PFM at once, one
+        # makes it, the other is refused here (mkdir is atomic) and touches nothing
+        try:
+            os.mkdir(data_dir)
+        except FileExistsError:
+            raise refused from None
         base = os.path.basename(path)
         stem_rel = f"{path}.data{os.sep}{base}"
-        os.mkdir(data_dir)
         with open(path, "w", **TEXT_CODING, newline="\n") as fh:
             fh.write(f"PFM Handle File - {LIBRARY_VERSION}\n")
             fh.write("#\n" + "#" * 80 + "\n#\n")
