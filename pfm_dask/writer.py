@@ -46,7 +46,7 @@ from ._faults import crash_planned, crash_point
 from ._writer_area import apply_redo, run_area_filter
 from .pfm._chains import ChainWalk
 from ._writer_journal import WriterJournal
-from .heap import release_free_heap
+from .heap import release_code_pages, release_free_heap
 from .bins import BinGrid
 from .config import LoadConfig
 from .errors import LoadError, PfmDaskError
@@ -278,6 +278,10 @@ class PfmWriter(WriterJournal):
                         self._lock.notify_all()
                 n += len(group)
                 release_free_heap()   # the group's merge and packing memory, back to the system
+                if end < self.n_pieces:
+                    # its kernels are in: the code generator's pages, out of the next groups'
+                    # peak (a load of one group has none to lower)
+                    release_code_pages()
                 for _ in group:
                     crash_point("piece")
                 if self._journal_on and time.monotonic() - self._last_ckpt >= self.checkpoint_seconds:
