@@ -8,6 +8,11 @@ walk of the heap (milliseconds) and a page fault per page touched again, so it i
 between steps that free much (after a group of pieces is written, before the final step),
 not per array. A no-op where the C library is not glibc.
 
+glibc also gives each new thread a heap of its own (an arena, up to 8 per core), each keeping
+what its thread freed for that thread's next arrays: the compute threads and the writer of one
+process then each hold their own past peak. :func:`limit_arenas` makes the threads started
+afterwards share them.
+
 The code generator numba loads its cached kernels with (LLVM, in ``libllvmlite.so``) is a
 second such leftover: setting it up and linking the first kernels reads 60-70 MB of that
 library into the process, clean file pages a load never touches again once its kernels are in
@@ -21,13 +26,14 @@ from __future__ import annotations
 import ctypes
 import sys
 
-__all__ = ["release_code_pages", "release_free_heap"]
+__all__ = ["limit_arenas", "release_code_pages", "release_free_heap"]
 
 _LIBC: dict = {}        # the C library's functions, by name (None: not there)
 _CLEAN: dict = {}       # the clean ranges of libraries, by the libraries' names
 #: the mapped libraries whose pages :func:`release_code_pages` takes out: numba's code generator
 CODE_LIBRARIES = ("libllvmlite",)
 _MADV_DONTNEED = 4
+_M_ARENA_MAX = -8       # mallopt's parameter (malloc.h)
 
 
 def _libc(name: str, argtypes: list, restype):
@@ -44,6 +50,13 @@ def _libc(name: str, argtypes: list, restype):
                 fn = None
         _LIBC[name] = fn
     return _LIBC[name]
+
+
+def limit_arenas(n: int) -> bool:
+    """Threads started from now on share at most ``n`` heaps (glibc's ``M_ARENA_MAX``; those
+    already made stay); True if the C library took it."""
+    fn = _libc("mallopt", [ctypes.c_int, ctypes.c_int], ctypes.c_int)
+    return bool(fn(_M_ARENA_MAX, int(n))) if fn is not None else False
 
 
 def release_free_heap() -> bool:
