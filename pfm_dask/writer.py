@@ -395,7 +395,7 @@ class PfmWriter(WriterJournal):
         # line column whole would be 4 bytes a sounding more at the writer's peak
         return {"bin_index": batch.column("bin_index").to_numpy(), "file": fnum,
                 "line": (p, global_lines), "ping": ping, "nulls": nulls,
-                "nbytes": batch.nbytes,
+                "nbytes": prepared.nbytes - prepared.pings.nbytes,   # as groups count it
                 **{k: batch.column(k).to_numpy() for k in ("beam", "depth", *_PLAIN_COLUMNS)}}
 
     # --------------------------------------------------------- background mode

@@ -140,3 +140,20 @@ def test_serial_load_keeps_one_decode_buffer_and_none_in_the_final_step(survey, 
     assert len(seen) >= 8 and max(seen) == 1
     assert final == [(0, None)]
     assert _decode._POOL_SIZE == before
+
+
+def test_pieces_hand_their_bins_over_in_four_bytes(survey):
+    """A prepared piece's bin index is 4 bytes a sounding (the groups waiting for the writer
+    hold 4 bytes a sounding less than with 8), while the groups still count 8, so that they,
+    and the output's bytes, stay those of a wide index."""
+    paths = expand_inputs([survey])
+    cfg = LoadConfig(bin_size_m=25.0)
+    scans = [pipeline.prescan_file(p) for p in paths]
+    grid = pipeline.area_from_scans(scans, cfg)
+    piece = pipeline.plan_pieces(scans, cfg)[0]
+    prepared = prepare_piece(piece, grid, cfg)
+    bins = prepared.batch.column("bin_index")
+    n = prepared.batch.num_rows
+    assert n > 0 and bins.type.byte_width == 4
+    assert bins.buffers()[1].size < 8 * n          # no wide copy kept beside it
+    assert prepared.nbytes == prepared.batch.nbytes + 4 * n + prepared.pings.nbytes
