@@ -686,7 +686,8 @@ def _sounding_columns(part: dict, a: int, b: int) -> dict:
 def _bin_chunks(bins: list[np.ndarray], per_chunk: int):
     """Cut sorted bin-index arrays at common bin boundaries into chunks of about ``per_chunk``
     soundings in all (at least one bin each; a rule of the data only). Yields, per chunk,
-    each array's ``(start, end)``."""
+    each array's ``(start, end)``. (Searched with values of the arrays' own type: numpy
+    converts a whole 4-byte array to search it for a Python int, 100 times slower.)"""
     total = sum(b.size for b in bins)
     if total <= per_chunk:
         if total:
@@ -702,12 +703,12 @@ def _bin_chunks(bins: list[np.ndarray], per_chunk: int):
         a, c = lo + 1, hi
         while a < c:
             mid = (a + c + 1) // 2
-            if sum(int(np.searchsorted(b, mid)) for b in bins) - done <= per_chunk:
+            if sum(int(b.searchsorted(b.dtype.type(mid))) for b in bins) - done <= per_chunk:
                 a = mid
             else:
                 c = mid - 1
         cut = a
-        end = [int(np.searchsorted(b, cut)) for b in bins]
+        end = [int(b.searchsorted(b.dtype.type(cut))) for b in bins]
         if sum(end) > done:
             yield list(zip(start, end))
         done = sum(end)
