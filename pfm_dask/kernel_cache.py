@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .heap import release_code_pages
+
 __all__ = ["CompileWatch", "WarmResult", "cache_location", "kernel_modules", "warm"]
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -210,6 +212,8 @@ def warm(*, swath: tuple[int, int] | None = (5, 9), skip: tuple[str, ...] = (),
                 loader()
         if swath:
             _swath_kernels(swath)
+    # every kernel is in: the code generator's pages need not stay resident (heap.py)
+    release_code_pages()
     return WarmResult(seconds=time.perf_counter() - t0, compiled=watch.compiled,
                       compile_seconds=watch.seconds, cache=cache, cache_problem=problem,
                       modules=modules)

@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-__all__ = ["BATCH_SCHEMA", "PING_SCHEMA", "COUNT_KEYS", "Piece", "PreparedPiece", "empty_counts"]
+__all__ = ["BATCH_SCHEMA", "COUNTED_ROW_BYTES", "PING_SCHEMA", "COUNT_KEYS", "Piece", "PreparedPiece", "empty_counts"]
 
-#: One row per loaded sounding, sorted by (bin, ping, beam).
+#: One row per loaded sounding, sorted by (bin, ping, beam). The bin index in 4 bytes: a grid
+#: has fewer than 2**31 bins (``pfm._grid.MAX_BINS``, pfmLoader's limit); the writer widens it
+#: a run at a time, so a group of pieces waiting for the writer holds 4 bytes a sounding less.
 BATCH_SCHEMA = pa.schema([
-    ("bin_index", pa.int64()),
+    ("bin_index", pa.uint32()),
     ("ping", pa.uint32()),
     ("beam", pa.uint16()),
     ("depth", pa.float64()),
@@ -26,6 +28,11 @@ BATCH_SCHEMA = pa.schema([
     ("horizontal_error", pa.float32()),
     ("vertical_error", pa.float32()),
 ])
+
+#: bytes a sounding the groups count beyond the batch's own (:attr:`PreparedPiece.nbytes`)
+_WIDENED = 8 - BATCH_SCHEMA.field("bin_index").type.byte_width
+#: a sounding's bytes as the plan, the groups and the hold count them (an 8-byte bin index)
+COUNTED_ROW_BYTES = sum(f.type.bit_width // 8 for f in BATCH_SCHEMA) + _WIDENED
 
 # One row per ping that contributed at least one sounding inside the area.
 PING_SCHEMA = pa.schema([
@@ -77,7 +84,11 @@ class PreparedPiece:
 
     @property
     def nbytes(self) -> int:
-        return int(self.batch.nbytes + self.pings.nbytes)
+        """The piece's bytes as the writer's groups and the driver's hold count them: its batch
+        with an 8-byte bin index, as it was handed over before the index took 4 (4 bytes a
+        sounding more than it holds), so that the groups, and with them the output's bytes,
+        are those of earlier versions and of a journal one wrote."""
+        return int(self.batch.nbytes + _WIDENED * self.batch.num_rows + self.pings.nbytes)
 
 
 def empty_counts() -> dict:

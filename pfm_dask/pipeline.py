@@ -53,6 +53,7 @@ from .auto_area import position_problems
 from .backlog import hold_bytes
 from .errors import ConfigError, LoadError, PfmDaskError
 from .head_start import HeadStart
+from .heap import release_code_pages
 from .pfm import THREADS as FINAL_THREADS
 from .pieces import Piece
 from .soundings import prepare_piece
@@ -161,8 +162,10 @@ def _run_serial(job: _Job, kernels: KernelWatch) -> LoadResult:
     # one thread decodes: one recycled decode buffer, not one per thread of a Dask worker
     pool = gsf.keep_buffers(1)
     try:
-        for p in pieces:
+        for i, p in enumerate(pieces):
             writer.put(prepare_piece(p, writer.pfm.grid, writer.cfg))
+            if i == 0 and len(pieces) > 1:
+                release_code_pages()     # the task's kernels are in (heap.py)
             writer.write_ready()
             if progress:
                 progress(writer.status())

@@ -19,13 +19,13 @@ from .auto_area import automatic_grid, extent_of, far_pings, stretched_by
 from .bins import BinGrid
 from .config import LoadConfig
 from .errors import ConfigError, GsfError, LoadError
-from .pieces import BATCH_SCHEMA, Piece
+from .pieces import COUNTED_ROW_BYTES, Piece
 
 __all__ = ["prescan_file", "area_from_scans", "grid_sanity", "plan_pieces", "auto_mode",
            "MAX_GRID_BINS", "SPARSE_SOUNDINGS_PER_BIN", "SMALL_LOAD_BYTES",
            "SMALL_LOAD_BYTES_SWATH", "BYTES_PER_SOUNDING"]
 
-BYTES_PER_SOUNDING = sum(f.type.bit_width // 8 for f in BATCH_SCHEMA) + 16  # batch + ping table slack
+BYTES_PER_SOUNDING = COUNTED_ROW_BYTES + 16  # batch (as groups count it) + ping table slack
 _SAMPLE_PINGS = 48  # pings read per file by the pre-scan (first, last and evenly spaced)
 _PIECE_OVERHEAD = 16 * 1024  # Arrow buffers and the ping table of a piece, beyond its soundings
 

@@ -252,7 +252,7 @@ def _counting_sort(parts: list, width: int) -> list | None:
     span = (r1 - r0 + 1) * span_c
     if span > _BOX_PER_SOUNDING * n + _BOX_SLACK:
         return None
-    nxt = np.zeros(span + 1, dtype=np.int64)
+    nxt = np.zeros(span + 1, dtype=np.uint32)   # counts, then places: a piece has < 2**32 rows
     for s in soundings:
         K.kernel("bin_count")(s["bin_index"], width, inv_w, r0, c0, span_c, nxt)
     np.cumsum(nxt, out=nxt)

@@ -45,7 +45,7 @@ from ._faults import crash_planned, crash_point
 from ._writer_area import apply_redo, run_area_filter
 from .pfm._chains import ChainWalk
 from ._writer_journal import WriterJournal
-from .heap import release_free_heap
+from .heap import release_code_pages, release_free_heap
 from .bins import BinGrid
 from .config import LoadConfig
 from .errors import ConfigError, LoadError, PfmDaskError, PfmFormatError
@@ -292,6 +292,10 @@ class PfmWriter(WriterJournal):
                         self._lock.notify_all()
                 n += len(group)
                 release_free_heap()   # the group's merge and packing memory, back to the system
+                if end < self.n_pieces:
+                    # its kernels are in: the code generator's pages, out of the next groups'
+                    # peak (a load of one group has none to lower)
+                    release_code_pages()
                 for _ in group:
                     crash_point("piece")
                 if self._journal_on and time.monotonic() - self._last_ckpt >= self.checkpoint_seconds:
@@ -405,7 +409,7 @@ class PfmWriter(WriterJournal):
         # line column whole would be 4 bytes a sounding more at the writer's peak
         return {"bin_index": batch.column("bin_index").to_numpy(), "file": fnum,
                 "line": (p, global_lines), "ping": ping, "nulls": nulls,
-                "nbytes": batch.nbytes,
+                "nbytes": prepared.nbytes - prepared.pings.nbytes,   # as groups count it
                 **{k: batch.column(k).to_numpy() for k in ("beam", "depth", *_PLAIN_COLUMNS)}}
 
     # --------------------------------------------------------- background mode
@@ -696,7 +700,8 @@ def _sounding_columns(part: dict, a: int, b: int) -> dict:
 def _bin_chunks(bins: list[np.ndarray], per_chunk: int):
     """Cut sorted bin-index arrays at common bin boundaries into chunks of about ``per_chunk``
     soundings in all (at least one bin each; a rule of the data only). Yields, per chunk,
-    each array's ``(start, end)``."""
+    each array's ``(start, end)``. (Searched with values of the arrays' own type: numpy
+    converts a whole 4-byte array to search it for a Python int, 100 times slower.)"""
     total = sum(b.size for b in bins)
     if total <= per_chunk:
         if total:
@@ -712,12 +717,12 @@ def _bin_chunks(bins: list[np.ndarray], per_chunk: int):
         a, c = lo + 1, hi
         while a < c:
             mid = (a + c + 1) // 2
-            if sum(int(np.searchsorted(b, mid)) for b in bins) - done <= per_chunk:
+            if sum(int(b.searchsorted(b.dtype.type(mid))) for b in bins) - done <= per_chunk:
                 a = mid
             else:
                 c = mid - 1
         cut = a
-        end = [int(np.searchsorted(b, cut)) for b in bins]
+        end = [int(b.searchsorted(b.dtype.type(cut))) for b in bins]
         if sum(end) > done:
             yield list(zip(start, end))
         done = sum(end)

@@ -237,7 +237,8 @@ def _place_chunk(table: pa.Table, start: int, stop: int, grid: BinGrid, cfg: Loa
     counts["invalid_by_gsf_flags"] += int(np.count_nonzero(gsf_invalid[idx_in]))
     counts["depth_out_of_range"] += int(np.count_nonzero(out_of_range[idx_in]))
 
-    out = {"bin_index": np.asarray(a.bin_index)[inside].astype(np.int64),
+    # the hand-off's own width (pieces.BATCH_SCHEMA: 4 bytes, a grid has < 2**31 bins)
+    out = {"bin_index": np.asarray(a.bin_index)[inside].astype(np.uint32),
            "ping": ping[idx_in].astype(np.uint32), "beam": beam[idx_in].astype(np.uint16),
            "depth": zlim[idx_in], "x_off": np.asarray(a.x_off)[inside].astype(np.uint16),
            "y_off": np.asarray(a.y_off)[inside].astype(np.uint16),

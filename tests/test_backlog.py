@@ -27,11 +27,14 @@ def survey(tmp_path_factory):
     return out
 
 
-def test_hold_is_two_groups_and_two_pieces_within_the_backlog():
-    """The hold follows the settings and the plan only, never over --max-backlog."""
+def test_hold_is_one_group_and_two_pieces_within_the_backlog():
+    """The hold follows the settings and the plan only, never over --max-backlog: the group
+    the writer writes and two pieces, not the next group too (docs/performance.md, memory:
+    80 MB of the 2-worker process's peak on the 200 MB survey)."""
     g, p = 32 << 20, 30 << 20
-    assert hold_bytes(512 << 20, g, p) == HOLD_GROUPS * g + HOLD_PIECES * p < 512 << 20
-    assert hold_bytes(512 << 20, 256 << 20, p) == 512 << 20
+    assert (HOLD_GROUPS, HOLD_PIECES) == (1, 2)
+    assert hold_bytes(512 << 20, g, p) == g + 2 * p < 512 << 20
+    assert hold_bytes(512 << 20, 500 << 20, p) == 512 << 20
     assert hold_bytes(1 << 20, 0, 0) >= 1
 
 
@@ -74,9 +77,9 @@ def _slowed(write_group, seconds: float):
 
 
 @pytest.mark.cluster
-def test_a_slow_writer_holds_two_groups_and_two_pieces(survey, tmp_path, monkeypatch):
+def test_a_slow_writer_holds_a_group_and_two_pieces(survey, tmp_path, monkeypatch):
     """Producers outpace a slow writer: the pieces waiting in its process stay within the hold
-    (two groups and two pieces), under --max-backlog, and the bytes are the serial load's."""
+    (a group and two pieces), under --max-backlog, and the bytes are the serial load's."""
     from distributed import Client
 
     from pfm_dask.cluster import make_local_cluster
@@ -89,7 +92,7 @@ def test_a_slow_writer_holds_two_groups_and_two_pieces(survey, tmp_path, monkeyp
     pieces = pipeline.plan_pieces([pipeline.prescan_file(p) for p in paths], cfg)
     hold = hold_bytes(limit, PfmWriter.default_group_bytes(cfg),
                       max(_estimate_bytes(p) for p in pieces))
-    # groups are a quarter of the backlog (PfmWriter.default_group_bytes): two groups and two
+    # groups are a quarter of the backlog (PfmWriter.default_group_bytes): a group and two
     # pieces stay below it
     assert hold < limit
     with make_local_cluster(2, processes=False) as cluster, Client(cluster) as client:
@@ -137,3 +140,20 @@ def test_serial_load_keeps_one_decode_buffer_and_none_in_the_final_step(survey, 
     assert len(seen) >= 8 and max(seen) == 1
     assert final == [(0, None)]
     assert _decode._POOL_SIZE == before
+
+
+def test_pieces_hand_their_bins_over_in_four_bytes(survey):
+    """A prepared piece's bin index is 4 bytes a sounding (the groups waiting for the writer
+    hold 4 bytes a sounding less than with 8), while the groups still count 8, so that they,
+    and the output's bytes, stay those of a wide index."""
+    paths = expand_inputs([survey])
+    cfg = LoadConfig(bin_size_m=25.0)
+    scans = [pipeline.prescan_file(p) for p in paths]
+    grid = pipeline.area_from_scans(scans, cfg)
+    piece = pipeline.plan_pieces(scans, cfg)[0]
+    prepared = prepare_piece(piece, grid, cfg)
+    bins = prepared.batch.column("bin_index")
+    n = prepared.batch.num_rows
+    assert n > 0 and bins.type.byte_width == 4
+    assert bins.buffers()[1].size < 8 * n          # no wide copy kept beside it
+    assert prepared.nbytes == prepared.batch.nbytes + 4 * n + prepared.pings.nbytes

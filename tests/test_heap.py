@@ -39,3 +39,38 @@ def test_freed_heap_memory_is_returned():
                          check=True)
     kept, after = map(int, out.stdout.split())
     assert kept - after > 100 << 20
+
+
+_CODE_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    from pfm_dask import _task_kernels as K
+    from pfm_dask.heap import release_code_pages
+
+    def llvm_rss():
+        kb, on = 0, False
+        for line in open("/proc/self/smaps"):
+            head = line.split()
+            if "-" in head[0] and not head[0].endswith(":"):
+                on = line.rstrip().endswith("libllvmlite.so")
+            elif on and head[0] == "Rss:":
+                kb += int(head[1])
+        return kb * 1024
+
+    in_order = K.kernel("in_order")        # numba and LLVM set up, a kernel linked
+    before = llvm_rss()
+    release_code_pages()
+    after = llvm_rss()
+    ok = in_order(np.array([1, 1, 2], np.uint32), np.array([3, 4, 1], np.uint16))
+    print(before, after, ok)
+""")
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="Linux /proc only")
+def test_code_generator_pages_leave_the_resident_set():
+    """The tens of MB of LLVM's library a kernel load reads in leave the resident set when
+    released (whether other processes map them or not), and the kernels still run."""
+    out = subprocess.run([sys.executable, "-c", _CODE_SCRIPT], capture_output=True, text=True,
+                         cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                                        "HOME": str(Path.home())}, check=True)
+    before, after, ok = out.stdout.split()
+    assert int(before) > 20 << 20 and int(after) < 4 << 20 and ok == "True"
