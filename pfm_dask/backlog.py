@@ -1,12 +1,11 @@
 """How many bytes of prepared pieces a Dask load lets wait for the writer, and why.
 
 A prepared piece waits in the writer's process (its reorder buffer) from the moment a task
-hands it over until its group is written. The writer needs the whole group it writes (it
-merges the group's pieces by bin); beyond it, the tasks may make the next pieces meanwhile.
-Each piece made early costs the writer's process its bytes: with the next group whole as well
-(two groups, as before), the 2-worker load of a 200 MB survey peaked at 565 MB; with the group
-and two pieces in flight, at 483-492 MB, the writer waiting for the next group's pieces while
-the tasks, no longer sharing the cores with it, make them (docs/performance.md, memory). The
+hands it over until its group is written. To never wait, the writer needs the group it is
+writing, the next one complete by the time it finishes, and the pieces being made meanwhile:
+bytes beyond that are pieces made early, which cost the writer's process memory and buy no
+speed while the writer is the slower side (docs/performance.md, memory: on two cores the
+writer waited as long for its pieces with this hold as with all of ``--max-backlog``). The
 driver's window therefore keeps the estimated bytes of the pieces in flight plus those
 buffered under :func:`hold_bytes`, never more than ``--max-backlog``: a rule of the settings
 and the plan, never of the input's size.
@@ -16,9 +15,9 @@ from __future__ import annotations
 
 __all__ = ["HOLD_GROUPS", "HOLD_PIECES", "hold_bytes"]
 
-#: groups the writer's process holds at most: the one being written (or being completed)
-HOLD_GROUPS = 1
-#: pieces in flight beyond it (one per compute slot of a 2-worker cluster)
+#: groups the writer's process holds at most: the one being written and the next
+HOLD_GROUPS = 2
+#: pieces in flight beyond them (one per compute slot of a 2-worker cluster)
 HOLD_PIECES = 2
 
 

@@ -27,14 +27,11 @@ def survey(tmp_path_factory):
     return out
 
 
-def test_hold_is_one_group_and_two_pieces_within_the_backlog():
-    """The hold follows the settings and the plan only, never over --max-backlog: the group
-    the writer writes and two pieces, not the next group too (docs/performance.md, memory:
-    80 MB of the 2-worker process's peak on the 200 MB survey)."""
+def test_hold_is_two_groups_and_two_pieces_within_the_backlog():
+    """The hold follows the settings and the plan only, never over --max-backlog."""
     g, p = 32 << 20, 30 << 20
-    assert (HOLD_GROUPS, HOLD_PIECES) == (1, 2)
-    assert hold_bytes(512 << 20, g, p) == g + 2 * p < 512 << 20
-    assert hold_bytes(512 << 20, 500 << 20, p) == 512 << 20
+    assert hold_bytes(512 << 20, g, p) == HOLD_GROUPS * g + HOLD_PIECES * p < 512 << 20
+    assert hold_bytes(512 << 20, 256 << 20, p) == 512 << 20
     assert hold_bytes(1 << 20, 0, 0) >= 1
 
 
@@ -77,9 +74,9 @@ def _slowed(write_group, seconds: float):
 
 
 @pytest.mark.cluster
-def test_a_slow_writer_holds_a_group_and_two_pieces(survey, tmp_path, monkeypatch):
+def test_a_slow_writer_holds_two_groups_and_two_pieces(survey, tmp_path, monkeypatch):
     """Producers outpace a slow writer: the pieces waiting in its process stay within the hold
-    (a group and two pieces), under --max-backlog, and the bytes are the serial load's."""
+    (two groups and two pieces), under --max-backlog, and the bytes are the serial load's."""
     from distributed import Client
 
     from pfm_dask.cluster import make_local_cluster
@@ -92,7 +89,7 @@ def test_a_slow_writer_holds_a_group_and_two_pieces(survey, tmp_path, monkeypatc
     pieces = pipeline.plan_pieces([pipeline.prescan_file(p) for p in paths], cfg)
     hold = hold_bytes(limit, PfmWriter.default_group_bytes(cfg),
                       max(_estimate_bytes(p) for p in pieces))
-    # groups are a quarter of the backlog (PfmWriter.default_group_bytes): a group and two
+    # groups are a quarter of the backlog (PfmWriter.default_group_bytes): two groups and two
     # pieces stay below it
     assert hold < limit
     with make_local_cluster(2, processes=False) as cluster, Client(cluster) as client:
