@@ -666,8 +666,10 @@ def _startup(results_dir: Path) -> str:
     L = ["## Start-up and small loads (`benchmarks/bench_startup.py`)", "",
          f"Each command a fresh process, {r['repeats']} measured runs after one warm-up, on "
          f"{mach.get('date_utc', '?')} (load average {mach.get('load_average_1m', 0):.1f} at the "
-         f"start, {r.get('load_avg_1m_at_end', 0):.1f} at the end: the 2-core machine was shared, "
-         "so the best run is the figure and CPU time the steadier one). Input: the real "
+         f"start, {r.get('load_avg_1m_at_end', 0):.1f} at the end" +
+         (": the machine was shared, so the best run is the figure and CPU time the steadier "
+          "one" if max(mach.get('load_average_1m', 0), r.get('load_avg_1m_at_end', 0)) >= 1.5
+          else ": an idle machine") + "). Input: the real "
          f"`{r['sample']}` ({r['sample_bytes'] / 1e6:.1f} MB)." +
          (" `baseline` is the package before this work, timed in the same run." if
           "baseline" in r else ""), "", _table(head, rows), "",
