@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pfm_dask import pfm, pipeline
+from pfm_dask import pipeline_tasks as tasks
 from pfm_dask.cluster import make_local_cluster
 from pfm_dask.config import LoadConfig, SwathFilterConfig
 from pfm_dask.inputs import expand_inputs
@@ -127,14 +128,14 @@ def test_pieces_made_on_the_disk_worker_reach_the_writer_in_memory(survey, tmp_p
     from pfm_dask.pipeline import WriterActor
 
     calls = []
-    real_local = pipeline._local_writer
+    real_local = tasks._local_writer
 
     def spy(*a):
         got = real_local(*a)
         calls.append(got is not None)
         return got
 
-    monkeypatch.setattr(pipeline, "_local_writer", spy)
+    monkeypatch.setattr(tasks, "_local_writer", spy)
     puts = []
     real_put = WriterActor.put
     monkeypatch.setattr(WriterActor, "put", lambda self, p: puts.append(p.piece.seq) or real_put(self, p))
@@ -158,7 +159,7 @@ def test_a_faster_worker_gets_more_pieces(survey, tmp_path, monkeypatch):
     other worker takes most of them (dynamic load balancing)."""
     from distributed import Client, get_worker
 
-    real = pipeline.prepare_piece
+    real = tasks.prepare_piece
     ran = []
 
     def slow_on_disk_worker(piece, grid, cfg):
@@ -168,7 +169,7 @@ def test_a_faster_worker_gets_more_pieces(survey, tmp_path, monkeypatch):
             time.sleep(0.4)
         return real(piece, grid, cfg)
 
-    monkeypatch.setattr(pipeline, "prepare_piece", slow_on_disk_worker)
+    monkeypatch.setattr(tasks, "prepare_piece", slow_on_disk_worker)
     cfg = LoadConfig(bin_size_m=25.0, split_pings=10)
     with make_local_cluster(2, processes=False, layout="processes") as cluster, Client(cluster) as client:
         res = pipeline.run_load(expand_inputs([survey]), tmp_path / "bal.pfm", cfg,

@@ -235,19 +235,19 @@ def test_a_compute_thread_beside_the_writer_yields_to_it(monkeypatch):
     import os
     import threading
 
-    from pfm_dask import pipeline
+    from pfm_dask import pipeline_tasks as tasks
 
     if not hasattr(os, "setpriority"):
         import pytest
         pytest.skip("no setpriority here")
-    monkeypatch.setattr(pipeline, "TASK_NICE", 7)
+    monkeypatch.setattr(tasks, "TASK_NICE", 7)
     base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     seen = {}
 
     def task():
         tid = threading.get_native_id()
-        pipeline._yield_to_writer()
-        pipeline._yield_to_writer()
+        tasks._yield_to_writer()
+        tasks._yield_to_writer()
         seen["task"] = os.getpriority(os.PRIO_PROCESS, tid)
 
     t = threading.Thread(target=task)
@@ -265,20 +265,20 @@ def test_a_task_keeps_its_summary_only_for_a_driver_collecting_in_its_process(mo
 
     import distributed.actor
 
-    from pfm_dask import pipeline
+    from pfm_dask import pipeline_tasks as tasks
 
     local = SimpleNamespace(put=lambda prepared: True)
-    monkeypatch.setattr(pipeline, "_local_writer", lambda *a: local)
+    monkeypatch.setattr(tasks, "_local_writer", lambda *a: local)
     monkeypatch.setattr(distributed.actor, "Actor", lambda *a: None)
-    monkeypatch.setattr(pipeline, "prepare_piece",
+    monkeypatch.setattr(tasks, "prepare_piece",
                         lambda piece, grid, cfg: SimpleNamespace(timings={}, nbytes=5))
-    monkeypatch.setattr(pipeline, "TASK_NICE", 0)
-    monkeypatch.setattr(pipeline, "_summaries", {})
+    monkeypatch.setattr(tasks, "TASK_NICE", 0)
+    monkeypatch.setattr(tasks, "_summaries", {})
     ref = ("WriterActor", "tcp://127.0.0.1:1", "key")
-    pipeline._piece_task(SimpleNamespace(seq=3), None, None, ref)
-    assert pipeline._summaries == {}
-    pipeline._summaries[id(local)] = box = {}
-    out = pipeline._piece_task(SimpleNamespace(seq=4), None, None, ref)
+    tasks._piece_task(SimpleNamespace(seq=3), None, None, ref)
+    assert tasks._summaries == {}
+    tasks._summaries[id(local)] = box = {}
+    out = tasks._piece_task(SimpleNamespace(seq=4), None, None, ref)
     assert box == {4: out} and out["seq"] == 4
 
 
