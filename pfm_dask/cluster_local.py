@@ -113,10 +113,14 @@ def make_local_cluster(workers: int, *, dashboard_address: str | None = None,
         # the compute threads and the writer's threads, started later, share one heap: what
         # one thread's task freed serves the next array of any (heap.py; 2-worker load of
         # the 200 MB survey: 30-50 MB less peak RSS, docs/performance.md)
-        limit_arenas(THREADS_ARENAS)
+        # (while the cluster is open: its close gives the process's own limit back)
+        on_close = limit_arenas(THREADS_ARENAS)
+    else:
+        on_close = None
     with worker_environment():
         return scratch_spec_cluster()(workers=specs, scheduler=scheduler, scratch=scratch,
-                                      silence_logs=logging.WARNING, name="pfm-dask")
+                                      silence_logs=logging.WARNING, name="pfm-dask",
+                                      on_close=on_close)
 
 
 #: Periodic work of every Dask server (scheduler, nannies, workers) made less frequent: the

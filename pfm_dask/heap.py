@@ -11,7 +11,7 @@ not per array. A no-op where the C library is not glibc.
 glibc also gives each new thread a heap of its own (an arena, up to 8 per core), each keeping
 what its thread freed for that thread's next arrays: the compute threads and the writer of one
 process then each hold their own past peak. :func:`limit_arenas` makes the threads started
-afterwards share them.
+afterwards share them, until its caller gives the process's own limit back.
 
 The code generator numba loads its cached kernels with (LLVM, in ``libllvmlite.so``) is a
 second such leftover: setting it up and linking the first kernels reads 60-70 MB of that
@@ -24,9 +24,12 @@ cache keeps them).
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
+import threading
+from typing import Callable
 
-__all__ = ["limit_arenas", "release_code_pages", "release_free_heap"]
+__all__ = ["default_arenas", "limit_arenas", "release_code_pages", "release_free_heap"]
 
 _LIBC: dict = {}        # the C library's functions, by name (None: not there)
 _CLEAN: dict = {}       # the clean ranges of libraries, by the libraries' names
@@ -34,6 +37,8 @@ _CLEAN: dict = {}       # the clean ranges of libraries, by the libraries' names
 CODE_LIBRARIES = ("libllvmlite",)
 _MADV_DONTNEED = 4
 _M_ARENA_MAX = -8       # mallopt's parameter (malloc.h)
+_ARENA_LOCK = threading.Lock()
+_arena_users = 0        # open limits (limit_arenas) not yet released
 
 
 def _libc(name: str, argtypes: list, restype):
@@ -52,9 +57,42 @@ def _libc(name: str, argtypes: list, restype):
     return _LIBC[name]
 
 
-def limit_arenas(n: int) -> bool:
+def limit_arenas(n: int) -> Callable[[], None]:
     """Threads started from now on share at most ``n`` heaps (glibc's ``M_ARENA_MAX``; those
-    already made stay); True if the C library took it."""
+    already made stay) until the function returned is called: when every caller that limited
+    them has called its own, the process's default limit (:func:`default_arenas`) comes back,
+    so that a library caller's later threads get heaps of their own again."""
+    global _arena_users
+    with _ARENA_LOCK:
+        _arena_users += 1
+        if _arena_users == 1:
+            _set_arena_max(n)
+    released = []
+
+    def release() -> None:
+        global _arena_users
+        with _ARENA_LOCK:
+            if released:
+                return
+            released.append(True)
+            _arena_users -= 1
+            if _arena_users == 0:
+                _set_arena_max(default_arenas())
+
+    return release
+
+
+def default_arenas() -> int:
+    """glibc's own arena limit for this process: ``MALLOC_ARENA_MAX`` when set, else 8 a core
+    (glibc's default on 64-bit machines; ``mallopt`` cannot set "no limit" back)."""
+    try:
+        n = int(os.environ.get("MALLOC_ARENA_MAX", ""))
+    except ValueError:
+        n = 0
+    return n if n > 0 else 8 * (os.cpu_count() or 1)
+
+
+def _set_arena_max(n: int) -> bool:
     fn = _libc("mallopt", [ctypes.c_int, ctypes.c_int], ctypes.c_int)
     return bool(fn(_M_ARENA_MAX, int(n))) if fn is not None else False
 

@@ -136,24 +136,30 @@ def scratch_folder() -> str:
 @functools.cache
 def scratch_spec_cluster():
     """A :class:`distributed.SpecCluster` that removes its ``scratch`` folder when it closes
-    (and at interpreter exit, should it never be closed)."""
+    (and at interpreter exit, should it never be closed), and then calls ``on_close``."""
     from distributed import SpecCluster
 
     class ScratchSpecCluster(SpecCluster):
-        def __init__(self, *args, scratch: str, **kwargs):
+        def __init__(self, *args, scratch: str, on_close=None, **kwargs):
             self._scratch = scratch
             self._scratch_finalizer = weakref.finalize(self, shutil.rmtree, scratch, True)
+            self._on_close = on_close
             try:
                 super().__init__(*args, **kwargs)
             except BaseException:
-                self._scratch_finalizer()
+                self._closed_here()
                 raise
+
+        def _closed_here(self) -> None:
+            self._scratch_finalizer()
+            if self._on_close is not None:
+                self._on_close()
 
         async def _close(self):
             try:
                 await super()._close()
             finally:
-                self._scratch_finalizer()
+                self._closed_here()
 
         @property
         def dashboard_link(self):

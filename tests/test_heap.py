@@ -74,3 +74,27 @@ def test_code_generator_pages_leave_the_resident_set():
                                         "HOME": str(Path.home())}, check=True)
     before, after, ok = out.stdout.split()
     assert int(before) > 20 << 20 and int(after) < 4 << 20 and ok == "True"
+
+
+def test_the_threads_layout_shares_one_heap_only_while_its_cluster_is_open(monkeypatch):
+    """The embedded cluster's threads layout limits glibc's arenas (``M_ARENA_MAX``) while it
+    runs and gives the process its default back when the last such cluster closes: a library
+    caller's later threads get heaps of their own again."""
+    import os
+
+    from pfm_dask import heap
+    from pfm_dask.cluster_local import make_local_cluster
+
+    calls = []
+    monkeypatch.setitem(heap._LIBC, "mallopt", lambda param, value: calls.append((param, value)) or 1)
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    with make_local_cluster(1, layout="threads") as outer:
+        with make_local_cluster(1, layout="threads"):
+            pass
+        assert calls == [(heap._M_ARENA_MAX, 1)], "set once, kept while a cluster is open"
+        assert outer.status.name == "running"
+    assert calls == [(heap._M_ARENA_MAX, 1), (heap._M_ARENA_MAX, 8 * (os.cpu_count() or 1))]
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "3")    # the user's own setting comes back
+    with make_local_cluster(1, layout="threads"):
+        pass
+    assert calls[-1] == (heap._M_ARENA_MAX, 3)
