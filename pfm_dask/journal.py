@@ -632,6 +632,22 @@ class TouchedLog:
 
 
 # ---------------------------------------------------------------- lock
+def _try_flock(fd: int, op: int) -> bool:
+    """``flock(fd, op | LOCK_NB)``: True when taken, False when another process holds it."""
+    try:
+        fcntl.flock(fd, op | fcntl.LOCK_NB)
+        return True
+    except OSError as err:
+        if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        return False
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock, as its holder wrote it (``pid N on HOST``), or ``unknown``."""
+    return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
+
+
 class PfmLock:
     """An exclusive ``flock`` on ``X.pfm.data/lock``: one writer per PFM at a time.
 
@@ -644,20 +660,13 @@ class PfmLock:
         self.path = Path(path)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.time() + wait
-        while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as err:
-                if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.time() >= deadline:
-                    holder = os.pread(self.fd, 200, 0).decode("utf-8", "replace").strip()
-                    os.close(self.fd)
-                    raise LoadError(f"another process is writing this PFM ({holder or 'unknown'}); "
-                                    "wait for it to end, or stop it, then try again",
-                                    path=self.path) from None
-                time.sleep(0.2)
+        while not _try_flock(self.fd, fcntl.LOCK_EX):
+            if time.time() >= deadline:
+                holder = _holder(self.fd)
+                os.close(self.fd)
+                raise LoadError(f"another process is writing this PFM ({holder}); "
+                                "wait for it to end, or stop it, then try again", path=self.path)
+            time.sleep(0.2)
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
 
@@ -678,12 +687,8 @@ def lock_holder(pfm_path: str | os.PathLike) -> str | None:
     except OSError:
         return None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as err:
-            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise
-            return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
+        if not _try_flock(fd, fcntl.LOCK_SH):
+            return _holder(fd)
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     finally:
