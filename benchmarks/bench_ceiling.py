@@ -210,6 +210,22 @@ def measure(files: list[str], setups, threads, serial_setups, bin_size: float, w
     return cells
 
 
+def disk_bound(cell: dict, raw_mb_per_s: float) -> dict:
+    """The ceiling this disk allows whatever the writer: writing the PFM's bytes at the raw
+    sequential write measured in the same run takes ``disk_write_s``; with no final step at
+    all the load can go at most ``disk_bound_speedup`` times faster than ``--serial``, and
+    with this run's final step ``disk_bound_with_final_speedup``. A target above the first
+    asks for a faster disk, not a faster writer."""
+    best = cell["replays"][str(cell["ceiling_threads"])]
+    write_s = best["pfm_bytes"] / 1e6 / raw_mb_per_s if raw_mb_per_s else None
+    cell["disk_write_s"] = write_s
+    ok = bool(write_s) and bool(cell.get("serial_s"))
+    cell["disk_bound_speedup"] = cell["serial_s"] / write_s if ok else None
+    cell["disk_bound_with_final_speedup"] = (cell["serial_s"] / (write_s + best["final_s"])
+                                             if ok else None)
+    return cell
+
+
 def _model_ceiling(results_dir: Path, files: int) -> dict:
     """The scaling model's speedup with unlimited workers for the same load, if the runner's
     results (``pfmloader.json``) hold a load of this many files: modelled against measured."""
@@ -266,6 +282,7 @@ def main(argv=None) -> dict:
         for r in cell["replays"].values():
             r["writer_busy_of_disk_write"] = (r["writer_busy_mb_per_s"] or 0) / raw
             r["replay_of_disk_write"] = (r["replay_mb_per_s"] or 0) / raw
+        disk_bound(cell, raw)
     results = {"survey": a.survey, "files": len(files), "gsf_bytes": gsf_bytes,
                "bin_size_m": a.bin_size, "threads": threads, "disk": bw, "setups": cells,
                "model_ceiling": _model_ceiling(a.results_dir, len(files)),
@@ -311,6 +328,14 @@ def _section(name: str, doc: dict) -> str:
                      f"{100 * b['writer_busy_of_disk_write']:.1f} %", f"{b['final_s']:.2f}",
                      f"{b['ceiling_s']:.2f}", f"**{c['ceiling_speedup']:.1f}x**"])
     L += [_md_table(head, rows), ""]
+    bound = [(s, c) for s, c in r["setups"].items() if c.get("disk_bound_speedup")]
+    if bound:
+        L += ["What the disk allows whatever the writer (the PFM's bytes written at the raw "
+              "write above, `--serial` over that time): " + "; ".join(
+                  f"{TITLES.get(s, s)} {c['disk_bound_speedup']:.1f}x with no final step, "
+                  f"{c['disk_bound_with_final_speedup']:.1f}x with this run's "
+                  f"({c['disk_write_s']:.2f} s for "
+                  f"{c['replays'][top]['pfm_bytes'] / 1e9:.2f} GB)" for s, c in bound) + ".", ""]
     head = ["setup", "threads", "area filter s", "recompute s", "check s", "final step s",
             "of `--serial`", "writer busy s", "replay s"]
     rows = []

@@ -63,10 +63,26 @@ def test_quick_run_writes_results_and_markdown(tmp_path):
             assert rep["soundings_written"] == cell["soundings"] > 0
             assert 0 < rep["writer_busy_of_disk_write"]
     assert r["setups"]["none"]["serial_measured"]
+    for cell in r["setups"].values():   # the disk's bound: the replay cannot beat it
+        assert cell["disk_bound_speedup"] >= cell["disk_bound_with_final_speedup"] > 0
     from benchmarks.bench_ceiling import markdown
 
     md = markdown(tmp_path / "results", names=("bench_ceiling_quick",))
     assert "ceiling speedup" in md and "| swath and area filters |" in md
+    assert "What the disk allows whatever the writer" in md
+
+
+def test_disk_bound_is_serial_over_the_raw_write_of_the_pfm():
+    """3,000 MB at 1,500 MB/s is 2 s: a 16 s `--serial` load can go at most 8x faster, 6.4x
+    with a final step of 0.5 s."""
+    from benchmarks.bench_ceiling import disk_bound
+
+    cell = {"serial_s": 16.0, "ceiling_threads": 2,
+            "replays": {"2": {"pfm_bytes": 3_000_000_000, "final_s": 0.5}}}
+    disk_bound(cell, 1500.0)
+    assert cell["disk_write_s"] == 2.0
+    assert cell["disk_bound_speedup"] == 8.0
+    assert abs(cell["disk_bound_with_final_speedup"] - 6.4) < 1e-12
 
 
 def test_results_list_the_few_large_files_shape(tmp_path):
