@@ -219,6 +219,21 @@ def run_halves(paths, cfg: LoadConfig, tag: str, work: Path | None = None) -> di
             "phases_s": {}, "cpu_s": cpu, "cores_busy": cpu["total"] / wall}
 
 
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:      # not Linux
+        return os.cpu_count() or 1
+
+
+def cpu_bound(serial: dict, cores: int) -> dict:
+    """The most any schedule on ``cores`` cores can give over ``--serial`` while spending no
+    more CPU than it: ``--serial`` already keeps ``serial_cores_busy`` cores busy (its
+    write-behind and pack threads beside the task), so the bound is ``cores`` over that."""
+    busy = serial["cpu_s"]["total"] / serial["wall_s"]
+    return {"cores": cores, "serial_cores_busy": busy, "cpu_bound_speedup": cores / busy}
+
+
 def cpu_seconds(before: os.times_result, after: os.times_result) -> dict:
     """CPU seconds of this process (``driver``: in Dask modes also the scheduler and the
     nannies) and of its reaped children (``workers``: the embedded cluster's worker processes,
@@ -316,6 +331,7 @@ def run_shape(args, shape: str) -> dict:
     results["speedup_1_worker"] = t_serial / results["modes"]["dask_1_worker"]["wall_s"]
     results["speedup_2_workers"] = t_serial / results["modes"]["dask_2_workers"]["wall_s"]
     results["target_speedup_2_workers"] = TARGETS[shape]
+    results.update(cpu_bound(results["modes"]["serial"], _usable_cores()))
     for layout in args.layouts:
         results[f"speedup_2_workers_{layout}"] = (
             t_serial / results["modes"][f"dask_2_workers_{layout}"]["wall_s"])
@@ -370,6 +386,8 @@ def run_shape(args, shape: str) -> dict:
     print(f"{shape}: speedup with 2 workers: {results['speedup_2_workers']:.2f}x "
           f"(target {TARGETS[shape]}x); 1 worker: {results['speedup_1_worker']:.2f}x; the "
           f"default mode ({default_mode}): {results['speedup_default']:.2f}x")
+    print(f"--serial keeps {results['serial_cores_busy']:.2f} cores busy: no schedule spending "
+          f"no more CPU beats {results['cpu_bound_speedup']:.2f}x on {results['cores']} cores")
     if "speedup_two_serial_halves" in results:
         print(f"two --serial processes on half the files each: "
               f"{results['speedup_two_serial_halves']:.2f}x (this machine's ceiling for two "

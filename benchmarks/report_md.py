@@ -620,11 +620,16 @@ def _summary(res: dict, titles: dict) -> str:
 
 
 def _ceiling(r: dict) -> str:
-    """bench_load's two-core ceiling (two --serial processes on half the files each), if run."""
-    if "speedup_two_serial_halves" not in r:
-        return ""
-    return (f"; two --serial processes on half the files each: "
-            f"{r['speedup_two_serial_halves']:.2f}x")
+    """bench_load's two-core ceilings: the CPU bound (cores over the cores `--serial` keeps
+    busy), and two --serial processes on half the files each, if run."""
+    out = ""
+    if "cpu_bound_speedup" in r:
+        out += (f"; at most {r['cpu_bound_speedup']:.2f}x on {r['cores']} cores without more CPU "
+                f"than `--serial` (it keeps {r['serial_cores_busy']:.2f} busy)")
+    if "speedup_two_serial_halves" in r:
+        out += (f"; two --serial processes on half the files each: "
+                f"{r['speedup_two_serial_halves']:.2f}x")
+    return out
 
 
 def _swath_line(r: dict) -> str:

@@ -91,3 +91,20 @@ def test_other_benchmarks_give_the_two_core_ceiling_when_measured(tmp_path):
                      "speedup_two_serial_halves": 1.61}}))
     assert ("bench_load: 1.45x with 2 workers on 1.10 GB, no filter; two --serial processes "
             "on half the files each: 1.61x") in _others(tmp_path)
+
+
+def test_bench_load_cpu_bound_is_cores_over_the_cores_serial_keeps_busy(tmp_path):
+    """A --serial load of 7.85 s that spends 9.8 CPU-s keeps 1.25 cores busy: on 2 cores no
+    schedule spending no more CPU beats 1.60x; the RESULTS.md line says so."""
+    import json
+
+    from benchmarks.bench_load import cpu_bound
+    from benchmarks.report_md import _others
+
+    r = cpu_bound({"wall_s": 7.85, "cpu_s": {"total": 9.8}}, 2)
+    assert abs(r["serial_cores_busy"] - 9.8 / 7.85) < 1e-12
+    assert abs(r["cpu_bound_speedup"] - 2 * 7.85 / 9.8) < 1e-12
+    (tmp_path / "bench_load.json").write_text(json.dumps(
+        {"results": {"speedup_2_workers": 1.2, "gsf_bytes": 1.1e9, **r}}))
+    assert ("bench_load: 1.20x with 2 workers on 1.10 GB, no filter; at most 1.60x on 2 cores "
+            "without more CPU than `--serial` (it keeps 1.25 busy)") in _others(tmp_path)
