@@ -9,6 +9,7 @@ wait; an unusable cache is said once, in one line, for the whole load (all worke
 
 from __future__ import annotations
 
+import importlib
 import threading
 import uuid
 from typing import Callable
@@ -110,6 +111,11 @@ class KernelWatch:
     def __enter__(self) -> "KernelWatch":
         self._watch.__enter__()
         if self._ahead:
+            # their modules imported here, so that the thread imports nothing while this one
+            # imports (a module lock held here, a kernel's lock there: neither would wait on
+            # the other)
+            for module in dict.fromkeys(m for m, _ in self._ahead):
+                importlib.import_module(module)
             self._thread = threading.Thread(target=prefetch, args=(self._ahead, self._stop),
                                             name="pfm-kernels", daemon=True)
             self._thread.start()

@@ -385,10 +385,14 @@ def test_kernels_loaded_ahead_stop_with_the_watch_and_leave_errors_to_the_call()
     from pfm_dask import kernel_cache
     from pfm_dask.warmup import KernelWatch
 
-    with KernelWatch(lambda line: None, [("pfm_dask.no_such_module", "x"),
+    from pfm_dask.pfm import _sparse
+
+    with KernelWatch(lambda line: None, [("pfm_dask.pfm._sparse", "no_such_kernel"),
                                          ("pfm_dask.pfm._sparse", "nonzero_records")]) as watch:
         thread = watch._thread
     assert thread is not None and not thread.is_alive()
+    with pytest.raises(KeyError):
+        _sparse._kernel("no_such_kernel")
     stop = threading.Event()
     stop.set()
     kernel_cache.prefetch([("pfm_dask.no_such_module", "x")], stop)   # stopped: not tried
