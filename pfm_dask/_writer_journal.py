@@ -81,7 +81,8 @@ class WriterJournal:
             "pid": os.getpid(), "host": socket.gethostname(), "time": time.time(),
         }
 
-    def _checkpoint(self, phase: str | None = None, *, behind: bool = False) -> None:
+    def _checkpoint(self, phase: str | None = None, *, behind: bool = False,
+                    before_writes: bool = False) -> None:
         """Make everything written so far durable and publish it as the new checkpoint.
 
         ``behind`` (the periodic checkpoints while loading): the state is taken and the next
@@ -90,6 +91,11 @@ class WriterJournal:
         checkpoint is published, the previous interval's pre-images stay in place, so a crash
         meanwhile rolls back to the previous checkpoint through both intervals' entries. One
         such checkpoint is in flight at a time; every other checkpoint waits for it first.
+
+        ``before_writes`` (a new load's first checkpoint): the fsyncs and the publishing run
+        on a thread of their own while the pieces are prepared, and the writer's first write
+        waits for them (:meth:`_before_writing`): on disk the same
+        order as a checkpoint made in place, nothing written before it is published.
         """
         if not self._journal_on:
             if phase:
@@ -107,7 +113,15 @@ class WriterJournal:
         limits = {"bin": os.path.getsize(self._part_paths()["bin"]), "ndx": int(self.pfm.ndx_size)}
         parts = list(self._part_paths().values()) if dirty else []
         phase_now = self.jphase
-        if behind:
+        if before_writes:
+            self._undo.begin(self._epoch, limits)
+            self._writes_wait = True
+            self._ckpt_error = None
+            self._ckpt_thread = threading.Thread(
+                target=self._publish_first, args=(parts, state, phase_now),
+                name="pfm-checkpoint", daemon=True)
+            self._ckpt_thread.start()
+        elif behind:
             self._undo.begin(self._epoch, limits, keep_previous=True)
             self._ckpt_error = None
             self.timings["journal_checkpoint_behind"] += 0.0   # the key exists before the thread
@@ -142,6 +156,21 @@ class WriterJournal:
         except BaseException as err:  # noqa: BLE001 - raised by the next _join_checkpoint
             self._ckpt_error = err
         self.timings["journal_checkpoint_behind"] += time.perf_counter() - t0
+
+    def _publish_first(self, parts: list, state: bytes, phase: str) -> None:
+        try:
+            self._publish(parts, state, phase)
+        except BaseException as err:  # noqa: BLE001 - raised by the next _join_checkpoint
+            self._ckpt_error = err
+
+    def _before_writing(self) -> None:
+        """Wait for the first checkpoint of a new load (``before_writes``), once: called before
+        the writer's first write to the PFM."""
+        if self._writes_wait:
+            t0 = time.perf_counter()
+            self._writes_wait = False
+            self._join_checkpoint()
+            self.timings["journal_checkpoint"] += time.perf_counter() - t0
 
     def _join_checkpoint(self) -> None:
         """Wait for the checkpoint being published behind the writer, if any; raise its error."""

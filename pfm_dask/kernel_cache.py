@@ -20,7 +20,7 @@ from typing import Callable
 
 from .heap import release_code_pages
 
-__all__ = ["CompileWatch", "WarmResult", "cache_location", "kernel_modules", "warm"]
+__all__ = ["CompileWatch", "WarmResult", "cache_location", "kernel_modules", "prefetch", "warm"]
 
 _PACKAGE = Path(__file__).resolve().parent
 #: what marks a module as holding kernels: a registry of :class:`~pfm_dask._numeric.CompiledKernels`
@@ -167,6 +167,25 @@ class CompileWatch:
 
     def __exit__(self, *exc) -> None:
         self._event.unregister("numba:compile", self._listener)
+
+
+def prefetch(kernels, stop: threading.Event) -> None:
+    """Load ``kernels`` ((module, name) pairs, in that order) from numba's cache, or compile
+    them, until ``stop`` is set: on a thread beside the work that will call them, so that
+    their loads (much of it in LLVM, without the GIL) overlap that work. A kernel the work
+    calls first is loaded there as usual (each registry loads a kernel once, under its lock);
+    an error here is left for that call to raise."""
+    from ._numeric import CompiledKernels
+
+    for module_name, name in kernels:
+        if stop.is_set():
+            return
+        try:
+            module = importlib.import_module(module_name)
+            reg = next(v for v in vars(module).values() if isinstance(v, CompiledKernels))
+            reg(name)
+        except Exception:  # noqa: BLE001 - raised again where the kernel is called
+            return
 
 
 def _swath_kernels(window: tuple[int, int]) -> None:

@@ -67,7 +67,7 @@ from .report import LoadResult, _finalise, write_report
 from .writer import PfmWriter
 from . import pipeline_tasks as tasks
 from .pipeline_tasks import STATUS_TOPIC as _STATUS_TOPIC, WriterActor, _piece_task, _summaries
-from .warmup import KernelWatch, warm_workers
+from .warmup import LOAD_KERNELS, KernelWatch, warm_workers
 from .progress import follow, relay
 
 __all__ = ["prescan_file", "area_from_scans", "plan_pieces", "run_load", "LoadResult",
@@ -603,7 +603,9 @@ def run_load(inputs: list[str], output: str | os.PathLike, cfg: LoadConfig | Non
         mode = "local"
     job.files, job.output, job.cfg, job.append = files, output, cfg, append
     if mode == "serial":
-        with KernelWatch(say) as kernels:  # each kernel loaded on its first use
+        # each kernel loaded on its first use, or before on a thread: those of a new load
+        ahead = () if (job.resume or append) else LOAD_KERNELS
+        with KernelWatch(say, ahead) as kernels:
             res = _run_serial(job, kernels)
     elif client is not None:
         res = _run_dask(client, job, mode)

@@ -9,14 +9,16 @@ wait; an unusable cache is said once, in one line, for the whole load (all worke
 
 from __future__ import annotations
 
+import importlib
+import threading
 import uuid
 from typing import Callable
 
 from . import kernel_cache
-from .kernel_cache import CompileWatch, WarmResult, warm
+from .kernel_cache import CompileWatch, WarmResult, prefetch, warm
 
 __all__ = ["COMPILING", "TOPIC", "describe", "warm_here", "warm_workers", "WorkerWarmup",
-           "KernelWatch"]
+           "KernelWatch", "LOAD_KERNELS"]
 
 #: the line said when numba starts compiling
 COMPILING = "compiling kernels (first run only; `pfm-dask warmup` does it ahead of a batch job)"
@@ -24,6 +26,27 @@ COMPILING = "compiling kernels (first run only; `pfm-dask warmup` does it ahead 
 COMPILING_UNCACHED = "compiling kernels (numba cannot cache them, so every run compiles)"
 #: the scheduler event topic on which a worker says it started compiling
 TOPIC = "pfm-dask-kernels"
+
+
+#: the kernels a new in-process load without filters calls, in the order it first calls them
+#: (module, name): :class:`KernelWatch` loads them on a thread ahead of the load
+#: (tests/test_startup.py checks the list against what a load loads)
+LOAD_KERNELS = (
+    *(("pfm_dask.gsf._kernels", k) for k in ("frame", "walk", "decode")),
+    ("pfm_dask.geodesy", "place"), ("pfm_dask.geodesy", "direct"),
+    ("pfm_dask.pfm._grid", "assign16"),
+    *(("pfm_dask._task_kernels", k) for k in ("screen", "place_emit", "in_order", "gather")),
+    *(("pfm_dask.pfm._bitpack_kernels", k)
+      for k in ("gather_u32", "bin_runs", "bits_all", "bits_clear")),
+    ("pfm_dask.pfm._chains", "chain_plan"),
+    *(("pfm_dask.pfm._bitpack_kernels", k)
+      for k in ("record_ends", "pack_soundings", "pack_new", "touch_new")),
+    ("pfm_dask.pfm._recompute_kernel", "record_fields"),
+    ("pfm_dask.pfm._recompute_kernel", "recompute_records"),
+    ("pfm_dask.pfm._sparse", "nonzero_records"),
+    ("pfm_dask.pfm._recompute_kernel", "check_sums"),
+    ("pfm_dask.pfm._chains", "visit"),
+)
 
 
 def _compiling_line(cache: str | None) -> str:
@@ -56,11 +79,20 @@ class KernelWatch:
     its first use rather than all before the work: says the compiling line once, when numba
     starts compiling, and an unusable cache once, at the start. A context manager;
     ``compile_seconds``: numba's compilations so far, ``seconds``: the kernels made ready so
-    far, compilations included (both over all threads of the process)."""
+    far, compilations included (both over all threads of the process).
 
-    def __init__(self, say: Callable[[str], None]):
+    ``ahead``: kernels ((module, name), e.g. :data:`LOAD_KERNELS`) loaded in that order on a
+    thread of their own while the context is open, ahead of the work's first calls: a
+    kernel's load is mostly LLVM's, without the GIL, so it overlaps the work's Python, system
+    calls and earlier kernels (a small load's 20 kernel loads were 0.12 s of its 0.6 s).
+    Leaving the context stops the thread after the kernel it is loading."""
+
+    def __init__(self, say: Callable[[str], None], ahead=()):
         from ._numeric import kernel_seconds
 
+        self._ahead = tuple(ahead)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         self._kernel_seconds = kernel_seconds
         self._start = kernel_seconds()
         self._watch = CompileWatch(lambda: say(_compiling_line(self._cache)))
@@ -78,9 +110,22 @@ class KernelWatch:
 
     def __enter__(self) -> "KernelWatch":
         self._watch.__enter__()
+        if self._ahead:
+            # their modules imported here, so that the thread imports nothing while this one
+            # imports (a module lock held here, a kernel's lock there: neither would wait on
+            # the other)
+            for module in dict.fromkeys(m for m, _ in self._ahead):
+                importlib.import_module(module)
+            self._thread = threading.Thread(target=prefetch, args=(self._ahead, self._stop),
+                                            name="pfm-kernels", daemon=True)
+            self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
         self._watch.__exit__(*exc)
 
 

@@ -129,6 +129,7 @@ class PfmWriter(WriterJournal):
         self.jphase = "loading"        # the journal's phase (journal.PHASES)
         self._epoch = 0
         self._dirty = True             # parts written since the last checkpoint
+        self._writes_wait = False      # the first write waits for the first checkpoint
         self.checkpoints = 0
         self._flock: J.PfmLock | None = None
         self._undo: J.UndoLog | None = None
@@ -174,7 +175,7 @@ class PfmWriter(WriterJournal):
                 self._start_journal(journal, checkpoint=append)
             self._add_files([str(f) for f in files])
             if self._journal_on:
-                self._checkpoint()
+                self._checkpoint(before_writes=True)   # made durable while pieces are made
         except BaseException as err:
             if self.pfm is not None:
                 try:
@@ -311,6 +312,7 @@ class PfmWriter(WriterJournal):
         bin the group's overlapping lines share is written once. The merge and ``add_sorted``
         go by runs of consecutive bins of about :attr:`chunk_bytes` (:func:`_bin_chunks`):
         new records are appended in bin order either way, so the bytes are those of one call."""
+        self._before_writing()
         t0 = time.perf_counter()
         c0 = time.thread_time()
         self._dirty = True
@@ -518,6 +520,7 @@ class PfmWriter(WriterJournal):
         else:
             self.write_ready()
         self._raise_if_failed()
+        self._before_writing()       # (a load of no piece wrote nothing yet)
         if self._next < self.n_pieces:
             raise LoadError(f"finish() called with {self.n_pieces - self._next} pieces "
                             "not yet written", path=self.path)

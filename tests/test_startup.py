@@ -323,3 +323,76 @@ def test_bench_startup_runs_and_records_the_floor(tmp_path):
     assert res["info (25 m PFM)"]["exit_codes"] == [0]
     assert "numba" not in res["info (25 m PFM)"]["imported"]
     assert res["python -c pass"]["over_floor_x"] == 1.0
+
+
+# A new in-process load (argv[3] "none": with LOAD_KERNELS emptied, nothing loaded ahead): the
+# kernels it makes ready, in order, as (module, name), and how many times numba made a kernel.
+_LOAD_ORDER = ("import sys\n"
+               "from pfm_dask import _numeric, pipeline, warmup\n"
+               "from pfm_dask.config import LoadConfig\n"
+               "order, made = [], [0]\n"
+               "call, njit = _numeric.CompiledKernels.__call__, _numeric.njit_cached\n"
+               "def traced(self, name):\n"
+               "    new = name not in self.compiled\n"
+               "    k = call(self, name)\n"
+               "    if new:\n"
+               "        order.append((self._namespace['__name__'], name))\n"
+               "    return k\n"
+               "def counted(fn, sig=None, **options):\n"
+               "    made[0] += fn.__name__.startswith('_k_')\n"
+               "    return njit(fn, sig, **options)\n"
+               "_numeric.CompiledKernels.__call__ = traced\n"
+               "_numeric.njit_cached = counted\n"
+               "pipeline.LOAD_KERNELS = () if sys.argv[3] == 'none' else warmup.LOAD_KERNELS\n"
+               "res = pipeline.run_load([sys.argv[1]], sys.argv[2], LoadConfig(), mode='serial')\n"
+               "assert res.exit_code == 0, res\n"
+               "print(repr((order, made[0])))\n")
+
+
+def _load_order(src: Path, out: Path, ahead: str) -> list:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r = subprocess.run([sys.executable, "-c", _LOAD_ORDER, str(src), str(out), ahead],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    import ast
+
+    return ast.literal_eval(r.stdout.strip().splitlines()[-1])
+
+
+def test_the_kernels_loaded_ahead_are_those_a_new_load_calls_in_their_order(sample_by_name,
+                                                                            tmp_path):
+    """warmup.LOAD_KERNELS is what the default load of the real EX1811 sample calls, in the
+    order of its first calls (a kernel missing from it is loaded on its first use, one too
+    many is loaded for nothing, one out of order makes the load wait); loaded ahead on their
+    thread, every kernel is still made ready once, and the PFM is the same."""
+    from pfm_dask.warmup import LOAD_KERNELS
+
+    src = sample_by_name("EX1811")
+    plain, made = _load_order(src, tmp_path / "plain.pfm", "none")
+    assert plain == [tuple(k) for k in LOAD_KERNELS] and made == len(plain)
+    ahead, made = _load_order(src, tmp_path / "ahead.pfm", "ahead")
+    assert set(ahead) == set(plain) and made == len(plain)
+    parts = {p: _parts(tmp_path / p) for p in ("plain.pfm", "ahead.pfm")}
+    assert parts["plain.pfm"] == parts["ahead.pfm"]
+
+
+def test_kernels_loaded_ahead_stop_with_the_watch_and_leave_errors_to_the_call():
+    """KernelWatch(ahead=...): its thread ends when the context is left (after the kernel it
+    is loading), and a kernel it cannot load stops it without an error: the work's own call
+    raises it there."""
+    import threading
+
+    from pfm_dask import kernel_cache
+    from pfm_dask.warmup import KernelWatch
+
+    from pfm_dask.pfm import _sparse
+
+    with KernelWatch(lambda line: None, [("pfm_dask.pfm._sparse", "no_such_kernel"),
+                                         ("pfm_dask.pfm._sparse", "nonzero_records")]) as watch:
+        thread = watch._thread
+    assert thread is not None and not thread.is_alive()
+    with pytest.raises(KeyError):
+        _sparse._kernel("no_such_kernel")
+    stop = threading.Event()
+    stop.set()
+    kernel_cache.prefetch([("pfm_dask.no_such_module", "x")], stop)   # stopped: not tried

@@ -282,22 +282,27 @@ def test_a_task_keeps_its_summary_only_for_a_driver_collecting_in_its_process(mo
     assert box == {4: out} and out["seq"] == 4
 
 
-def test_finish_called_again_returns_the_first_result(tmp_path):
-    """Dask runs an actor's method again when the connection that carried the call broke:
-    a second finish() returns the first one's result instead of touching a closed PFM."""
+def _planned(tmp_path, files: int):
+    """A small synthetic survey of ``files`` files at 25 m: its paths, config, grid, pieces."""
     from pfm_dask import synth
     from pfm_dask.config import LoadConfig
     from pfm_dask.inputs import expand_inputs
     from pfm_dask.pipeline import area_from_scans, plan_pieces, prescan_file
-    from pfm_dask.soundings import prepare_piece
-    from pfm_dask.writer import PfmWriter
 
-    synth.generate(tmp_path / "gsf", files=2, pings=20, beams=32, seed=4)
+    synth.generate(tmp_path / "gsf", files=files, pings=20, beams=32, seed=4)
     paths = expand_inputs([tmp_path / "gsf"])
     cfg = LoadConfig(bin_size_m=25.0)
     scans = [prescan_file(p) for p in paths]
-    grid = area_from_scans(scans, cfg)
-    pieces = plan_pieces(scans, cfg)
+    return paths, cfg, area_from_scans(scans, cfg), plan_pieces(scans, cfg)
+
+
+def test_finish_called_again_returns_the_first_result(tmp_path):
+    """Dask runs an actor's method again when the connection that carried the call broke:
+    a second finish() returns the first one's result instead of touching a closed PFM."""
+    from pfm_dask.soundings import prepare_piece
+    from pfm_dask.writer import PfmWriter
+
+    paths, cfg, grid, pieces = _planned(tmp_path, files=2)
     w = PfmWriter(tmp_path / "f.pfm", grid, cfg, paths, len(pieces), checkpoint_seconds=0)
     w.start()
     for p in pieces:
@@ -337,3 +342,50 @@ def test_a_new_pfm_failing_before_its_first_checkpoint_removes_only_what_it_made
         assert (data / "theirs.txt").read_text() == "keep"
     else:
         assert not out.exists() and not data.exists()
+
+
+def test_a_new_loads_first_checkpoint_is_published_beside_the_pieces_and_before_any_write(
+        tmp_path, monkeypatch):
+    """A new load's first checkpoint (its inputs listed, nothing loaded) is made durable on a
+    thread while the pieces are prepared: the writer is ready before its fsyncs end, and its
+    first write to the PFM waits until ``journal.json`` is published."""
+    import threading
+
+    from pfm_dask import journal as J
+    from pfm_dask.soundings import prepare_piece
+    from pfm_dask.writer import PfmWriter
+
+    paths, cfg, grid, pieces = _planned(tmp_path, files=1)
+    release = threading.Event()
+    fsync_path = J.fsync_path
+
+    def held_fsync(path):          # the first checkpoint's fsyncs wait for the test
+        assert release.wait(5)
+        fsync_path(path)
+
+    monkeypatch.setattr(J, "fsync_path", held_fsync)
+    out = tmp_path / "f.pfm"
+    release.set()                  # _start_journal's own fsyncs (handle, folder) go through
+    monkeypatch.setattr(PfmWriter, "_add_files", _holding(PfmWriter._add_files, release))
+    w = PfmWriter(out, grid, cfg, paths, len(pieces), journal={"command": None})
+    journal = J.journal_paths(out)["journal"]
+    assert not journal.exists()    # not published yet: the writer did not wait for it
+    prepared = [prepare_piece(p, grid, cfg) for p in pieces]
+    writes = []
+    add_sorted = w.pfm.add_sorted
+    monkeypatch.setattr(w.pfm, "add_sorted",
+                        lambda *a, **k: (writes.append(journal.exists()), add_sorted(*a, **k))[1])
+    threading.Timer(0.2, release.set).start()
+    for p in prepared:
+        w.put(p)
+    w.write_ready()
+    assert writes and all(writes)
+    assert w.finish()["check"]["sound"]
+
+
+def _holding(add_files, release):
+    """``PfmWriter._add_files`` that holds the fsyncs after it (the first checkpoint's)."""
+    def run(self, files):
+        add_files(self, files)
+        release.clear()
+    return run
