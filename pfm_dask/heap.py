@@ -13,6 +13,11 @@ what its thread freed for that thread's next arrays: the compute threads and the
 process then each hold their own past peak. :func:`limit_arenas` makes the threads started
 afterwards share them, until its caller gives the process's own limit back.
 
+A piece a Dask load's writer has written part of is a third: its rows below the runs written
+are never read again, but the piece is freed only with its group. :func:`release_rows` drops
+the pages wholly inside such rows (``MADV_DONTNEED``: they read as zeros after, and cost a page
+fault when the heap hands them out again), so the next group grows into that memory.
+
 The code generator numba loads its cached kernels with (LLVM, in ``libllvmlite.so``) is a
 second such leftover: setting it up and linking the first kernels reads 60-70 MB of that
 library into the process, clean file pages a load never touches again once its kernels are in
