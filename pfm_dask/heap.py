@@ -13,6 +13,11 @@ what its thread freed for that thread's next arrays: the compute threads and the
 process then each hold their own past peak. :func:`limit_arenas` makes the threads started
 afterwards share them, until its caller gives the process's own limit back.
 
+A piece a Dask load's writer has written part of is a third: its rows below the runs written
+are never read again, but the piece is freed only with its group. :func:`release_rows` drops
+the pages wholly inside such rows (``MADV_DONTNEED``: they read as zeros after, and cost a page
+fault when the heap hands them out again), so the next group grows into that memory.
+
 The code generator numba loads its cached kernels with (LLVM, in ``libllvmlite.so``) is a
 second such leftover: setting it up and linking the first kernels reads 60-70 MB of that
 library into the process, clean file pages a load never touches again once its kernels are in
@@ -24,12 +29,14 @@ cache keeps them).
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import sys
 import threading
 from typing import Callable
 
-__all__ = ["default_arenas", "limit_arenas", "release_code_pages", "release_free_heap"]
+__all__ = ["default_arenas", "limit_arenas", "release_code_pages", "release_free_heap",
+           "release_rows"]
 
 _LIBC: dict = {}        # the C library's functions, by name (None: not there)
 _CLEAN: dict = {}       # the clean ranges of libraries, by the libraries' names
@@ -150,3 +157,23 @@ def release_code_pages(libraries: tuple = CODE_LIBRARIES) -> int:
         if fn(lo, hi - lo, _MADV_DONTNEED) == 0:
             done += hi - lo
     return done
+
+
+def release_rows(a, rows: int, done: int = 0) -> int:
+    """Drop the resident pages of the first ``rows`` rows of the 1-d contiguous array ``a``
+    that lie wholly inside them and past the address ``done`` (a previous call's return):
+    rows read for the last time, whose memory the process may have back before the array is
+    freed. The dropped pages read as zeros afterwards (``MADV_DONTNEED``), so only for an
+    array nothing reads below ``rows`` again. Returns the address up to which pages are
+    dropped (pass it as ``done`` next time); ``done`` unchanged where nothing was dropped or
+    this is not Linux."""
+    fn = _libc("madvise", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int)
+    if fn is None or rows <= 0 or a.size == 0:
+        return done
+    page = mmap.PAGESIZE
+    addr = a.ctypes.data
+    lo = max(done, -(-addr // page) * page)
+    hi = (addr + min(int(rows), a.shape[0]) * a.itemsize) // page * page
+    if hi <= lo:
+        return done
+    return hi if fn(lo, hi - lo, _MADV_DONTNEED) == 0 else done

@@ -49,7 +49,7 @@ def _nothing(piece: Piece, counts: dict, err: GsfError) -> PreparedPiece:
 #: soundings decoded, screened, placed and binned at a time: a piece's per-sounding work
 #: arrays (a few hundred bytes a sounding) exist for one chunk only, the piece keeps the
 #: result columns (46 bytes a sounding) until its one sort (docs/performance.md, memory)
-CHUNK_SOUNDINGS = 1 << 18
+CHUNK_SOUNDINGS = 1 << 17
 
 # the result columns of a chunk, in BATCH_SCHEMA order, with the ping table's columns
 _OUT = ("bin_index", "ping", "beam", "depth", "x_off", "y_off", "validity",

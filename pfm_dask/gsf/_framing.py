@@ -78,7 +78,11 @@ def _parse_header(buf, data_off: int, size: int, path) -> tuple[str, int, int]:
     return text.decode("ascii", "replace"), int(m.group(1)), int(m.group(2))
 
 
-def scan_records(buf, path=None, *, fast: bool = True) -> Framing:
+#: records listed by one step of a walk that reports its progress (``scan_records(walked=)``)
+_WALKED_EVERY = 512
+
+
+def scan_records(buf, path=None, *, fast: bool = True, walked=None) -> Framing:
     """Walk the record framing of a whole GSF file held in ``buf`` (bytes or mmap).
 
     Never raises on bad bytes: the first problem found ends the walk and is returned
@@ -86,6 +90,9 @@ def scan_records(buf, path=None, *, fast: bool = True) -> Framing:
     first record is not a GSF header is reported the same way, with no records.
     ``fast=False`` steps with :func:`_frame_plain` instead of the numba kernel (the same
     records: a few hundred thousand at most in a file, about 0.4 us each).
+    ``walked(pos)``, when given, is told every few hundred records that the walk is past byte
+    ``pos``: a caller holding ``buf`` mapped may then drop the pages behind it, so that the walk
+    does not hold all of a large file at once.
     """
     n = len(buf)
     offs: list[int] = []
@@ -123,7 +130,7 @@ def scan_records(buf, path=None, *, fast: bool = True) -> Framing:
     k_frame = kernel("frame") if fast else _frame_plain
     chunks: list = []       # (offsets, sizes, ids) arrays, in file order
     listed = 0              # records in chunks
-    cap = min(n // (8 + MIN_RECORD_SIZE) + 1, 1 << 16)
+    cap = min(n // (8 + MIN_RECORD_SIZE) + 1, 1 << 16 if walked is None else _WALKED_EVERY)
     state = np.zeros(2, dtype=np.int64)
     pos = 0
     while True:
@@ -136,7 +143,10 @@ def scan_records(buf, path=None, *, fast: bool = True) -> Framing:
             chunks.append((offs[:k], sizes[:k], ids[:k]))
             listed += k
         if code == 1:
-            cap = min(cap * 4, 1 << 22)
+            if walked is None:
+                cap = min(cap * 4, 1 << 22)
+            else:
+                walked(pos)
             continue
         if code == 0:
             if pos < n:

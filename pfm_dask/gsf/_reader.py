@@ -155,7 +155,8 @@ class GsfFile:
                 self._identity = _identity(st, self._u8)
         self._check_size()
         known = _recall(self._identity)
-        fr = known.framing if known is not None else scan_records(self._buf, self.path)
+        fr = (known.framing if known is not None
+              else scan_records(self._buf, self.path, walked=self._drop_below))
         if fr.damage and self.strict:
             self.close()
             raise fr.damage[0]
@@ -200,6 +201,20 @@ class GsfFile:
             except BufferError:  # pragma: no cover - a view still alive; GC closes it
                 pass
             self._mm = None
+
+    def _drop_below(self, pos: int) -> None:
+        """The framing walk is past byte ``pos``: unmap this process's pages below it (a first
+        open then holds a few MB of a large file, not all of it, while it walks the file)."""
+        if self._mm is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        lo = getattr(self, "_walk_dropped", 0)
+        hi = int(pos) // mmap.PAGESIZE * mmap.PAGESIZE
+        if hi > lo:
+            try:
+                self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+                self._walk_dropped = hi
+            except (OSError, ValueError):   # pragma: no cover - advisory
+                pass
 
     def forget(self, start: int, stop: int) -> None:
         """Unmap this process's pages of pings ``[start, stop)`` (0-based; ``stop`` = ``n_pings``:
