@@ -29,14 +29,12 @@ cache keeps them).
 from __future__ import annotations
 
 import ctypes
-import mmap
 import os
 import sys
 import threading
 from typing import Callable
 
-__all__ = ["default_arenas", "limit_arenas", "release_code_pages", "release_free_heap",
-           "release_rows"]
+__all__ = ["default_arenas", "limit_arenas", "release_code_pages", "release_free_heap"]
 
 _LIBC: dict = {}        # the C library's functions, by name (None: not there)
 _CLEAN: dict = {}       # the clean ranges of libraries, by the libraries' names
@@ -157,23 +155,3 @@ def release_code_pages(libraries: tuple = CODE_LIBRARIES) -> int:
         if fn(lo, hi - lo, _MADV_DONTNEED) == 0:
             done += hi - lo
     return done
-
-
-def release_rows(a, rows: int, done: int = 0) -> int:
-    """Drop the resident pages of the first ``rows`` rows of the 1-d contiguous array ``a``
-    that lie wholly inside them and past the address ``done`` (a previous call's return):
-    rows read for the last time, whose memory the process may have back before the array is
-    freed. The dropped pages read as zeros afterwards (``MADV_DONTNEED``), so only for an
-    array nothing reads below ``rows`` again. Returns the address up to which pages are
-    dropped (pass it as ``done`` next time); ``done`` unchanged where nothing was dropped or
-    this is not Linux."""
-    fn = _libc("madvise", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int)
-    if fn is None or rows <= 0 or a.size == 0:
-        return done
-    page = mmap.PAGESIZE
-    addr = a.ctypes.data
-    lo = max(done, -(-addr // page) * page)
-    hi = (addr + min(int(rows), a.shape[0]) * a.itemsize) // page * page
-    if hi <= lo:
-        return done
-    return hi if fn(lo, hi - lo, _MADV_DONTNEED) == 0 else done

@@ -45,7 +45,7 @@ from ._faults import crash_planned, crash_point
 from ._writer_area import apply_redo, run_area_filter
 from .pfm._chains import ChainWalk
 from ._writer_journal import WriterJournal
-from .heap import release_code_pages, release_free_heap, release_rows
+from .heap import release_code_pages, release_free_heap
 from .bins import BinGrid
 from .config import LoadConfig
 from .errors import ConfigError, LoadError, PfmDaskError, PfmFormatError
@@ -59,8 +59,6 @@ __all__ = ["PfmWriter"]
 
 #: batch columns handed to ``add_sorted`` as they are
 _PLAIN_COLUMNS = ("x_off", "y_off", "validity", "horizontal_error", "vertical_error")
-#: a piece's columns of one value a sounding, whose written rows' pages are dropped
-_RELEASED_COLUMNS = ("bin_index", "ping", "beam", "depth", *_PLAIN_COLUMNS)
 
 
 
@@ -103,10 +101,6 @@ class PfmWriter(WriterJournal):
         self._merge_bufs: list[dict[str, np.ndarray]] = [{}, {}]
         self._merge_scratch: dict = {}      # the merges' temporaries (one merge at a time)
         self._merge_pool = None
-        #: drop each piece's pages as the group's runs pass them (:meth:`_release_passed`), so
-        #: the next group's pieces grow into the memory the written one frees; off in
-        #: ``--serial`` (one thread), whose process holds one group, not two
-        self.release_passed = self.threads != 1
         self.peak_backlog_bytes = 0
         self.peak_backlog_batches = 0
         self._next = 0
@@ -298,11 +292,7 @@ class PfmWriter(WriterJournal):
                         self._next = end
                         self._lock.notify_all()
                 n += len(group)
-                if not self.release_passed:
-                    # the group's merge and packing memory, back to the system (with
-                    # release_passed, the group's pieces left run by run: trimming the rest
-                    # too only made the next pieces fault it in again)
-                    release_free_heap()
+                release_free_heap()   # the group's merge and packing memory, back to the system
                 if end < self.n_pieces:
                     # its kernels are in: the code generator's pages, out of the next groups'
                     # peak (a load of one group has none to lower)
@@ -366,9 +356,6 @@ class PfmWriter(WriterJournal):
                     # copies and the merge kernel release the GIL)
                     nxt = pool.submit(merged, i + 1)
                 self.pfm.add_sorted(**cols)
-                if pool is not None and self.release_passed:
-                    # on the merge thread, after the next run's merge (which reads past it)
-                    pool.submit(self._release_passed, parts, chunks[i])
                 # each bin enters the touched log once (the call's bins, each once, in order)
                 new = touch_new(self.pfm.last_bins, self.touched)
                 if self._touched_log is not None:
@@ -378,17 +365,6 @@ class PfmWriter(WriterJournal):
         now = time.time()
         self._rate_window.append((now, self.soundings_written))
         self._rate_window = [(t, s) for t, s in self._rate_window if now - t <= 10.0]
-
-    @staticmethod
-    def _release_passed(parts: list[dict], chunk: list[tuple[int, int]]) -> None:
-        """Drop the pages of each piece's sounding columns below a run written (its rows
-        ``< end``; the next run's merge reads at and past ``end``): written, they are never read
-        again, and the group's memory then shrinks as it is written instead of all at its end
-        (docs/performance.md, memory). Run on the merge thread, off the writer's."""
-        for p, (_, end) in zip(parts, chunk):
-            done = p.setdefault("released", {})
-            for k in _RELEASED_COLUMNS:
-                done[k] = release_rows(p[k], end, done.get(k, 0))
 
     def _merger(self):
         """The one thread that merges a group's next chunk while the current one is written."""

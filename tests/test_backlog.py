@@ -7,7 +7,6 @@ import gc
 import time
 import weakref
 
-import numpy as np
 import pytest
 
 from pfm_dask import pfm, pipeline
@@ -155,58 +154,3 @@ def test_pieces_hand_their_bins_over_in_four_bytes(survey):
     assert n > 0 and bins.type.byte_width == 4
     assert bins.buffers()[1].size < 8 * n          # no wide copy kept beside it
     assert prepared.nbytes == prepared.batch.nbytes + 4 * n + prepared.pings.nbytes
-
-
-def _write_all(survey, out, release: bool) -> tuple[list, int, list]:
-    """Every piece of ``survey`` through one writer in groups of several runs, with or without
-    the release of written runs: (the zeros of the pieces' depths before each run, at the
-    start, at the end)."""
-    paths = expand_inputs([survey])
-    cfg = LoadConfig(bin_size_m=25.0, max_backlog_bytes=64 << 20)
-    scans = [pipeline.prescan_file(p) for p in paths]
-    grid = pipeline.area_from_scans(scans, cfg)
-    pieces = pipeline.plan_pieces(scans, cfg)
-    w = PfmWriter(out, grid, cfg, paths, len(pieces), checkpoint_seconds=0)
-    assert w.release_passed        # the default with threads to spare
-    w.release_passed = release
-    w.chunk_bytes = 64 << 10        # a group of several runs
-    prepared = [prepare_piece(p, grid, cfg) for p in pieces]
-    depths = [p.batch.column("depth").to_numpy() for p in prepared]
-
-    def zeros() -> int:
-        return sum(int(np.count_nonzero(d == 0)) for d in depths)
-
-    start, seen = zeros(), []
-    real = w.pfm.add_sorted
-
-    def add_sorted(**cols):
-        seen.append(zeros())        # before each run: the rows of the runs before it
-        return real(**cols)
-
-    w.pfm.add_sorted = add_sorted
-    try:
-        for p in prepared:
-            assert w.put(p)
-        assert w.write_ready() == len(pieces)
-        assert len(seen) > 4
-        assert w.finish()["check"]["sound"]     # its merge thread done
-    finally:
-        w.abort()
-    # every page wholly inside a written column, dropped or not
-    inside = sum(d.size - 2 * 4096 // d.itemsize for d in depths)
-    return seen, start, [zeros(), inside]
-
-
-def test_a_group_lets_go_of_its_pieces_run_by_run(survey, tmp_path):
-    """A Dask load's writer (more than one thread) drops each piece's pages below the runs it
-    has written (they read as zeros after) while the group's later runs are still to come, so
-    that the next group grows into the memory the written one frees; without the release
-    nothing changes; the bytes written are the same."""
-    seen, start, (end, inside) = _write_all(survey, tmp_path / "r1.pfm", True)
-    assert seen[0] == start and seen[-2] > start + 2000
-    assert end >= inside
-    seen, start, (end, _) = _write_all(survey, tmp_path / "r0.pfm", False)
-    assert seen[-1] == seen[0] == start == end
-    a = tmp_path / "r1.pfm.data" / "r1.pfm.ndx"
-    b = tmp_path / "r0.pfm.data" / "r0.pfm.ndx"
-    assert a.read_bytes() == b.read_bytes()

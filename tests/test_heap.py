@@ -98,37 +98,3 @@ def test_the_threads_layout_shares_one_heap_only_while_its_cluster_is_open(monke
     with make_local_cluster(1, layout="threads"):
         pass
     assert calls[-1] == (heap._M_ARENA_MAX, 3)
-
-
-_ROWS_SCRIPT = textwrap.dedent("""
-    import numpy as np
-    from pfm_dask.heap import release_rows
-
-    def anon():
-        for line in open("/proc/self/status"):
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-
-    a = np.ones(8 << 20, np.uint8) + 1     # 8 MiB, every page written
-    kept = anon()
-    done = release_rows(a, 3 << 20)         # the first 3 MiB, then up to 6 MiB
-    done = release_rows(a, 6 << 20, done)
-    after = anon()
-    zero = int(np.count_nonzero(a[:6 << 20] == 0))
-    print(kept - after, zero, int(a[6 << 20:].min()), done - a.ctypes.data)
-""")
-
-
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="Linux /proc only")
-def test_rows_read_for_the_last_time_leave_the_resident_set():
-    """The pages wholly inside an array's first rows leave the resident set at once (they read
-    as zeros after), the rows past them keep their values, and a second call drops only what
-    the first did not."""
-    out = subprocess.run([sys.executable, "-c", _ROWS_SCRIPT], capture_output=True, text=True,
-                         cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-                         check=True)
-    dropped, zero, rest, done = map(int, out.stdout.split())
-    assert dropped > 5 << 20
-    assert (6 << 20) - 2 * 4096 <= zero <= 6 << 20     # all but a partial page at each end
-    assert rest == 2
-    assert (6 << 20) - 4096 < done <= 6 << 20
