@@ -13,23 +13,21 @@ what its thread freed for that thread's next arrays: the compute threads and the
 process then each hold their own past peak. :func:`limit_arenas` makes the threads started
 afterwards share them, until its caller gives the process's own limit back.
 
-A piece a Dask load's writer has written part of is a third: its rows below the runs written
-are never read again, but the piece is freed only with its group. :func:`release_rows` drops
-the pages wholly inside such rows (``MADV_DONTNEED``: they read as zeros after, and cost a page
-fault when the heap hands them out again), so the next group grows into that memory.
-
 The code generator numba loads its cached kernels with (LLVM, in ``libllvmlite.so``) is a
 second such leftover: setting it up and linking the first kernels reads 60-70 MB of that
 library into the process, clean file pages a load never touches again once its kernels are in
-(loading a further kernel touches a few MB of them). :func:`release_code_pages` takes them out
-of the resident set (``MADV_DONTNEED`` on mappings holding only the file's own pages; the page
-cache keeps them).
+(loading a further kernel touches a few MB of them). The other big libraries leave 25-30 MB
+of the same kind in a Dask process (Arrow's 13 MB, Parquet's, OpenSSL's, read at import and
+barely used after). :func:`release_code_pages` takes them out of the resident set
+(``MADV_DONTNEED`` on mappings holding only the file's own pages; the page cache keeps them,
+and the pages a load does use come back at a minor fault each).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import re
 import sys
 import threading
 from typing import Callable
@@ -38,8 +36,15 @@ __all__ = ["default_arenas", "limit_arenas", "release_code_pages", "release_free
 
 _LIBC: dict = {}        # the C library's functions, by name (None: not there)
 _CLEAN: dict = {}       # the clean ranges of libraries, by the libraries' names
-#: the mapped libraries whose pages :func:`release_code_pages` takes out: numba's code generator
-CODE_LIBRARIES = ("libllvmlite",)
+#: the mapped libraries whose pages :func:`release_code_pages` takes out (parts of their file
+#: names): numba's code generator, Arrow and Parquet, OpenSSL (Dask's TLS), C++'s runtime,
+#: numpy's extension and BLAS, the interpreter
+CODE_LIBRARIES = ("libllvmlite", "libarrow", "libparquet", "libcrypto", "libssl", "libstdc++",
+                  "numpy.libs", "_multiarray_umath", "pyarrow/lib.", "libpython")
+#: what a shared library's path looks like (``libx.so``, ``libx.so.6``, ``x.cpython-311-x86_64-
+#: linux-gnu.so``): a mapping of anything else (a GSF file, a PFM part) is never taken, since
+#: its range may be unmapped and reused while the library ranges are kept
+_LIBRARY_PATH = re.compile(r"\.so(\.[0-9]+)*$")
 _MADV_DONTNEED = 4
 _M_ARENA_MAX = -8       # mallopt's parameter (malloc.h)
 _ARENA_LOCK = threading.Lock()
@@ -122,7 +127,7 @@ def _clean_mappings(libraries: tuple) -> list[tuple[int, int]]:
         head = line.split(None, 5)
         if head and "-" in head[0] and not head[0].endswith(":"):   # a mapping's first line
             cur = None
-            if (len(head) == 6 and "w" not in head[1]
+            if (len(head) == 6 and "w" not in head[1] and _LIBRARY_PATH.search(head[5])
                     and any(n in head[5] for n in libraries)):
                 lo, hi = (int(x, 16) for x in head[0].split("-"))
                 cur = (lo, hi)

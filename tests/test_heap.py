@@ -76,6 +76,49 @@ def test_code_generator_pages_leave_the_resident_set():
     assert int(before) > 20 << 20 and int(after) < 4 << 20 and ok == "True"
 
 
+_LIBS_SCRIPT = textwrap.dedent("""
+    import mmap, os, sys
+    import numpy as np, pyarrow as pa
+    from pfm_dask.heap import release_code_pages
+
+    def rss(match):
+        kb, on = 0, False
+        for line in open("/proc/self/smaps"):
+            head = line.split()
+            if "-" in head[0] and not head[0].endswith(":"):
+                on = match(line.rstrip())
+            elif on and head[0] == "Rss:":
+                kb += int(head[1])
+        return kb * 1024
+
+    arrow = lambda line: "/libarrow." in line
+    data = open(sys.argv[1], "rb")
+    m = mmap.mmap(data.fileno(), 0, access=mmap.ACCESS_READ)
+    sum(m[i] for i in range(0, len(m), 4096))          # a data file's pages, read
+    mapped = lambda line: line.endswith(os.path.basename(sys.argv[1]))
+    before, data_before = rss(arrow), rss(mapped)
+    release_code_pages()
+    after, data_after = rss(arrow), rss(mapped)
+    ok = pa.array(np.arange(5)).sum().as_py() == 10      # Arrow still runs
+    print(before, after, data_before, data_after, ok)
+""")
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="Linux /proc only")
+def test_arrow_library_pages_leave_the_resident_set_but_data_files_stay(tmp_path):
+    """Arrow's library pages, read at import, leave the resident set and Arrow still runs;
+    a mapped file that is not a shared library (here named like one, ``x.so.gsf``) is never
+    taken: its range may be unmapped and reused while the libraries' ranges are kept."""
+    data = tmp_path / "survey.so.gsf"
+    data.write_bytes(b"\1" * (4 << 20))
+    out = subprocess.run([sys.executable, "-c", _LIBS_SCRIPT, str(data)], capture_output=True,
+                         text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                                                  "HOME": str(Path.home())}, check=True)
+    before, after, data_before, data_after, ok = out.stdout.split()
+    assert int(before) > 4 << 20 and int(after) < int(before) // 2 and ok == "True"
+    assert int(data_before) >= 4 << 20 and int(data_after) == int(data_before)
+
+
 def test_the_threads_layout_shares_one_heap_only_while_its_cluster_is_open(monkeypatch):
     """The embedded cluster's threads layout limits glibc's arenas (``M_ARENA_MAX``) while it
     runs and gives the process its default back when the last such cluster closes: a library
