@@ -66,7 +66,12 @@ def machine_facts() -> dict:
         import psutil
 
         facts["physical_cores"] = psutil.cpu_count(logical=False)
-        facts["memory_bytes"] = psutil.virtual_memory().total
+        vm = psutil.virtual_memory()
+        facts["memory_bytes"] = vm.total
+        # a writer's speed follows how much of the page cache it must reclaim first
+        # (docs/performance.md, the ceiling): what was free and cached when the run ended
+        facts["memory_free_bytes"] = vm.free
+        facts["page_cache_bytes"] = getattr(vm, "cached", None)
         facts["load_average_1m"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     except ImportError:  # pragma: no cover - psutil is a dependency
         pass

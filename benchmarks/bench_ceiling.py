@@ -305,7 +305,7 @@ def _section(name: str, doc: dict) -> str:
          f"{doc['machine'].get('date_utc', '?')}, {r.get('minutes', 0):.0f} min; load average "
          + (f"{start:.1f} at the start, " if start is not None else "")
          + f"{r.get('load_avg_1m_at_end', 0):.1f} at the end on "
-         f"{doc['machine'].get('logical_cores', '?')} cores)", "",
+         f"{doc['machine'].get('logical_cores', '?')} cores{_memory_state(doc['machine'])})", "",
          *(["**The machine was shared** (load average above its core count): every stage ran "
             "slower than on an idle machine, each by its own factor, so these figures are not "
             "the idle machine's.", ""]
@@ -360,6 +360,15 @@ def _section(name: str, doc: dict) -> str:
               + "; ".join(f"{TITLES.get(s, s)} {v['speedup']:.1f}x ({v['bound']})"
                           for s, v in mc.items()) + ".", ""]
     return "\n".join(L)
+
+
+def _memory_state(machine: dict) -> str:
+    """The memory free and in the page cache when the run ended, if recorded: a writer into a
+    full page cache reclaims pages first, and its speed shows it."""
+    free, cached = machine.get("memory_free_bytes"), machine.get("page_cache_bytes")
+    if free is None or cached is None:
+        return ""
+    return f"; {free / 1e9:.1f} GB free and {cached / 1e9:.1f} GB of page cache at the end"
 
 
 def _md_table(head, rows) -> str:

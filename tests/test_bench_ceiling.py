@@ -70,6 +70,7 @@ def test_quick_run_writes_results_and_markdown(tmp_path):
     md = markdown(tmp_path / "results", names=("bench_ceiling_quick",))
     assert "ceiling speedup" in md and "| swath and area filters |" in md
     assert "What the disk allows whatever the writer" in md
+    assert "GB of page cache at the end" in md
 
 
 def test_disk_bound_is_serial_over_the_raw_write_of_the_pfm():
