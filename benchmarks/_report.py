@@ -68,7 +68,7 @@ def machine_facts() -> dict:
         facts["physical_cores"] = psutil.cpu_count(logical=False)
         vm = psutil.virtual_memory()
         facts["memory_bytes"] = vm.total
-        # a writer's speed follows how much of the page cache it must reclaim first
+        # the same replay ran twice as long once with the page cache full of earlier outputs
         # (docs/performance.md, the ceiling): what was free and cached when the run ended
         facts["memory_free_bytes"] = vm.free
         facts["page_cache_bytes"] = getattr(vm, "cached", None)

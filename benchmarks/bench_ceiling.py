@@ -363,8 +363,8 @@ def _section(name: str, doc: dict) -> str:
 
 
 def _memory_state(machine: dict) -> str:
-    """The memory free and in the page cache when the run ended, if recorded: a writer into a
-    full page cache reclaims pages first, and its speed shows it."""
+    """The memory free and in the page cache when the run ended, if recorded: the same replay
+    once ran twice as long with the page cache full of earlier outputs."""
     free, cached = machine.get("memory_free_bytes"), machine.get("page_cache_bytes")
     if free is None or cached is None:
         return ""
