@@ -202,19 +202,23 @@ class GsfFile:
                 pass
             self._mm = None
 
+    def _drop_pages(self, lo: int, hi: int) -> bool:
+        """Unmap this process's pages of bytes ``[lo, hi)`` of the file (both on page bounds;
+        the page cache keeps them, a later read maps them again); False where nothing was."""
+        if self._mm is None or hi <= lo or not hasattr(mmap, "MADV_DONTNEED"):
+            return False
+        try:
+            self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+        except (OSError, ValueError):   # pragma: no cover - advisory
+            return False
+        return True
+
     def _drop_below(self, pos: int) -> None:
         """The framing walk is past byte ``pos``: unmap this process's pages below it (a first
         open then holds a few MB of a large file, not all of it, while it walks the file)."""
-        if self._mm is None or not hasattr(mmap, "MADV_DONTNEED"):
-            return
-        lo = getattr(self, "_walk_dropped", 0)
         hi = int(pos) // mmap.PAGESIZE * mmap.PAGESIZE
-        if hi > lo:
-            try:
-                self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
-                self._walk_dropped = hi
-            except (OSError, ValueError):   # pragma: no cover - advisory
-                pass
+        if self._drop_pages(getattr(self, "_walk_dropped", 0), hi):
+            self._walk_dropped = hi
 
     def forget(self, start: int, stop: int) -> None:
         """Unmap this process's pages of pings ``[start, stop)`` (0-based; ``stop`` = ``n_pings``:
@@ -222,16 +226,12 @@ class GsfFile:
         chunk's pages, not all it has read, nor all the framing's scan read (they stay in the
         page cache; a later read maps them again). Pages partly outside the range are kept."""
         start, stop = max(0, int(start)), min(int(stop), self.n_pings)
-        if self._mm is None or start >= stop or not hasattr(mmap, "MADV_DONTNEED"):
+        if start >= stop:
             return
         page = mmap.PAGESIZE
         lo = -(-(int(self.ping_offsets[start]) if start else 0) // page) * page
         hi = self.size if stop == self.n_pings else int(self.ping_offsets[stop]) // page * page
-        if hi > lo:
-            try:
-                self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
-            except (OSError, ValueError):   # pragma: no cover - advisory
-                pass
+        self._drop_pages(lo, hi)
 
     def __enter__(self) -> "GsfFile":
         return self
