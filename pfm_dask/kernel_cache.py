@@ -169,20 +169,24 @@ class CompileWatch:
         self._event.unregister("numba:compile", self._listener)
 
 
+def _registries(module):
+    """The kernel registries (:class:`~pfm_dask._numeric.CompiledKernels`) a module holds."""
+    from ._numeric import CompiledKernels
+
+    return (v for v in list(vars(module).values()) if isinstance(v, CompiledKernels))
+
+
 def prefetch(kernels, stop: threading.Event) -> None:
     """Load ``kernels`` ((module, name) pairs, in that order) from numba's cache, or compile
     them, until ``stop`` is set: on a thread beside the work that will call them, so that
     their loads (much of it in LLVM, without the GIL) overlap that work. A kernel the work
     calls first is loaded there as usual (each registry loads a kernel once, under its lock);
     an error here is left for that call to raise."""
-    from ._numeric import CompiledKernels
-
     for module_name, name in kernels:
         if stop.is_set():
             return
         try:
-            module = importlib.import_module(module_name)
-            reg = next(v for v in vars(module).values() if isinstance(v, CompiledKernels))
+            reg = next(_registries(importlib.import_module(module_name)))
             reg(name)
         except Exception:  # noqa: BLE001 - raised again where the kernel is called
             return
@@ -213,19 +217,16 @@ def warm(*, swath: tuple[int, int] | None = (5, 9), skip: tuple[str, ...] = (),
     """
     import numba
 
-    from ._numeric import CompiledKernels
-
     t0 = time.perf_counter()
     cache, problem = cache_location()
     modules = [m for m in kernel_modules() if not any(part in m for part in skip)]
     with CompileWatch(on_compile and (lambda: on_compile(cache))) as watch:
         for name in modules:
             module = importlib.import_module(name)
-            for reg in list(vars(module).values()):
-                if isinstance(reg, CompiledKernels):
-                    # the registry's kernel names are its signature table's keys
-                    for kernel in reg._signatures(numba.types):
-                        reg(kernel)
+            for reg in _registries(module):
+                # the registry's kernel names are its signature table's keys
+                for kernel in reg._signatures(numba.types):
+                    reg(kernel)
             loader = getattr(module, "load_kernels", None)
             if callable(loader):
                 loader()
