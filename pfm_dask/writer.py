@@ -586,21 +586,19 @@ class PfmWriter(WriterJournal):
         # the recompute's band buffers, freed in its threads' heaps: back to the system
         # before the check's bands take their own
         release_free_heap()
-        # a short load's parts are first needed durable by its "complete" checkpoint (a
-        # crash before it starts the load over): their fsyncs run beside the check
-        syncing = _Beside(self._close_durable) if quick else None
-        if syncing is None:
-            self._close_durable()
+        # the parts are first needed durable by the "complete" checkpoint: their fsyncs (the
+        # recompute rewrote the .bin) run beside the check. The journal says "recompute" (a
+        # short load: "loading") until then, so a crash in the check reruns the recompute
+        # too (the load, for a short one): both are idempotent.
+        syncing = _Beside(self._close_durable)
         self.phase = "check"
-        checkpoint("check")
         t0 = time.perf_counter()
         try:
             crash_point("final-check")
             problems = pfm.check(self.path, journal=False, threads=self.threads,
                                  walked=self._walk, only=self._check_only)
         finally:
-            if syncing is not None:
-                syncing.join()
+            syncing.join()
         self.timings["check"] = time.perf_counter() - t0
         self._check = {"sound": not problems, "problems": [str(p) for p in problems]}
         result = {

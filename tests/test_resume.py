@@ -21,7 +21,9 @@ import pytest
 
 from pfm_dask import journal as J
 from pfm_dask import pfm, pipeline
+from pfm_dask.config import LoadConfig
 from pfm_dask.errors import ConfigError
+from pfm_dask.inputs import expand_inputs
 
 #: the options of every load in these tests (the area filter, so its phases are covered too)
 LOAD_OPTS = ["--bin-size", "25", "--area-filter", "--two-sided", "--cellstd", "1.5", "-q"]
@@ -384,6 +386,9 @@ CRASHES = [
     ("area-filter-row:3", []),
     ("area-filter-apply", []),
     ("recompute-write", []),
+    # killed in the final check while its parts are fsynced beside it (writer._Beside): the
+    # journal still says "recompute", and the resume recomputes and checks again
+    ("final-check", ["--checkpoint-seconds", "0"]),
     ("checkpoint-complete", []),
 ]
 
@@ -543,3 +548,27 @@ def test_resume_refuses_a_damaged_area_filter_redo_file(rsurvey, tmp_path):
     redo.write_bytes(bytes(raw))
     with pytest.raises(LoadError, match="checksum"):
         pipeline.run_load([], out, None, mode="serial", resume=True)
+
+
+def test_a_long_load_fsyncs_its_parts_beside_its_final_check(rsurvey, tmp_path, monkeypatch):
+    """Every load, short or long, makes its parts durable (the recompute rewrote the .bin) on
+    a thread of its own while its final check reads them (writer._Beside); the journal
+    says "recompute" meanwhile, and "complete" only once both are done."""
+    import threading
+
+    from pfm_dask import writer as W
+
+    seen = []
+    real = W.PfmWriter._close_durable
+
+    def close(self):
+        seen.append((threading.current_thread().name, J.read_journal(self.path)["phase"]))
+        real(self)
+
+    monkeypatch.setattr(W.PfmWriter, "_close_durable", close)
+    out = tmp_path / "long.pfm"
+    res = pipeline.run_load(expand_inputs([rsurvey]), out, LoadConfig(bin_size_m=25.0),
+                            mode="serial", checkpoint_seconds=0, quiet=True)
+    assert res.exit_code == 0, res.summary()
+    assert seen == [("pfm-sync", "recompute")]
+    assert J.read_journal(out)["phase"] == "complete"
