@@ -532,12 +532,17 @@ class PfmWriter(WriterJournal):
         self.pfm.flush()
         self.pfm.drop_write_buffers()
         release_free_heap()
-        # a short new load: a resume starts it over from its first checkpoint
-        # (_whole_load_undone), so the phases below are not checkpoints of their own
-        quick = self._whole_load_undone()
-        checkpoint = (lambda phase: setattr(self, "jphase", phase)) if quick else self._checkpoint
+        # a new load without the area filter: a resume redoes its final step from the last
+        # checkpoint of its loading phase (_final_step_redone), so the phases below are not
+        # checkpoints of their own. With the area filter, "loaded" is made durable while
+        # the filter runs (it writes only its redo file); "area-filter" waits for it.
+        redone = self._final_step_redone()
+        checkpoint = (lambda phase: setattr(self, "jphase", phase)) if redone else self._checkpoint
         if self.jphase == "loading":
-            checkpoint("loaded")
+            if redone:
+                checkpoint("loaded")
+            else:
+                self._checkpoint("loaded", behind=bool(self.cfg.area_filter))
         self.pfm.undo = None  # no more in-place writes that a rerun cannot repeat
         filter_stats = None
         if self.cfg.area_filter:

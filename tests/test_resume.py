@@ -553,7 +553,8 @@ def test_resume_refuses_a_damaged_area_filter_redo_file(rsurvey, tmp_path):
 def test_a_long_load_fsyncs_its_parts_beside_its_final_check(rsurvey, tmp_path, monkeypatch):
     """Every load, short or long, makes its parts durable (the recompute rewrote the .bin) on
     a thread of its own while its final check reads them (writer._Beside); the journal
-    says "recompute" meanwhile, and "complete" only once both are done."""
+    says "complete" only once both are done (a new load without the area filter: "loading"
+    meanwhile; with it: "recompute")."""
     import threading
 
     from pfm_dask import writer as W
@@ -566,9 +567,58 @@ def test_a_long_load_fsyncs_its_parts_beside_its_final_check(rsurvey, tmp_path, 
         real(self)
 
     monkeypatch.setattr(W.PfmWriter, "_close_durable", close)
-    out = tmp_path / "long.pfm"
-    res = pipeline.run_load(expand_inputs([rsurvey]), out, LoadConfig(bin_size_m=25.0),
-                            mode="serial", checkpoint_seconds=0, quiet=True)
+    for area, phase in ((False, "loading"), (True, "recompute")):
+        seen.clear()
+        out = tmp_path / f"long-{area}.pfm"
+        res = pipeline.run_load(expand_inputs([rsurvey]), out,
+                                LoadConfig(bin_size_m=25.0, area_filter=area),
+                                mode="serial", checkpoint_seconds=0, quiet=True)
+        assert res.exit_code == 0, res.summary()
+        assert seen == [("pfm-sync", phase)]
+        assert J.read_journal(out)["phase"] == "complete"
+
+
+def test_a_long_load_failing_in_its_final_step_redoes_it_from_its_last_checkpoint(
+        rsurvey, tmp_path, monkeypatch):
+    """A new load without the area filter takes no checkpoint in its final step
+    (PfmWriter._final_step_redone): failing there after its recompute rewrote every bin, it
+    resumes from the last checkpoint of its loading phase (here after 2 of 4 pieces), writes
+    the pieces after it again over records the recompute had rewritten, and ends with the
+    bytes of an uninterrupted load."""
+    from pfm_dask import _writer_journal, writer as W
+
+    monkeypatch.setenv("PFM_DASK_GROUP_BYTES", "1")
+    cfg = LoadConfig(bin_size_m=25.0)
+    paths = expand_inputs([rsurvey])
+    ref = tmp_path / "ref.pfm"
+    assert pipeline.run_load(paths, ref, cfg, mode="serial", quiet=True).exit_code == 0
+
+    real_ckpt = _writer_journal.WriterJournal._checkpoint
+
+    def checkpoints_up_to_piece_2(self, phase=None, **kw):
+        if kw.get("behind") and self._next > 2:
+            return
+        return real_ckpt(self, phase, **kw)
+
+    real_recompute = W.pfm.recompute
+
+    def recompute_then_fail(*a, **kw):
+        real_recompute(*a, **kw)           # every bin's statistics rewritten, then a failure
+        raise OSError("the disk went away")
+
+    monkeypatch.setattr(_writer_journal.WriterJournal, "_checkpoint", checkpoints_up_to_piece_2)
+    monkeypatch.setattr(W.pfm, "recompute", recompute_then_fail)
+    out = tmp_path / "out.pfm"
+    try:
+        res = pipeline.run_load(paths, out, cfg, mode="serial", checkpoint_seconds=0, quiet=True)
+        assert res.exit_code != 0
+    except OSError:
+        pass
+    state = J.read_journal(out)
+    assert (state["phase"], state["watermark"]) == ("loading", 2)
+    monkeypatch.undo()
+    monkeypatch.setenv("PFM_DASK_GROUP_BYTES", "1")
+    res = pipeline.run_load([], out, None, mode="serial", resume=True, quiet=True)
     assert res.exit_code == 0, res.summary()
-    assert seen == [("pfm-sync", "recompute")]
-    assert J.read_journal(out)["phase"] == "complete"
+    assert res.resumed_from["phase"] == "loading"
+    assert_same_pfm(out, ref, tmp_path)
