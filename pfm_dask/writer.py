@@ -534,15 +534,22 @@ class PfmWriter(WriterJournal):
         release_free_heap()
         # a new load without the area filter: a resume redoes its final step from the last
         # checkpoint of its loading phase (_final_step_redone), so the phases below are not
-        # checkpoints of their own. With the area filter, "loaded" is made durable while
-        # the filter runs (it writes only its redo file); "area-filter" waits for it.
+        # checkpoints of their own. A new load with the area filter makes "loaded" durable
+        # while the filter runs (it writes only its redo file; "area-filter" waits for it)
+        # and "filtered" while the recompute runs (a resume from "area-filter" applies the
+        # redo file again and recomputes: both idempotent); an append takes each in turn.
         redone = self._final_step_redone()
-        checkpoint = (lambda phase: setattr(self, "jphase", phase)) if redone else self._checkpoint
+        beside = not self.append      # (a new load with the area filter, when not redone)
+
+        def phase_only(phase: str) -> None:
+            self.jphase = phase
+
+        checkpoint = phase_only if redone else self._checkpoint
         if self.jphase == "loading":
             if redone:
-                checkpoint("loaded")
+                phase_only("loaded")
             else:
-                self._checkpoint("loaded", behind=bool(self.cfg.area_filter))
+                self._checkpoint("loaded", behind=beside)
         self.pfm.undo = None  # no more in-place writes that a rerun cannot repeat
         filter_stats = None
         if self.cfg.area_filter:
@@ -556,11 +563,11 @@ class PfmWriter(WriterJournal):
             if self.jphase == "area-filter":
                 self._dirty = True
                 apply_redo(self.pfm, self._jp["redo"], self._redo)
-                self._checkpoint("filtered")
+                self._checkpoint("filtered", behind=beside)
             filter_stats = self._filter_stats
             self.timings["area_filter"] = time.perf_counter() - t0
         self.phase = "recompute"
-        checkpoint("recompute")
+        (phase_only if beside else checkpoint)("recompute")     # the recompute runs whatever the phase
         t0 = time.perf_counter()
         if crash_planned("recompute-write"):
             self._crash_in_recompute()
