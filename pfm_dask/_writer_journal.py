@@ -40,10 +40,8 @@ class WriterJournal:
         except LoadError:
             old = None
         self._epoch = int(old["epoch"]) if old else 0
-        self._static = dict(static, format=J.FORMAT, pfm=str(self.path), n_pieces=self.n_pieces,
-                            append=self.append)
-        self.resume_command = static.get("resume_command") or self.resume_command
-        J.atomic_write(self._jp["static"], json.dumps(self._static).encode())
+        if self._static is None:      # (a new PFM wrote it when it claimed its path)
+            self._write_static(static)
         self._touched_log = J.TouchedLog(self._jp["touched"], size=0)
         self._undo = J.UndoLog(self._jp["undo"])
         # the new names (handle, data directory) must outlive a crash too
@@ -52,6 +50,15 @@ class WriterJournal:
         if checkpoint:
             self._checkpoint()
         self.pfm.undo = self._undo
+
+    def _write_static(self, static: dict) -> None:
+        """Write ``load.json``: the load's facts, and the proof that the output is this load's
+        (a new PFM writes it in its data directory before any other file, so that a kill
+        at any moment leaves an output a rerun knows for its own)."""
+        self._static = dict(static, format=J.FORMAT, pfm=str(self.path), n_pieces=self.n_pieces,
+                            append=self.append)
+        self.resume_command = static.get("resume_command") or self.resume_command
+        J.atomic_write(self._jp["static"], json.dumps(self._static).encode())
 
     def _part_paths(self) -> dict:
         stem = os.path.join(str(self.path) + ".data", self.path.name)

@@ -149,6 +149,7 @@ class PfmWriter(WriterJournal):
         self.resume_command = J.resume_command(self.path)
         self.resumed_from: dict | None = None
         self._static: dict | None = None
+        self._claimed = False         # a new PFM's data folder made (PfmWriter._create)
         self.pfm = None
 
         self.append = append
@@ -164,7 +165,7 @@ class PfmWriter(WriterJournal):
             if append:
                 self.pfm = pfm.open_pfm(self.path, "r+")
             else:
-                self.pfm = self._create(grid, cfg)
+                self.pfm = self._create(grid, cfg, journal if self._journal_on else None)
                 created = True
             if self.threads is not None:
                 self.pfm.pack_threads = self.threads
@@ -183,7 +184,7 @@ class PfmWriter(WriterJournal):
                 except Exception:  # noqa: BLE001 - already failing
                     pass
             self._close_journal()
-            if created and self._epoch == 0:
+            if (created or self._claimed) and self._epoch == 0:
                 # a new PFM that died before its first checkpoint holds nothing: remove what
                 # it made (a folder holding anything else is left as it is)
                 from .outputs import remove_load_files
@@ -196,12 +197,19 @@ class PfmWriter(WriterJournal):
                 raise self._disk_full(err) from err
             raise
 
-    def _create(self, grid: BinGrid, cfg: LoadConfig):
-        """The new PFM; refused (:class:`ConfigError`, exit 2) when its path was taken after
+    def _create(self, grid: BinGrid, cfg: LoadConfig, static: dict | None):
+        """The new PFM, its ``load.json`` (``static``, with the journal on) written first in its
+        data directory; refused (:class:`ConfigError`, exit 2) when its path was taken after
         the load found it free: another load to the same output started at the same time."""
+        def claimed(_data_dir: str) -> None:
+            self._claimed = True
+            if static is not None:
+                self._write_static(static)
+                crash_point("claimed")
+
         try:
             return pfm.create(self.path, grid, min_depth=cfg.min_depth, max_depth=cfg.max_depth,
-                              precision=cfg.precision,
+                              precision=cfg.precision, on_claim=claimed,
                               bin_size_m=cfg.bin_size_m if cfg.bin_size_deg is None else None)
         except PfmFormatError as err:
             if not (os.path.lexists(self.path) or os.path.lexists(str(self.path) + ".data")):
