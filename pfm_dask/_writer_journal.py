@@ -40,10 +40,8 @@ class WriterJournal:
         except LoadError:
             old = None
         self._epoch = int(old["epoch"]) if old else 0
-        self._static = dict(static, format=J.FORMAT, pfm=str(self.path), n_pieces=self.n_pieces,
-                            append=self.append)
-        self.resume_command = static.get("resume_command") or self.resume_command
-        J.atomic_write(self._jp["static"], json.dumps(self._static).encode())
+        if self._static is None:      # (a new PFM wrote it when it claimed its path)
+            self._write_static(static)
         self._touched_log = J.TouchedLog(self._jp["touched"], size=0)
         self._undo = J.UndoLog(self._jp["undo"])
         # the new names (handle, data directory) must outlive a crash too
@@ -52,6 +50,15 @@ class WriterJournal:
         if checkpoint:
             self._checkpoint()
         self.pfm.undo = self._undo
+
+    def _write_static(self, static: dict) -> None:
+        """Write ``load.json``: the load's facts, and the proof that the output is this load's
+        (a new PFM writes it in its data directory before any other file, so that a kill
+        at any moment leaves an output a rerun knows for its own)."""
+        self._static = dict(static, format=J.FORMAT, pfm=str(self.path), n_pieces=self.n_pieces,
+                            append=self.append)
+        self.resume_command = static.get("resume_command") or self.resume_command
+        J.atomic_write(self._jp["static"], json.dumps(self._static).encode())
 
     def _part_paths(self) -> dict:
         stem = os.path.join(str(self.path) + ".data", self.path.name)
@@ -183,17 +190,18 @@ class WriterJournal:
         if err is not None:
             raise err
 
-    def _whole_load_undone(self) -> bool:
-        """Whether the final step may skip its phase checkpoints: a new PFM (not an append),
-        no area filter, and the last checkpoint, less than ``checkpoint_seconds`` ago, is the
-        one before the first piece. Its undo interval then holds the pre-image of every bin
-        record the load wrote, which is every record the recompute rewrites (the ``.ndx`` is cut
-        back to that checkpoint's size, the header and coverage bytes are rewritten by the
-        rerun), so a resume from it rolls back to the empty PFM and loads again. A short load
-        then fsyncs its parts once, when closed, not at every phase (each fsyncs the ``.bin``)."""
-        return (self._journal_on and not self.append and not self.cfg.area_filter
-                and self._ckpt_at == ("loading", 0)
-                and time.monotonic() - self._last_ckpt < self.checkpoint_seconds)
+    def _final_step_redone(self) -> bool:
+        """Whether the final step may skip its phase checkpoints: a new PFM (not an append)
+        without the area filter. A crash in it then resumes from the last checkpoint of the
+        loading phase: the rollback puts back every record written since (their pre-images
+        are in that interval's undo log), the pieces after its watermark are written again,
+        and the final step runs whole. A bin the crashed recompute rewrote and no such piece
+        touches keeps the statistics that recompute gave it, and the recompute gives them
+        again (it is idempotent: a crash in a recompute that had its own checkpoint reran it
+        over such bins just the same; ``tests/test_resume.py``). The parts are fsynced once,
+        beside the check, instead of at every phase (each fsynced the ``.bin``; the first,
+        on a long load, the ``.ndx`` written since the last checkpoint: 0.4-0.5 s)."""
+        return self._journal_on and not self.append and not self.cfg.area_filter
 
     def _resume(self) -> None:
         """Roll the PFM back to the last checkpoint and take up the writer's state from it."""

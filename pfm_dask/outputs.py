@@ -191,12 +191,25 @@ def _inspect_output(output: Path) -> _Found:
     except LoadError as err:
         return _Found("foreign", f"a PFM whose load journal cannot be read ({err.reason})")
     if not output.exists():
+        # A new load claims the path by making the data folder and writes its load.json
+        # there before any other file (writer.PfmWriter._create): killed before its handle,
+        # it leaves its load.json (or, killed while writing that, only its scratch files)
+        if journal is None and (static is not None or _only_scratch(data)):
+            return _Found("load", static=static)
         if static is None and journal is None:
             return _Found("foreign", f"a folder {data} that holds no pfm-dask load journal")
         return _Found("foreign", f"a load journal in {data} but no PFM handle file")
     if journal is None and static is None:
         return _Found("pfm")
     return _Found("load", journal=journal, static=static)
+
+
+def _only_scratch(data: Path) -> bool:
+    """Whether the folder ``data`` holds nothing but a load's scratch files (no PFM part)."""
+    try:
+        return all(p.name in _OWN_SCRATCH for p in data.iterdir())
+    except OSError:
+        return False
 
 
 def _refuse_foreign(output: Path, found: _Found) -> ConfigError:
@@ -354,6 +367,14 @@ def _plan_resume(files, output: Path, cfg, append: bool, job, say):
         raise J.no_journal_error(output)
     state, static = found.journal, found.static
     phase = (state or {}).get("phase")
+    if state is None and static is None:
+        # a data folder holding only a load's scratch files: a new load killed as it
+        # claimed the path, before it wrote its load.json or any of the PFM
+        if not files:
+            raise J.no_journal_error(output)
+        say(f"nothing to resume in {output} (stopped as it began): starting the load again")
+        _remove_own_unfinished(output)
+        return files, _need_cfg(cfg), False, False
     if state is None:
         # load.json without a checkpoint: a fresh load killed before its first checkpoint
         if static.get("append") or not files:

@@ -149,6 +149,7 @@ class PfmWriter(WriterJournal):
         self.resume_command = J.resume_command(self.path)
         self.resumed_from: dict | None = None
         self._static: dict | None = None
+        self._claimed = False         # a new PFM's data folder made (PfmWriter._create)
         self.pfm = None
 
         self.append = append
@@ -164,7 +165,7 @@ class PfmWriter(WriterJournal):
             if append:
                 self.pfm = pfm.open_pfm(self.path, "r+")
             else:
-                self.pfm = self._create(grid, cfg)
+                self.pfm = self._create(grid, cfg, journal if self._journal_on else None)
                 created = True
             if self.threads is not None:
                 self.pfm.pack_threads = self.threads
@@ -183,7 +184,7 @@ class PfmWriter(WriterJournal):
                 except Exception:  # noqa: BLE001 - already failing
                     pass
             self._close_journal()
-            if created and self._epoch == 0:
+            if (created or self._claimed) and self._epoch == 0:
                 # a new PFM that died before its first checkpoint holds nothing: remove what
                 # it made (a folder holding anything else is left as it is)
                 from .outputs import remove_load_files
@@ -196,12 +197,19 @@ class PfmWriter(WriterJournal):
                 raise self._disk_full(err) from err
             raise
 
-    def _create(self, grid: BinGrid, cfg: LoadConfig):
-        """The new PFM; refused (:class:`ConfigError`, exit 2) when its path was taken after
+    def _create(self, grid: BinGrid, cfg: LoadConfig, static: dict | None):
+        """The new PFM, its ``load.json`` (``static``, with the journal on) written first in its
+        data directory; refused (:class:`ConfigError`, exit 2) when its path was taken after
         the load found it free: another load to the same output started at the same time."""
+        def claimed(_data_dir: str) -> None:
+            self._claimed = True
+            if static is not None:
+                self._write_static(static)
+                crash_point("claimed")
+
         try:
             return pfm.create(self.path, grid, min_depth=cfg.min_depth, max_depth=cfg.max_depth,
-                              precision=cfg.precision,
+                              precision=cfg.precision, on_claim=claimed,
                               bin_size_m=cfg.bin_size_m if cfg.bin_size_deg is None else None)
         except PfmFormatError as err:
             if not (os.path.lexists(self.path) or os.path.lexists(str(self.path) + ".data")):
@@ -532,12 +540,24 @@ class PfmWriter(WriterJournal):
         self.pfm.flush()
         self.pfm.drop_write_buffers()
         release_free_heap()
-        # a short new load: a resume starts it over from its first checkpoint
-        # (_whole_load_undone), so the phases below are not checkpoints of their own
-        quick = self._whole_load_undone()
-        checkpoint = (lambda phase: setattr(self, "jphase", phase)) if quick else self._checkpoint
+        # a new load without the area filter: a resume redoes its final step from the last
+        # checkpoint of its loading phase (_final_step_redone), so the phases below are not
+        # checkpoints of their own. A new load with the area filter makes "loaded" durable
+        # while the filter runs (it writes only its redo file; "area-filter" waits for it)
+        # and "filtered" while the recompute runs (a resume from "area-filter" applies the
+        # redo file again and recomputes: both idempotent); an append takes each in turn.
+        redone = self._final_step_redone()
+        beside = not self.append      # (a new load with the area filter, when not redone)
+
+        def phase_only(phase: str) -> None:
+            self.jphase = phase
+
+        checkpoint = phase_only if redone else self._checkpoint
         if self.jphase == "loading":
-            checkpoint("loaded")
+            if redone:
+                phase_only("loaded")
+            else:
+                self._checkpoint("loaded", behind=beside)
         self.pfm.undo = None  # no more in-place writes that a rerun cannot repeat
         filter_stats = None
         if self.cfg.area_filter:
@@ -551,11 +571,11 @@ class PfmWriter(WriterJournal):
             if self.jphase == "area-filter":
                 self._dirty = True
                 apply_redo(self.pfm, self._jp["redo"], self._redo)
-                self._checkpoint("filtered")
+                self._checkpoint("filtered", behind=beside)
             filter_stats = self._filter_stats
             self.timings["area_filter"] = time.perf_counter() - t0
         self.phase = "recompute"
-        checkpoint("recompute")
+        (phase_only if beside else checkpoint)("recompute")     # the recompute runs whatever the phase
         t0 = time.perf_counter()
         if crash_planned("recompute-write"):
             self._crash_in_recompute()
@@ -586,21 +606,19 @@ class PfmWriter(WriterJournal):
         # the recompute's band buffers, freed in its threads' heaps: back to the system
         # before the check's bands take their own
         release_free_heap()
-        # a short load's parts are first needed durable by its "complete" checkpoint (a
-        # crash before it starts the load over): their fsyncs run beside the check
-        syncing = _Beside(self._close_durable) if quick else None
-        if syncing is None:
-            self._close_durable()
+        # the parts are first needed durable by the "complete" checkpoint: their fsyncs (the
+        # recompute rewrote the .bin) run beside the check. The journal says "recompute" (a
+        # short load: "loading") until then, so a crash in the check reruns the recompute
+        # too (the load, for a short one): both are idempotent.
+        syncing = _Beside(self._close_durable)
         self.phase = "check"
-        checkpoint("check")
         t0 = time.perf_counter()
         try:
             crash_point("final-check")
             problems = pfm.check(self.path, journal=False, threads=self.threads,
                                  walked=self._walk, only=self._check_only)
         finally:
-            if syncing is not None:
-                syncing.join()
+            syncing.join()
         self.timings["check"] = time.perf_counter() - t0
         self._check = {"sound": not problems, "problems": [str(p) for p in problems]}
         result = {

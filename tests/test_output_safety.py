@@ -138,6 +138,47 @@ def test_our_load_killed_before_its_first_checkpoint_is_restarted(days, tmp_path
     assert pfm.check(out) == []
 
 
+def test_our_load_killed_as_it_claims_the_path_is_restarted(days, tmp_path):
+    """A new load writes its load.json in the data folder it has just made, before the PFM's
+    handle or parts: killed right there (chaos found a kill in this window refused as "no
+    load journal"), ``--resume`` knows the output for its own and starts again; so it does
+    for a folder holding only a load's scratch files (killed while writing load.json), and
+    still refuses one that holds anything else, untouched."""
+    d1, _, mbr = days
+    out = tmp_path / "o.pfm"
+    opts = ["--serial", "-q", "--bin-size", "25", "--mbr", *mbr]
+    r = load(d1, "-o", out, *opts, env={"PFM_DASK_CRASH_AT": "claimed"})
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    data = Path(str(out) + ".data")
+    assert not out.exists() and (data / "load.json").exists()
+    assert not any(p.name.startswith(out.name) for p in data.iterdir())   # no part yet
+    r = load(d1, "-o", out, *opts, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert pfm.check(out) == []
+    ref = tmp_path / "ref.pfm"
+    assert load(d1, "-o", ref, *opts).returncode == 0
+    assert soundings(out) == soundings(ref)
+
+    out2 = tmp_path / "o2.pfm"
+    data2 = Path(str(out2) + ".data")
+    data2.mkdir()
+    (data2 / "lock").write_text("")
+    (data2 / "load.json.tmp").write_text('{"format": ')          # torn mid-write
+    r = load(d1, "-o", out2, *[o for o in opts if o != "-q"], "--resume")
+    assert r.returncode == 0, r.stderr
+    assert "starting the load again" in r.stderr and pfm.check(out2) == []
+
+    out3 = tmp_path / "o3.pfm"
+    data3 = Path(str(out3) + ".data")
+    data3.mkdir()
+    (data3 / "load.json.tmp").write_text("")
+    (data3 / "survey-notes.txt").write_text("mine")
+    before = pfm_state(out3)
+    r = load(d1, "-o", out3, *opts, "--resume")
+    assert r.returncode == 2 and "no pfm-dask load journal" in r.stderr, r.stderr
+    assert pfm_state(out3) == before
+
+
 # ------------------------------------------------------------------ 2-3. append and resume
 def test_append_killed_before_its_first_checkpoint_is_finished_by_the_printed_command(
         days, tmp_path):

@@ -21,7 +21,9 @@ import pytest
 
 from pfm_dask import journal as J
 from pfm_dask import pfm, pipeline
+from pfm_dask.config import LoadConfig
 from pfm_dask.errors import ConfigError
+from pfm_dask.inputs import expand_inputs
 
 #: the options of every load in these tests (the area filter, so its phases are covered too)
 LOAD_OPTS = ["--bin-size", "25", "--area-filter", "--two-sided", "--cellstd", "1.5", "-q"]
@@ -384,6 +386,9 @@ CRASHES = [
     ("area-filter-row:3", []),
     ("area-filter-apply", []),
     ("recompute-write", []),
+    # killed in the final check while its parts are fsynced beside it (writer._Beside): the
+    # journal still says "recompute", and the resume recomputes and checks again
+    ("final-check", ["--checkpoint-seconds", "0"]),
     ("checkpoint-complete", []),
 ]
 
@@ -543,3 +548,78 @@ def test_resume_refuses_a_damaged_area_filter_redo_file(rsurvey, tmp_path):
     redo.write_bytes(bytes(raw))
     with pytest.raises(LoadError, match="checksum"):
         pipeline.run_load([], out, None, mode="serial", resume=True)
+
+
+def test_a_long_load_fsyncs_its_parts_beside_its_final_check(rsurvey, tmp_path, monkeypatch):
+    """Every load, short or long, makes its parts durable (the recompute rewrote the .bin) on
+    a thread of its own while its final check reads them (writer._Beside); the journal
+    says "complete" only once both are done (a new load without the area filter: "loading"
+    meanwhile; with it, "filtered", or "area-filter" while "filtered" is still being made
+    durable beside the recompute)."""
+    import threading
+
+    from pfm_dask import writer as W
+
+    seen = []
+    real = W.PfmWriter._close_durable
+
+    def close(self):
+        seen.append((threading.current_thread().name, J.read_journal(self.path)["phase"]))
+        real(self)
+
+    monkeypatch.setattr(W.PfmWriter, "_close_durable", close)
+    for area, phases in ((False, {"loading"}), (True, {"area-filter", "filtered"})):
+        seen.clear()
+        out = tmp_path / f"long-{area}.pfm"
+        res = pipeline.run_load(expand_inputs([rsurvey]), out,
+                                LoadConfig(bin_size_m=25.0, area_filter=area),
+                                mode="serial", checkpoint_seconds=0, quiet=True)
+        assert res.exit_code == 0, res.summary()
+        assert len(seen) == 1 and seen[0][0] == "pfm-sync" and seen[0][1] in phases, seen
+        assert J.read_journal(out)["phase"] == "complete"
+
+
+def test_a_long_load_failing_in_its_final_step_redoes_it_from_its_last_checkpoint(
+        rsurvey, tmp_path, monkeypatch):
+    """A new load without the area filter takes no checkpoint in its final step
+    (PfmWriter._final_step_redone): failing there after its recompute rewrote every bin, it
+    resumes from the last checkpoint of its loading phase (here after 2 of 4 pieces), writes
+    the pieces after it again over records the recompute had rewritten, and ends with the
+    bytes of an uninterrupted load."""
+    from pfm_dask import _writer_journal, writer as W
+
+    monkeypatch.setenv("PFM_DASK_GROUP_BYTES", "1")
+    cfg = LoadConfig(bin_size_m=25.0)
+    paths = expand_inputs([rsurvey])
+    ref = tmp_path / "ref.pfm"
+    assert pipeline.run_load(paths, ref, cfg, mode="serial", quiet=True).exit_code == 0
+
+    real_ckpt = _writer_journal.WriterJournal._checkpoint
+
+    def checkpoints_up_to_piece_2(self, phase=None, **kw):
+        if kw.get("behind") and self._next > 2:
+            return
+        return real_ckpt(self, phase, **kw)
+
+    real_recompute = W.pfm.recompute
+
+    def recompute_then_fail(*a, **kw):
+        real_recompute(*a, **kw)           # every bin's statistics rewritten, then a failure
+        raise OSError("the disk went away")
+
+    monkeypatch.setattr(_writer_journal.WriterJournal, "_checkpoint", checkpoints_up_to_piece_2)
+    monkeypatch.setattr(W.pfm, "recompute", recompute_then_fail)
+    out = tmp_path / "out.pfm"
+    try:
+        res = pipeline.run_load(paths, out, cfg, mode="serial", checkpoint_seconds=0, quiet=True)
+        assert res.exit_code != 0
+    except OSError:
+        pass
+    state = J.read_journal(out)
+    assert (state["phase"], state["watermark"]) == ("loading", 2)
+    monkeypatch.undo()
+    monkeypatch.setenv("PFM_DASK_GROUP_BYTES", "1")
+    res = pipeline.run_load([], out, None, mode="serial", resume=True, quiet=True)
+    assert res.exit_code == 0, res.summary()
+    assert res.resumed_from["phase"] == "loading"
+    assert_same_pfm(out, ref, tmp_path)

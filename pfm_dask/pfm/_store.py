@@ -92,7 +92,7 @@ import os
 import threading
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -331,8 +331,13 @@ class PfmFile(PfmReads, PfmWrites):
                bin_size_m: float | None = None, max_record_pointer: int = 0,
                classification: str = "UNCLASSIFIED", creation_software: str | None = None,
                wkt: str = WGS84_WKT, mosaic_path: str = "NONE", feature_path: str = "NONE",
-               dynamic_reload: int = 1, user_flag_names: Sequence[str] | None = None) -> "PfmFile":
-        """Create a new PFM v7 structure from a bin grid; returns it opened ``"r+"``."""
+               dynamic_reload: int = 1, user_flag_names: Sequence[str] | None = None,
+               on_claim: Callable[[str], None] | None = None) -> "PfmFile":
+        """Create a new PFM v7 structure from a bin grid; returns it opened ``"r+"``.
+
+        ``on_claim(data_dir)`` is called once the data directory is made (the claim on the
+        path), before any other file: a load writes there what proves the output its own
+        should it die before the PFM is whole."""
         path = os.fspath(path)
         h = cls.new_header(grid, min_depth=min_depth, max_depth=max_depth, precision=precision,
                            max_files=max_files, max_lines=max_lines, max_pings=max_pings,
@@ -355,6 +360,8 @@ class PfmFile(PfmReads, PfmWrites):
             os.mkdir(data_dir)
         except FileExistsError:
             raise refused from None
+        if on_claim is not None:
+            on_claim(data_dir)
         base = os.path.basename(path)
         stem_rel = f"{path}.data{os.sep}{base}"
         with open(path, "w", **TEXT_CODING, newline="\n") as fh:
