@@ -14,7 +14,7 @@ from .._numeric import nint, scaled_code_f32
 from .. import validity as V
 from ._header import PfmHeader
 from ._recompute import _USER_FLAGS, grouped_bin_stats
-from ._recompute_kernel import check_sums, record_fields
+from ._recompute_kernel import WALKED_FIELDS, check_sums, record_fields, walked_summary
 from ._check_parts import _Layout
 from ._check_walk import _Walker
 from ._problems import _Problems, _bin_where
@@ -207,7 +207,10 @@ def _fast_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
 
 
 #: the bin record fields :func:`_walked_band` reads
-_WALKED_FIELDS = ("count", "validity", "std", "min_filtered", "max_filtered", "min", "max")
+_WALKED_FIELDS = WALKED_FIELDS
+#: :func:`extrema_candidates`' keys in its order (even: the least, odd: the greatest)
+_EXTREMA_KEYS = ("bin_count_min", "bin_count_max", "min_filtered", "max_filtered", "min_std",
+                 "max_std", "min", "max")
 
 
 def _walked_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
@@ -215,6 +218,17 @@ def _walked_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
     bin record checks of :func:`_walk_band`, the coverage and the extrema; ``None`` when a
     record needs the exact walk (the whole check then runs without ``walked``)."""
     try:
+        depth_q, std_q = 1.0 / float(ctx.scale32), 1.0 / float(ctx.std32)
+        n_max = ctx.walker.n_phys * ctx.lay.L if ctx.walker.n_phys else np.iinfo(np.int64).max
+        # a band with nothing to report: one compiled pass (the same tests and candidates)
+        fast = walked_summary(recs, ctx.lay.bin, bidx, cover, max_count=n_max,
+                              scale32=ctx.scale32, off32=ctx.off32, std32=ctx.std32,
+                              ok_below=float(ctx.null32) - 0.5 * depth_q)
+        if fast is not None:
+            if not fast:
+                return None, None
+            quantum = (0, 0, depth_q, depth_q, std_q, std_q, depth_q, depth_q)
+            return None, [(_EXTREMA_KEYS[k], v, b, k % 2 == 0, quantum[k]) for k, v, b in fast]
         # only the fields this path reads (the statistics are not re-derived here)
         u = record_fields(recs, ctx.lay.bin, [k for k in _WALKED_FIELDS if k in ctx.lay.bin.fields])
         cnt = u["count"].astype(np.int64)

@@ -23,7 +23,7 @@ from .. import validity as V
 from .._numeric import CompiledKernels
 
 __all__ = ["NdxView", "BAND_FIELDS", "recompute_records", "check_sums", "band_soundings",
-           "record_fields"]
+           "record_fields", "walked_summary", "WALKED_FIELDS"]
 
 #: Bin record fields the kernel reads or writes, in the order of its offset/width arrays.
 BAND_FIELDS = ("num_soundings", "std", "avg_filtered", "min_filtered", "max_filtered", "avg",
@@ -421,6 +421,83 @@ def _k_record_fields(recs, foff, fnb, out):
             out[f, g] = _fld(recs, rn, r0 + foff[f], nb) if nb else np.uint64(0)
 
 
+def _k_walked_summary(recs, foff, fnb, bidx, cbins, cov, cover, max_count, data_bit, cov_data,
+                      cov_checked, cov_verified, cov_surveyed, checked_bit, verified_bit,
+                      scale32, off32, std32, ok_below, out_val, out_bin):
+    """numba kernel: a band the recompute walked, as the check's numpy path reads it (module
+    ``_check_band``: ``_walked_band``), for a band with nothing to report. Fields in ``foff``/
+    ``fnb`` order: count, validity, std, min_filtered, max_filtered, min, max. Returns 1 when
+    the numpy path must look (a record with bytes but no soundings, a count past the
+    ``.ndx``, a coverage byte that disagrees with its bin), else 0 with each header extremum's
+    first candidate in ``out_val``/``out_bin`` (bin -1: none), in the order of
+    ``extrema_candidates``."""
+    n = bidx.size
+    rb = recs.size // max(1, n)
+    rn = recs.size
+    for k in range(8):
+        out_bin[k] = -1
+    j = 0                        # the coverage position of bin g (cbins and bidx increase)
+    for g in range(n):
+        r0 = g * rb * 8
+        cnt = np.int64(_fld(recs, rn, r0 + foff[0], fnb[0]))
+        val = np.int64(_fld(recs, rn, r0 + foff[1], fnb[1]))
+        if cnt == 0 or cnt > max_count:
+            return 1
+        b = bidx[g]
+        if cover:
+            while j < cbins.size and cbins[j] < b:
+                if (cov[j] & (cov_data | cov_checked | cov_verified)) != 0:
+                    return 1     # an empty bin's coverage byte may set none of the three
+                j += 1
+            if j == cbins.size or cbins[j] != b:
+                return 1
+            c = np.int64(cov[j])
+            d = (val & data_bit) != 0
+            if d != ((c & cov_data) != 0) or d and (c & cov_surveyed) == 0:
+                return 1
+            if ((val & checked_bit) != 0) != ((c & cov_checked) != 0):
+                return 1
+            if ((val & verified_bit) != 0) != ((c & cov_verified) != 0):
+                return 1
+            j += 1
+        x = np.float64(cnt)
+        if out_bin[0] < 0 or x < out_val[0]:
+            out_val[0], out_bin[0] = x, b
+        if out_bin[1] < 0 or x > out_val[1]:
+            out_val[1], out_bin[1] = x, b
+        mx = np.float64(np.float32(np.float32(_fld(recs, rn, r0 + foff[6], fnb[6])) / scale32)
+                        - off32)
+        if not mx < ok_below:
+            continue
+        mn = np.float64(np.float32(np.float32(_fld(recs, rn, r0 + foff[5], fnb[5])) / scale32)
+                        - off32)
+        if out_bin[6] < 0 or mn < out_val[6]:
+            out_val[6], out_bin[6] = mn, b
+        if out_bin[7] < 0 or mx > out_val[7]:
+            out_val[7], out_bin[7] = mx, b
+        if (val & data_bit) == 0:
+            continue
+        mnf = np.float64(np.float32(np.float32(_fld(recs, rn, r0 + foff[3], fnb[3])) / scale32)
+                         - off32)
+        mxf = np.float64(np.float32(np.float32(_fld(recs, rn, r0 + foff[4], fnb[4])) / scale32)
+                         - off32)
+        sd = np.float64(np.float32(np.float32(_fld(recs, rn, r0 + foff[2], fnb[2])) / std32))
+        if out_bin[2] < 0 or mnf < out_val[2]:
+            out_val[2], out_bin[2] = mnf, b
+        if out_bin[3] < 0 or mxf > out_val[3]:
+            out_val[3], out_bin[3] = mxf, b
+        if out_bin[4] < 0 or sd < out_val[4]:
+            out_val[4], out_bin[4] = sd, b
+        if out_bin[5] < 0 or sd > out_val[5]:
+            out_val[5], out_bin[5] = sd, b
+    if cover:
+        while j < cbins.size:
+            if (cov[j] & (cov_data | cov_checked | cov_verified)) != 0:
+                return 1
+            j += 1
+    return 0
+
+
 def _signatures(T) -> dict:
     ro = dict(readonly=True)
     i8, f8, f4, u8 = T.int64, T.float64, T.float32, T.uint64
@@ -439,6 +516,12 @@ def _signatures(T) -> dict:
             T.Array(T.uint32, 1, "C"), T.Array(T.int64, 1, "C"), T.Array(T.int32, 1, "C"),
             T.uint32, T.Array(T.bool_, 1, "C"), T.Array(T.float64, 1, "C"),
             T.Array(T.float64, 1, "C")),
+        "walked_summary": T.int64(
+            T.Array(T.uint8, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro),
+            T.Array(T.int64, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro),
+            T.Array(T.int64, 1, "C", **ro), T.Array(T.uint8, 1, "C", **ro), T.boolean,
+            i8, i8, i8, i8, i8, i8, i8, i8, f4, f4, f4, f8, T.Array(T.float64, 1, "C"),
+            T.Array(T.int64, 1, "C")),
         "record_fields": T.void(
             T.Array(T.uint8, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro),
             T.Array(T.int64, 1, "C", **ro), T.Array(T.uint64, 2, "C")),
@@ -663,6 +746,39 @@ def band_soundings(view: NdxView, recs: np.ndarray, cols: np.ndarray,
         return None
     out["start"] = start
     return out
+
+
+#: the fields :func:`walked_summary` reads, in its order
+WALKED_FIELDS = ("count", "validity", "std", "min_filtered", "max_filtered", "min", "max")
+
+
+def walked_summary(recs: np.ndarray, layout, bidx: np.ndarray, cover, *, max_count: int,
+                   scale32, off32, std32, ok_below: float):
+    """A band the recompute walked, checked in one compiled pass (:func:`_k_walked_summary`):
+    None when the numpy path must look, else the extrema candidates ``[(index of the key in
+    extrema_candidates' order, value, bin), ...]`` of the keys that have one. ``layout``: the
+    check's bin layout (fields named as ``WALKED_FIELDS``); ``cover``: (bins, coverage
+    bytes) of the band's positions, or None."""
+    if any(k not in layout.fields or not 0 < layout.fields[k].nbits <= 62 for k in WALKED_FIELDS):
+        return None
+    recs = np.ascontiguousarray(recs, dtype=np.uint8)
+    foff = np.array([layout.fields[k].offset for k in WALKED_FIELDS], np.int64)
+    fnb = np.array([layout.fields[k].nbits for k in WALKED_FIELDS], np.int64)
+    if cover is None:
+        cbins, cov = np.zeros(0, np.int64), np.zeros(0, np.uint8)
+    else:
+        cbins, cov = (np.ascontiguousarray(cover[0], dtype=np.int64),
+                      np.ascontiguousarray(cover[1], dtype=np.uint8))
+    out_val = np.zeros(8, np.float64)
+    out_bin = np.zeros(8, np.int64)
+    status = _kernel("walked_summary")(
+        recs.reshape(-1), foff, fnb, np.ascontiguousarray(bidx, dtype=np.int64), cbins, cov,
+        cover is not None, int(max_count), V.DATA, V.COV_DATA, V.COV_CHECKED, V.COV_VERIFIED,
+        V.COV_SURVEYED, V.CHECKED, V.VERIFIED, np.float32(scale32), np.float32(off32),
+        np.float32(std32), float(ok_below), out_val, out_bin)
+    if status:
+        return None
+    return [(k, float(out_val[k]), int(out_bin[k])) for k in range(8) if out_bin[k] >= 0]
 
 
 def record_fields(recs: np.ndarray, layout, keys=None) -> dict:

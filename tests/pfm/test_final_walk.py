@@ -140,3 +140,46 @@ def test_the_check_without_the_walk_is_unchanged(monkeypatch, sound):
     assert not ChainWalk().clean
     assert P.check(sound, walked=ChainWalk()) == P.check(sound) == []
     assert _check_band._FAST_WALK
+
+
+def test_the_compiled_band_summary_equals_the_numpy_path(sound, tmp_path, monkeypatch):
+    """A walked band with nothing to report is checked in one compiled pass
+    (``_recompute_kernel.walked_summary``): its header extrema candidates, band by band,
+    are those of the numpy path; a band whose coverage byte disagrees with its bin goes to
+    the numpy path, which reports it."""
+    p = _copy_t(sound, tmp_path)
+    fast, slow = [], []
+    real_ws, real_ec = _check_band.walked_summary, _check_band.extrema_candidates
+
+    def both(*a, **k):
+        fast.append(real_ws(*a, **k))
+        return None                       # so the numpy path runs on the band as well
+
+    def numpy_path(*a, **k):
+        slow.append(real_ec(*a, **k))
+        return slow[-1]
+
+    monkeypatch.setattr(_check_band, "walked_summary", both)
+    monkeypatch.setattr(_check_band, "extrema_candidates", numpy_path)
+    w = ChainWalk()
+    with P.open_pfm(p, "r+") as f:
+        f.write_header(**P.recompute(f, None, threads=1, walk=w))
+    got = P.check(p, threads=1, walked=w, band_soundings=37)      # many bands
+    assert got == [] and len(fast) == len(slow) > 3
+    for f, s in zip(fast, slow):
+        assert f is not None
+        want = [(key, x, b) for key, x, b, _, _ in s] if s else []
+        assert [(_check_band._EXTREMA_KEYS[k], v, b) for k, v, b in f] == want
+    monkeypatch.undo()
+    # a coverage byte flipped after the recompute: the same problem as the full check's
+    w = ChainWalk()
+    with P.open_pfm(p, "r+") as f:
+        f.write_header(**P.recompute(f, None, threads=2, walk=w))
+    h = P.open_pfm(p).header
+    with open(part(p, "cvg"), "r+b") as fh:
+        fh.seek(os.path.getsize(part(p, "cvg")) - h.bin_width * h.bin_height // 2)
+        b = fh.read(1)[0]
+        fh.seek(-1, 1)
+        fh.write(bytes([b ^ 0x80]))
+    got = P.check(p, threads=2, walked=w)
+    assert got and got == P.check(p, threads=1)
