@@ -593,6 +593,55 @@ def _k_bits_clear(bits, pos):
         bits[p >> 3] &= np.uint8(~(1 << (7 - (p & 7))) & 255)
 
 
+def _k_undo_needed(off, size, limit, bits, out):
+    """``out[j]``: the ``size``-byte record at ``off[j]`` lies below ``limit`` and its bit
+    (record ``off[j] // size``, MSB first) is clear in ``bits`` (empty: no bit set); returns how
+    many. The undo log's test of which records still need a pre-image."""
+    k = 0
+    have = bits.size > 0
+    for j in range(off.size):
+        o = off[j]
+        need = o < limit
+        if need and have:
+            i = o // size
+            need = ((bits[i >> 3] >> (7 - (i & 7))) & 1) == 0
+        out[j] = need
+        k += need
+    return k
+
+
+def _k_bits_set_div(bits, off, size):
+    """Set bit ``off[j] // size`` (MSB first within each byte) for every j."""
+    for j in range(off.size):
+        i = off[j] // size
+        bits[i >> 3] |= np.uint8((1 << (7 - (i & 7))) & 255)
+
+
+def _k_rows_nonzero(buf, pos, size, out):
+    """``out[j]``: whether any of the ``size`` bytes of ``buf`` from ``pos[j]`` on is non-zero;
+    returns how many are."""
+    k = 0
+    for j in range(pos.size):
+        p = pos[j]
+        acc = np.uint8(0)
+        for b in range(size):        # no early exit: the OR of a short record vectorises
+            acc |= buf[p + b]
+        nz = acc != 0
+        out[j] = nz
+        k += nz
+    return k
+
+
+def _k_gather_rows(buf, pos, size, out):
+    """The ``size`` bytes of ``buf`` from each ``pos[j]``, end to end into ``out``."""
+    o = 0
+    for j in range(pos.size):
+        p = pos[j]
+        for b in range(size):
+            out[o + b] = buf[p + b]
+        o += size
+
+
 def _runs_or(b, nbins, v, with_or, starts, values, ors):
     """:func:`_k_bin_runs` for values ``v`` of one type; the OR only ``with_or``."""
     nr = 0
@@ -854,16 +903,22 @@ def _signature(name: str, T):
         "unpack_at": (arr(T.uint8), ai, ai, ai, arr(u64, 2, ro=False)),
         "bits_all": (arr(T.uint8), ai),
         "bits_clear": (arr(T.uint8, ro=False), ai),
+        "undo_needed": (ai, i64, i64, arr(T.uint8), arr(T.boolean, ro=False)),
+        "bits_set_div": (arr(T.uint8, ro=False), ai, i64),
+        "rows_nonzero": (arr(T.uint8), ai, i64, arr(T.boolean, ro=False)),
+        "gather_rows": (arr(T.uint8), ai, i64, arr(T.uint8, ro=False)),
         "from_words": (arr(u64, 2, "A"), arr(T.uint8, 2, "A", ro=False)),
     }
     ret = {"bin_runs": T.int64, "record_ends": T.int64, "bits_all": T.boolean,
-           "gather_u32": T.int64, "touch_new": T.int64}.get(name, T.void)
+           "gather_u32": T.int64, "touch_new": T.int64,
+           "undo_needed": T.int64, "rows_nonzero": T.int64}.get(name, T.void)
     return ret(*sigs[name])
 
 
 _KERNEL_NAMES = ("pack_items", "pack_soundings", "fill_slots", "unpack_items", "unpack_words", "to_words", "from_words",
                  "bin_runs", "record_ends", "merge_runs_to", "merge_count", "scatter", "tails_clean",
-                 "gather_u32", "touch_new", "pack_new", "pack_bits", "unpack_at", "bits_all", "bits_clear")
+                 "gather_u32", "touch_new", "pack_new", "pack_bits", "unpack_at", "bits_all", "bits_clear",
+                 "undo_needed", "bits_set_div", "rows_nonzero", "gather_rows")
 
 
 def _signatures(T) -> dict:

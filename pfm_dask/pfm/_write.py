@@ -243,11 +243,12 @@ class PfmWrites:
                             what="bin record")
             cur = bspans.unpack(BL, ["num_soundings", "validity", "head", "tail"])
         if self.undo is not None:
-            # one pre-image per record and checkpoint interval (the first: what a rollback leaves)
-            need = self.undo.needed("bin", boff, bsize)
-            if need.any():
-                self.undo.save_records("bin", boff[need], bsize,
-                                       None if fresh else bspans.records(need))
+            # one pre-image per record and checkpoint interval (the first: what a rollback
+            # leaves), read in place from the span buffer
+            if fresh:
+                self.undo.save_records("bin", boff, bsize, None)
+            else:
+                self.undo.save_records("bin", boff, bsize, bspans.buf, at=bspans.pos)
         self._touch(ub)
         # where every bin's soundings go: old tail slots, new records (one compiled pass)
         base = self.ndx_size
@@ -363,9 +364,7 @@ class PfmWrites:
                             path=self.ndx_path, what="tail record")
             trecs = tspans.records()                 # (len(tb), rsize) copy, changed in place
             if self.undo is not None:
-                need = self.undo.needed("ndx", t0[tb], rsize)
-                if need.any():
-                    self._save_tails(t0[tb][need], trecs[need], used[tb][need])
+                self._save_tails(t0[tb], trecs, used[tb])
             flat = trecs.reshape(-1)
             row_at = np.arange(tb.size, dtype=np.int64) * rsize
             cont_old = NL.unpack_at(flat, row_at, ["continuation"])["continuation"]
@@ -394,11 +393,19 @@ class PfmWrites:
         again, so only its address and the bits to keep are logged (16 bytes, not the record);
         any other (bits set past its soundings, left by another writer) is logged whole.
         """
+        need = self.undo.needed("ndx", offsets, recs.shape[1])
+        if not need.all():
+            if not need.any():
+                return
+            offsets, recs, used = offsets[need], recs[need], used[need]
         keep = used.astype(np.int64) * self._single_bits
         clean = tails_clean(recs, keep)
-        self.undo.save_cleared("ndx", offsets[clean], recs.shape[1], keep[clean])
-        if not clean.all():
-            self.undo.save_records("ndx", offsets[~clean], recs.shape[1], recs[~clean])
+        every = np.ones(offsets.size, dtype=bool)
+        if clean.all():
+            self.undo.save_cleared("ndx", offsets, recs.shape[1], keep, need=every)
+            return
+        self.undo.save_cleared("ndx", offsets[clean], recs.shape[1], keep[clean], need=every[clean])
+        self.undo.save_records("ndx", offsets[~clean], recs.shape[1], recs[~clean], need=every[~clean])
 
     def _commit(self, step: dict) -> None:
         """Write what :meth:`_prepare` changed: the undo log made durable first, then the old tail

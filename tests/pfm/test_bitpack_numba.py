@@ -772,3 +772,36 @@ def test_tails_clean_matches_the_numpy_rule(seed):
     want = (part == 0) & (last <= byte0)
     assert want.any() and not want.all()
     assert np.array_equal(tails_clean(recs, keep), want)
+
+
+def test_undo_bookkeeping_kernels_match_plain_loops():
+    """The undo log's record helpers against loops over Python ints: which records still need a
+    pre-image (below the limit, bit clear; no map: all below the limit), marking them, which
+    records in a buffer hold a non-zero byte, and gathering them end to end."""
+    from pfm_dask.pfm._bitpack import gather_rows, mark_records, records_needed, rows_nonzero
+
+    rng = np.random.default_rng(7)
+    size, limit = 13, 13 * 400
+    bits = np.zeros(limit // size // 8 + 2, dtype=np.uint8)
+    seen: set[int] = set()
+    for _ in range(4):
+        off = np.sort(rng.choice(460, 120, replace=False)) * size
+        want = [o < limit and o // size not in seen for o in off.tolist()]
+        assert records_needed(off, size, limit, bits).tolist() == want
+        assert records_needed(off, size, limit, None).tolist() == [o < limit for o in off.tolist()]
+        kept = off[np.array(want, dtype=bool)]
+        mark_records(bits, kept, size)
+        seen |= {o // size for o in kept.tolist()}
+        ref = [int(c) for c in "".join(format(x, "08b") for x in bits.tobytes())]
+        assert {i for i, v in enumerate(ref) if v} == seen
+    buf = rng.integers(0, 256, 3000, dtype=np.uint8)
+    pos = np.sort(rng.choice(3000 - size, 90, replace=False))
+    for p in pos[::3].tolist():
+        buf[p:p + size] = 0
+    got = rows_nonzero(buf, pos, size)
+    assert got.tolist() == [any(buf[p:p + size]) for p in pos.tolist()]
+    assert not got.all() and got.any()
+    out = np.empty(pos.size * size, dtype=np.uint8)
+    gather_rows(buf, pos, size, out)
+    assert out.tobytes() == b"".join(buf[p:p + size].tobytes() for p in pos.tolist())
+
