@@ -64,6 +64,7 @@ __all__ = [
     "mark_records",
     "rows_nonzero",
     "gather_rows",
+    "read_parts",
 ]
 
 _U64 = np.uint64
@@ -718,3 +719,21 @@ def gather_rows(buf: np.ndarray, pos: np.ndarray, size: int, out: np.ndarray) ->
             raise ValueError("records outside the buffer")
         _kernel("gather_rows")(buf, p, int(size), out)
 
+
+def read_parts(span_lo: np.ndarray, span_len: np.ndarray, span_at: np.ndarray, base: int,
+               size: int, zero_bits: np.ndarray, min_skip: int):
+    """What to read of spans of whole ``size``-byte records (record ``i`` at byte ``base + i *
+    size``) when runs of records marked in ``zero_bits`` (bit ``i``, MSB first: known to be all
+    zero in the file) need no reading: those at either end of a span (no more calls) and those
+    of at least ``min_skip`` records inside one. (file offsets, lengths, buffer positions) of
+    the parts left, in order. One compiled pass over the spans' records."""
+    lo = np.ascontiguousarray(span_lo, dtype=np.int64)
+    ln = np.ascontiguousarray(span_len, dtype=np.int64)
+    at = np.ascontiguousarray(span_at, dtype=np.int64)
+    size, base, min_skip = int(size), int(base), max(1, int(min_skip))
+    if lo.size and (np.any((lo - base) % size) or np.any(ln % size) or lo.min() < base):
+        raise ValueError("spans must be whole records")
+    cap = lo.size + int(ln.sum()) // size // min_skip + 1
+    out = [np.empty(cap, dtype=np.int64) for _ in range(3)]
+    k = _kernel("read_parts")(lo, ln, at, base, size, zero_bits, min_skip, *out) if lo.size else 0
+    return tuple(o[:k] for o in out)

@@ -642,6 +642,49 @@ def _k_gather_rows(buf, pos, size, out):
         o += size
 
 
+def _k_read_parts(span_lo, span_len, span_at, base, size, bits, min_skip, lo_out, len_out,
+                  at_out):
+    """The parts of each span (file bytes ``span_lo[s]`` on, ``span_len[s]`` long, at
+    ``span_at[s]`` of a buffer; whole records of ``size`` bytes, record ``i`` at byte ``base + i *
+    size``) left to read once runs of records known to be zero (bit ``i`` of ``bits`` set, MSB
+    first) are taken out: those at either end of a span, and those of at least ``min_skip``
+    records inside one. File offset, length and buffer position of each; returns how many."""
+    k = 0
+    nbits = bits.size * 8
+    for s in range(span_lo.size):
+        lo = span_lo[s]
+        at = span_at[s]
+        n = span_len[s] // size
+        r0 = (lo - base) // size
+        start = 0
+        i = 0
+        while i < n:
+            r = r0 + i
+            if r < nbits and (bits[r >> 3] >> (7 - (r & 7))) & 1:
+                j = i + 1
+                while j < n:
+                    q = r0 + j
+                    if q >= nbits or not (bits[q >> 3] >> (7 - (q & 7))) & 1:
+                        break
+                    j += 1
+                if j - i >= min_skip or i == 0 or j == n:     # a span's ends: no call more
+                    if i > start:
+                        lo_out[k] = lo + start * size
+                        len_out[k] = (i - start) * size
+                        at_out[k] = at + start * size
+                        k += 1
+                    start = j
+                i = j
+            else:
+                i += 1
+        if n > start:
+            lo_out[k] = lo + start * size
+            len_out[k] = (n - start) * size
+            at_out[k] = at + start * size
+            k += 1
+    return k
+
+
 def _runs_or(b, nbins, v, with_or, starts, values, ors):
     """:func:`_k_bin_runs` for values ``v`` of one type; the OR only ``with_or``."""
     nr = 0
@@ -907,18 +950,20 @@ def _signature(name: str, T):
         "bits_set_div": (arr(T.uint8, ro=False), ai, i64),
         "rows_nonzero": (arr(T.uint8), ai, i64, arr(T.boolean, ro=False)),
         "gather_rows": (arr(T.uint8), ai, i64, arr(T.uint8, ro=False)),
+        "read_parts": (ai, ai, ai, i64, i64, arr(T.uint8), i64, arr(i64, ro=False),
+                       arr(i64, ro=False), arr(i64, ro=False)),
         "from_words": (arr(u64, 2, "A"), arr(T.uint8, 2, "A", ro=False)),
     }
     ret = {"bin_runs": T.int64, "record_ends": T.int64, "bits_all": T.boolean,
            "gather_u32": T.int64, "touch_new": T.int64,
-           "undo_needed": T.int64, "rows_nonzero": T.int64}.get(name, T.void)
+           "undo_needed": T.int64, "rows_nonzero": T.int64, "read_parts": T.int64}.get(name, T.void)
     return ret(*sigs[name])
 
 
 _KERNEL_NAMES = ("pack_items", "pack_soundings", "fill_slots", "unpack_items", "unpack_words", "to_words", "from_words",
                  "bin_runs", "record_ends", "merge_runs_to", "merge_count", "scatter", "tails_clean",
                  "gather_u32", "touch_new", "pack_new", "pack_bits", "unpack_at", "bits_all", "bits_clear",
-                 "undo_needed", "bits_set_div", "rows_nonzero", "gather_rows")
+                 "undo_needed", "bits_set_div", "rows_nonzero", "gather_rows", "read_parts")
 
 
 def _signatures(T) -> dict:

@@ -239,8 +239,10 @@ class PfmWrites:
             cur = {"num_soundings": z, "validity": z, "head": z, "tail": z}
         else:
             writer.wait_for(self._fds["bin"], int(boff[0]), int(boff[-1]) + bsize)
+            # bins not written yet (the zero map) among them: long runs of those are not read
             bspans = Spans(self._fds["bin"], boff, bsize, max_gap=RMW_GAP, path=self.bin_path,
-                            what="bin record")
+                           what="bin record", known_zero=None if self._zero_bins is None
+                           else (self._zero_bins, self.bin_header_size))
             cur = bspans.unpack(BL, ["num_soundings", "validity", "head", "tail"])
         if self.undo is not None:
             # one pre-image per record and checkpoint interval (the first: what a rollback

@@ -805,3 +805,43 @@ def test_undo_bookkeeping_kernels_match_plain_loops():
     gather_rows(buf, pos, size, out)
     assert out.tobytes() == b"".join(buf[p:p + size].tobytes() for p in pos.tolist())
 
+
+def test_read_parts_leaves_out_zero_runs_at_span_ends_and_long_ones_inside():
+    """read_parts against a loop over records: a span's parts to read are its records less the
+    runs known zero at either end and those of at least min_skip records inside it."""
+    from pfm_dask.pfm._bitpack import read_parts
+
+    rng = np.random.default_rng(3)
+    size, base, nrec = 5, 100, 3000
+    zero = rng.random(nrec) < 0.5
+    zero[200:260] = True                    # long runs inside spans
+    zero[1000:1003] = True
+    bits = np.packbits(zero)
+    # spans: consecutive record ranges, laid end to end in a buffer
+    cuts = np.sort(rng.choice(np.arange(1, nrec), 40, replace=False))
+    a_, b_ = np.r_[0, cuts], np.r_[cuts, nrec]
+    lo = base + a_ * size
+    ln = (b_ - a_) * size
+    at = np.cumsum(ln) - ln
+    for min_skip in (1, 4, 50):
+        want = []
+        for a, b, p in zip(a_.tolist(), b_.tolist(), at.tolist()):
+            i, start = a, a
+            while i < b:
+                if zero[i]:
+                    j = i
+                    while j < b and zero[j]:
+                        j += 1
+                    if j - i >= min_skip or i == a or j == b:
+                        if i > start:
+                            want.append((base + start * size, (i - start) * size, p + (start - a) * size))
+                        start = j
+                    i = j
+                else:
+                    i += 1
+            if b > start:
+                want.append((base + start * size, (b - start) * size, p + (start - a) * size))
+        got = read_parts(lo, ln, at, base, size, bits, min_skip)
+        assert list(zip(*(g.tolist() for g in got))) == want
+    with pytest.raises(ValueError):
+        read_parts(lo + 1, ln, at, base, size, bits, 4)
