@@ -599,23 +599,33 @@ def scatter(src: np.ndarray, dest: np.ndarray, out: np.ndarray, *, check: bool =
         _kernel("scatter")(s.view(np.uint8), s.dtype.itemsize, d, out.view(np.uint8))
 
 
-def tails_clean(recs: np.ndarray, keep: np.ndarray) -> np.ndarray:
+def tails_clean(recs: np.ndarray, keep: np.ndarray, *, at: np.ndarray | None = None) -> np.ndarray:
     """Per row of the (n, size) uint8 records ``recs``: whether every bit from bit ``keep`` on
     (the slots past its soundings, then the continuation pointer) is zero, so clearing those bits
     restores it. The partial byte at the first free bit, then every byte after it: no byte after
     it is non-zero when the record's last non-zero byte is at it or before. A record all zero
     has no last non-zero byte: it counts as not clean (logged whole, safely) unless ``keep``
-    reaches its last byte. One compiled pass."""
-    r = np.ascontiguousarray(recs, dtype=np.uint8)
+    reaches its last byte. One compiled pass. With ``at``: ``recs`` = (flat uint8 buffer, record
+    size), record ``j`` at byte ``at[j]`` of it (a read span's, tested in place)."""
+    if at is None:
+        r = np.ascontiguousarray(recs, dtype=np.uint8)
+        if r.ndim != 2:
+            raise ValueError("recs must be (n, size) and keep one per row")
+        buf, size = r.reshape(-1), r.shape[1]
+        pos = np.arange(r.shape[0], dtype=np.int64) * size
+    else:
+        (buf, size), pos = recs, np.ascontiguousarray(at, dtype=np.int64)
+        if pos.size and (pos.min() < 0 or int(pos.max()) + size > buf.size):
+            raise ValueError("records outside the buffer")
     k = np.ascontiguousarray(keep, dtype=np.int64)
-    if r.ndim != 2 or k.shape != (r.shape[0],):
+    if k.shape != (pos.size,):
         raise ValueError("recs must be (n, size) and keep one per row")
     if k.size and k.min() < 0:
         raise ValueError("keep must not be negative")
-    out = np.empty(r.shape[0], dtype=np.bool_)
-    if r.shape[0] and r.shape[1]:
-        _kernel("tails_clean")(r, k, out)
-    elif r.shape[0]:
+    out = np.empty(pos.size, dtype=np.bool_)
+    if pos.size and size:
+        _kernel("tails_clean")(buf, pos, int(size), k, out)
+    elif pos.size:
         out[:] = False
     return out
 

@@ -448,13 +448,13 @@ def _put_raw(scratch, p, nb, raw, kind, i):
     return np.uint64(0)
 
 
-def _k_fill_slots(flat, rbytes, slot_bits, rec_row, slot0, first, cnt,
+def _k_fill_slots(flat, rbytes, slot_bits, rec_at, slot0, first, cnt,
                   file_, line, ping, beam, xo, yo, val, depth, herr, verr, attrs, kinds, pos,
                   nbits, apos, anb, doff, dscale, dlim, hscale, hcap, hnull, vscale, vcap, vnull, words,
                   seen):
     """Soundings into free slots of existing records, coded as :func:`_k_pack_soundings` codes them.
 
-    Record ``g`` (bytes ``rec_row[g] * rbytes`` on of ``flat``) gets soundings
+    Record ``g`` (bytes ``rec_at[g]`` on of ``flat``) gets soundings
     ``first[g] .. first[g] + cnt[g] - 1`` in slots ``slot0[g]`` on; every other
     bit of the record is kept. Each record is loaded once into the 64-bit words
     ``words``, the soundings' fields are put in there, and it is stored back: no
@@ -463,11 +463,11 @@ def _k_fill_slots(flat, rbytes, slot_bits, rec_row, slot0, first, cnt,
     """
     full = rbytes >> 3
     rest = rbytes - 8 * full
-    for g in range(rec_row.size):
+    for g in range(rec_at.size):
         c = cnt[g]
         if c <= 0:
             continue
-        o = rec_row[g] * rbytes
+        o = rec_at[g]
         for w in range(full):
             words[w] = _ld_be64(flat, o + 8 * w)
         if rest:
@@ -785,19 +785,19 @@ def _k_scatter(src, kind, dest, out):
         _scatter(src, dest, out)
 
 
-def _k_tails_clean(recs, keep, clean):
-    """``clean[j]``: whether every bit of record ``recs[j]`` from bit ``keep[j]`` on is zero and
-    the record has a non-zero byte (an all-zero one counts as not clean unless ``keep[j]`` reaches
-    its last byte, as the numpy rule it replaces)."""
-    size = recs.shape[1]
-    for j in range(recs.shape[0]):
+def _k_tails_clean(buf, at, size, keep, clean):
+    """``clean[j]``: whether every bit of the ``size``-byte record at byte ``at[j]`` of ``buf``
+    from bit ``keep[j]`` on is zero and the record has a non-zero byte (an all-zero one counts as
+    not clean unless ``keep[j]`` reaches its last byte, as the numpy rule it replaces)."""
+    for j in range(at.size):
+        o = at[j]
         kb = keep[j]
         byte0 = kb >> 3
         q = byte0 if byte0 < size - 1 else size - 1
-        part = np.int64(recs[j, q]) & ((np.int64(1) << (8 - (kb & 7))) - 1)
+        part = np.int64(buf[o + q]) & ((np.int64(1) << (8 - (kb & 7))) - 1)
         last = size - 1
         for b in range(size - 1, -1, -1):
-            if recs[j, b] != 0:
+            if buf[o + b] != 0:
                 last = b
                 break
         clean[j] = part == 0 and last <= byte0
@@ -938,7 +938,7 @@ def _signature(name: str, T):
         "merge_runs_to": (ai, ai, arr(i64, ro=False), arr(i64, ro=False), arr(i64, ro=False)),
         "merge_count": (ai, i64, arr(i64, ro=False), arr(i64, ro=False), arr(i64, ro=False)),
         "scatter": (arr(T.uint8), i64, ai, arr(T.uint8, ro=False)),
-        "tails_clean": (arr(T.uint8, 2), ai, arr(T.boolean, ro=False)),
+        "tails_clean": (arr(T.uint8), ai, i64, ai, arr(T.boolean, ro=False)),
         "gather_u32": (arr(T.uint32), i64, arr(T.uint32), arr(T.uint32, ro=False)),
         "touch_new": (ai, arr(T.boolean, ro=False), arr(i64, ro=False)),
         "pack_new": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai, i64),

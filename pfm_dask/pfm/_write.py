@@ -364,11 +364,10 @@ class PfmWrites:
             writer.wait_for(self._fds["ndx"], int(t0[tb[0]]), int(t0[tb[-1]]) + rsize)
             tspans = Spans(self._fds["ndx"], t0[tb], rsize, max_gap=RMW_GAP,
                             path=self.ndx_path, what="tail record")
-            trecs = tspans.records()                 # (len(tb), rsize) copy, changed in place
+            # the tails are read, logged, filled and linked where the span buffer holds them
+            flat, row_at = tspans.buf, tspans.pos
             if self.undo is not None:
-                self._save_tails(t0[tb], trecs, used[tb])
-            flat = trecs.reshape(-1)
-            row_at = np.arange(tb.size, dtype=np.int64) * rsize
+                self._save_tails(t0[tb], flat, row_at, used[tb], rsize)
             cont_old = NL.unpack_at(flat, row_at, ["continuation"])["continuation"]
             if np.any(cont_old != 0):
                 j = int(np.flatnonzero(cont_old != 0)[0])
@@ -378,36 +377,37 @@ class PfmWrites:
                 # the first fill[b] soundings of bin b go to the free slots of its tail record
                 # (row j of trecs for tb[j]), coded, checked and packed in one kernel pass
                 fill_slots(flat, rsize, L, self._single_bits, item_fields, codes, coding,
-                           np.arange(tb.size, dtype=np.int64), used[tb], start[tb], fill[tb],
-                           check=check)
+                           None, used[tb], start[tb], fill[tb], check=check, at=row_at)
             link = m[tb] > 0
             if link.any():
                 NL.pack_at(flat, row_at[link], {"continuation": first_new[tb[link]].astype(np.uint64)})
-            tspans.store(trecs)
         tm["add_tails"] += time.perf_counter() - t
         return tspans
 
-    def _save_tails(self, offsets: np.ndarray, recs: np.ndarray, used: np.ndarray) -> None:
-        """Give the undo log the pre-images of the tail records about to be filled or linked.
+    def _save_tails(self, offsets: np.ndarray, buf: np.ndarray, at: np.ndarray, used: np.ndarray,
+                    size: int) -> None:
+        """Give the undo log the pre-images of the tail records about to be filled or linked
+        (``size`` bytes at ``offsets`` of the ``.ndx``, at bytes ``at`` of the read span ``buf``).
 
         A tail whose bits past its ``used`` slots are all zero (every record this store packs:
         its free slots and continuation pointer are zero) is restored by clearing those bits
         again, so only its address and the bits to keep are logged (16 bytes, not the record);
         any other (bits set past its soundings, left by another writer) is logged whole.
         """
-        need = self.undo.needed("ndx", offsets, recs.shape[1])
+        need = self.undo.needed("ndx", offsets, size)
         if not need.all():
             if not need.any():
                 return
-            offsets, recs, used = offsets[need], recs[need], used[need]
+            offsets, at, used = offsets[need], at[need], used[need]
         keep = used.astype(np.int64) * self._single_bits
-        clean = tails_clean(recs, keep)
+        clean = tails_clean((buf, size), keep, at=at)
         every = np.ones(offsets.size, dtype=bool)
         if clean.all():
-            self.undo.save_cleared("ndx", offsets, recs.shape[1], keep, need=every)
+            self.undo.save_cleared("ndx", offsets, size, keep, need=every)
             return
-        self.undo.save_cleared("ndx", offsets[clean], recs.shape[1], keep[clean], need=every[clean])
-        self.undo.save_records("ndx", offsets[~clean], recs.shape[1], recs[~clean], need=every[~clean])
+        self.undo.save_cleared("ndx", offsets[clean], size, keep[clean], need=every[clean])
+        self.undo.save_records("ndx", offsets[~clean], size, buf, at=at[~clean],
+                               need=every[~clean])
 
     def _commit(self, step: dict) -> None:
         """Write what :meth:`_prepare` changed: the undo log made durable first, then the old tail

@@ -718,6 +718,16 @@ def test_fill_slots_matches_a_bit_by_bit_reference(seed, int_type, f32_floats, n
                 rec |= v << (nbits - base - off - w)
         want[r * rbytes:(r + 1) * rbytes] = np.frombuffer(rec.to_bytes(rbytes, "big"), np.uint8)
     assert np.array_equal(buf, want)
+    # the same records at byte positions ``at`` of a buffer with gaps (a read span's), in place
+    pos = 3 + np.arange(n_rec) * (rbytes + 5)
+    span = rng.integers(0, 256, int(pos[-1]) + rbytes + 4, dtype=np.uint8)
+    span_want = span.copy()
+    for r in range(n_rec):
+        span[pos[r]:pos[r] + rbytes] = before[r * rbytes:(r + 1) * rbytes]
+        span_want[pos[r]:pos[r] + rbytes] = want[r * rbytes:(r + 1) * rbytes]
+    fill_slots(span, rbytes, slots, slot_bits, fields, vals, coding, None, slot0, first, count,
+               at=pos[rows])
+    assert np.array_equal(span, span_want)
 
 
 def test_packer_depth_check_equals_the_numpy_rule():
@@ -772,6 +782,12 @@ def test_tails_clean_matches_the_numpy_rule(seed):
     want = (part == 0) & (last <= byte0)
     assert want.any() and not want.all()
     assert np.array_equal(tails_clean(recs, keep), want)
+    # in place, at byte positions of a buffer with gaps (a read span's)
+    pos = 7 + np.arange(n) * (size + 3)
+    span = np.full(int(pos[-1]) + size + 2, 0xFF, dtype=np.uint8)
+    for j in range(n):
+        span[pos[j]:pos[j] + size] = recs[j]
+    assert np.array_equal(tails_clean((span, size), keep, at=pos), want)
 
 
 def test_undo_bookkeeping_kernels_match_plain_loops():
