@@ -65,6 +65,7 @@ __all__ = [
     "rows_nonzero",
     "gather_rows",
     "read_parts",
+    "update_bin_records",
 ]
 
 _U64 = np.uint64
@@ -747,3 +748,29 @@ def read_parts(span_lo: np.ndarray, span_len: np.ndarray, span_at: np.ndarray, b
     out = [np.empty(cap, dtype=np.int64) for _ in range(3)]
     k = _kernel("read_parts")(lo, ln, at, base, size, zero_bits, min_skip, *out) if lo.size else 0
     return tuple(o[:k] for o in out)
+
+
+def update_bin_records(layout: "BitLayout", buf: np.ndarray, offsets: np.ndarray, cur: Mapping,
+                       total: np.ndarray, vor: np.ndarray, val_mask: int, first_new: np.ndarray,
+                       last_new: np.ndarray, m: np.ndarray) -> None:
+    """A call's bin records at byte ``offsets`` of the flat uint8 ``buf``, in place, in one
+    compiled pass (every other bit kept): count ``total``, validity ``(cur validity | vor) &
+    val_mask``, head ``first_new`` where ``cur``'s count is 0, tail ``last_new`` where ``m`` new
+    records were chained (> 0); ``cur`` holds the records' present count, validity, head and
+    tail (uint64). What unpacking, numpy and :meth:`BitLayout.pack_at` did in ten passes."""
+    keys = ("num_soundings", "validity", "head", "tail")
+    offs, _ = layout._at_args(buf, offsets, list(keys))
+    if not offs.size:
+        return
+    if not buf.flags.writeable:
+        raise ValueError("buf is read-only")
+    fs = [layout.fields[k] for k in keys]
+    i64 = [np.ascontiguousarray(a, dtype=np.int64) for a in (total, first_new, last_new, m)]
+    u64 = [np.ascontiguousarray(cur[k], dtype=_U64) for k in keys] + [np.ascontiguousarray(vor, dtype=_U64)]
+    if any(a.shape != offs.shape for a in i64 + u64):
+        raise ValueError("one value per record")
+    words = np.zeros((max(f.offset + f.nbits for f in fs) - min(f.offset for f in fs)) // 64 + 3,
+                     dtype=_U64)
+    _kernel("bin_update")(buf, offs, np.array([f.offset for f in fs], np.int64),
+                          np.array([f.nbits for f in fs], np.int64), i64[0], *u64,
+                          _U64(val_mask), i64[1], i64[2], i64[3], words)

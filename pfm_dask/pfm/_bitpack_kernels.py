@@ -107,7 +107,8 @@ def _err_code(e, scale, cap, null):
 
 _HELPERS = ("_mask", "_put", "_emit", "_load_be", "_get", "_depth_code_in", "_err_code",
             "_bw_put", "_bw_skip", "_col_or", "_col_or_raw", "_code_depths_raw", "_code_errors_raw",
-            "_clear", "_raw_u64", "_put_raw", "_runs_or", "_scatter")
+            "_clear", "_raw_u64", "_put_raw", "_runs_or", "_scatter", "_bit_range", "_load_words",
+            "_store_words")
 # unaligned big-endian 64-bit store/load of ``arr[i:i + 8]`` (uint8 array), numba intrinsics
 # made by _make_intrinsics() when the first kernel compiles
 _st_be64 = None
@@ -515,37 +516,86 @@ def _k_pack_bits(buf, bit_base, vals, foff, fnb, words):
     fields cleared and put there, and the bytes stored back: one pass of whole-word loads and
     stores per item, not a load and a store per field that overlap the last field's store.
     """
-    lo_bit = foff[0]
-    hi_bit = foff[0] + fnb[0]
-    for f in range(foff.size):
-        lo_bit = min(lo_bit, foff[f])
-        hi_bit = max(hi_bit, foff[f] + fnb[f])
+    lo_bit, hi_bit = _bit_range(foff, fnb)
     for j in range(bit_base.size):
         o0 = (bit_base[j] + lo_bit) >> 3
         o1 = (bit_base[j] + hi_bit + 7) >> 3
-        nw = (o1 - o0 + 7) >> 3
-        for w in range(nw):
-            q = o0 + 8 * w
-            if q + 8 <= o1:
-                words[w] = _ld_be64(buf, q)
-            else:
-                x = np.uint64(0)
-                for k in range(o1 - q):
-                    x |= np.uint64(buf[q + k]) << np.uint64(56 - 8 * k)
-                words[w] = x
+        _load_words(buf, o0, o1, words)
         rel = bit_base[j] - 8 * o0
         for f in range(foff.size):
             nb = fnb[f]
             p = rel + foff[f]
             _clear(words, p, nb)
             _put(words, p, nb, vals[f, j] & _mask(nb))
-        for w in range(nw):
-            q = o0 + 8 * w
-            if q + 8 <= o1:
-                _st_be64(buf, q, words[w])
+        _store_words(buf, o0, o1, words)
+
+
+def _bit_range(foff, fnb):
+    """The first bit and the bit past the last of fields ``foff``/``fnb`` (at least one)."""
+    lo_bit = foff[0]
+    hi_bit = foff[0] + fnb[0]
+    for f in range(foff.size):
+        lo_bit = min(lo_bit, foff[f])
+        hi_bit = max(hi_bit, foff[f] + fnb[f])
+    return lo_bit, hi_bit
+
+
+def _load_words(buf, o0, o1, words):
+    """Bytes ``o0 .. o1`` of ``buf`` into the MSB-first 64-bit ``words`` (the last one padded)."""
+    nw = (o1 - o0 + 7) >> 3
+    for w in range(nw):
+        q = o0 + 8 * w
+        if q + 8 <= o1:
+            words[w] = _ld_be64(buf, q)
+        else:
+            x = np.uint64(0)
+            for k in range(o1 - q):
+                x |= np.uint64(buf[q + k]) << np.uint64(56 - 8 * k)
+            words[w] = x
+
+
+def _store_words(buf, o0, o1, words):
+    """:func:`_load_words` the other way: the words back into bytes ``o0 .. o1`` of ``buf``."""
+    nw = (o1 - o0 + 7) >> 3
+    for w in range(nw):
+        q = o0 + 8 * w
+        if q + 8 <= o1:
+            _st_be64(buf, q, words[w])
+        else:
+            for k in range(o1 - q):
+                buf[q + k] = np.uint8(words[w] >> np.uint64(56 - 8 * k))
+
+
+def _k_bin_update(buf, offs, foff, fnb, total, c0, v0, h0, t0, vor, vmask, first_new, last_new,
+                  m, words):
+    """The bin records at byte ``offs[j]`` of ``buf`` after a call's soundings, in place (every
+    other bit kept); fields ``foff``/``fnb``: count, validity, head, tail. Count ``total``;
+    validity ``(v0 | vor) & vmask``; head ``first_new`` where the bin had no soundings (``c0``
+    0), else ``h0``; tail ``last_new`` where new records were chained to it (``m`` > 0), else
+    ``t0``. One pass: no temporaries per field."""
+    lo_bit, hi_bit = _bit_range(foff, fnb)
+    for j in range(offs.size):
+        b = offs[j] * 8
+        o0 = (b + lo_bit) >> 3
+        o1 = (b + hi_bit + 7) >> 3
+        _load_words(buf, o0, o1, words)
+        rel = b - 8 * o0
+        for f in range(4):
+            nb = fnb[f]
+            if nb == 0:
+                continue
+            if f == 0:
+                v = np.uint64(total[j])
+            elif f == 1:
+                v = (v0[j] | vor[j]) & vmask
+            elif f == 2:
+                v = np.uint64(first_new[j]) if c0[j] == 0 else h0[j]
             else:
-                for k in range(o1 - q):
-                    buf[q + k] = np.uint8(words[w] >> np.uint64(56 - 8 * k))
+                v = np.uint64(last_new[j]) if m[j] > 0 else t0[j]
+            p = rel + foff[f]
+            _clear(words, p, nb)
+            _put(words, p, nb, v & _mask(nb))
+        _store_words(buf, o0, o1, words)
 
 
 def _k_pack_new(buf, offsets, vals, foff, fnb, rbytes):
@@ -943,6 +993,8 @@ def _signature(name: str, T):
         "touch_new": (ai, arr(T.boolean, ro=False), arr(i64, ro=False)),
         "pack_new": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai, i64),
         "pack_bits": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai, scratch),
+        "bin_update": (arr(T.uint8, ro=False), ai, ai, ai, ai) + (arr(u64),) * 5 + (u64, ai, ai, ai,
+                                                                                   scratch),
         "unpack_at": (arr(T.uint8), ai, ai, ai, arr(u64, 2, ro=False)),
         "bits_all": (arr(T.uint8), ai),
         "bits_clear": (arr(T.uint8, ro=False), ai),
@@ -963,7 +1015,7 @@ def _signature(name: str, T):
 _KERNEL_NAMES = ("pack_items", "pack_soundings", "fill_slots", "unpack_items", "unpack_words", "to_words", "from_words",
                  "bin_runs", "record_ends", "merge_runs_to", "merge_count", "scatter", "tails_clean",
                  "gather_u32", "touch_new", "pack_new", "pack_bits", "unpack_at", "bits_all", "bits_clear",
-                 "undo_needed", "bits_set_div", "rows_nonzero", "gather_rows", "read_parts")
+                 "undo_needed", "bits_set_div", "rows_nonzero", "gather_rows", "read_parts", "bin_update")
 
 
 def _signatures(T) -> dict:

@@ -20,7 +20,7 @@ from .._fileio import pwrite_all
 from .._numeric import nint, scaled_code_f32, scaled_code_f64
 from ..errors import ConfigError, PfmFormatError
 from .. import validity as V
-from ._bitpack import bin_runs, tails_clean
+from ._bitpack import bin_runs, tails_clean, update_bin_records
 from ._bitpack_soundings import (CHECK_SIZE, SoundingCoding, check_failures, fill_slots,
                                  pack_soundings)
 from ._chains import chain_plan
@@ -281,12 +281,9 @@ class PfmWrites:
                 made[0].pack_new(BL, {"num_soundings": total, "validity": vor & val_mask,
                                       "head": first_new, "tail": last_new})
                 return time.perf_counter() - t_
-            new_val = (cur["validity"] | vor) & val_mask
-            c0 = cur["num_soundings"]
-            new_head = np.where(c0 == 0, first_new, cur["head"].astype(np.int64))
-            new_tail = np.where(m > 0, last_new, cur["tail"].astype(np.int64))
-            made[0].pack(BL, {"num_soundings": total.astype(np.uint64), "validity": new_val,
-                              "head": new_head.astype(np.uint64), "tail": new_tail.astype(np.uint64)})
+            # count, validity |= the soundings', head if the bin was empty, tail if chained
+            update_bin_records(BL, made[0].buf, made[0].pos, cur, total, vor, int(val_mask),
+                               first_new, last_new, m)
             return time.perf_counter() - t_
 
         pool = self._pool

@@ -861,3 +861,49 @@ def test_read_parts_leaves_out_zero_runs_at_span_ends_and_long_ones_inside():
         assert list(zip(*(g.tolist() for g in got))) == want
     with pytest.raises(ValueError):
         read_parts(lo + 1, ln, at, base, size, bits, 4)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_update_bin_records_matches_unpack_numpy_and_pack(seed):
+    """The writer's one-pass bin record update against what it replaced, computed with Python
+    integers: count, validity OR'd and masked, head set only for bins that were empty, tail
+    only for bins given new records; every other bit of the records and the gaps between them
+    (a read span's buffer) kept."""
+    from pfm_dask.pfm._bitpack import update_bin_records
+
+    rng = np.random.default_rng(seed)
+    widths = [("num_soundings", 19), ("std", 11), ("validity", 23), ("head", 37), ("x", 5),
+              ("tail", 37), ("avg", 25)]
+    fields, pos = [], 3
+    for k, w in widths:
+        fields.append((k, pos, w))
+        pos += w
+    lay = BitLayout(fields)
+    size, n = lay.record_bytes, 300
+    at = 2 + np.arange(n) * (size + 4)
+    buf = rng.integers(0, 256, int(at[-1]) + size + 5, dtype=np.uint8)
+    cur = lay.unpack_at(buf, at, ["num_soundings", "validity", "head", "tail"])
+    cur["num_soundings"][::3] = 0
+    lay.pack_at(buf, at, {"num_soundings": cur["num_soundings"]})
+    before = buf.copy()
+    total = rng.integers(1, 1 << 19, n)
+    vor = rng.integers(0, 1 << 23, n).astype(np.uint64)
+    first_new = rng.integers(0, 1 << 37, n)
+    last_new = rng.integers(0, 1 << 37, n)
+    m = rng.integers(0, 3, n)
+    mask = ((1 << 23) - 1) & ~0x40
+    update_bin_records(lay, buf, at, cur, total, vor, mask, first_new, last_new, m)
+    want = before.copy()
+    for j in range(n):
+        c0 = int(cur["num_soundings"][j])
+        new = {"num_soundings": int(total[j]),
+               "validity": (int(cur["validity"][j]) | int(vor[j])) & mask,
+               "head": int(first_new[j]) if c0 == 0 else int(cur["head"][j]),
+               "tail": int(last_new[j]) if m[j] > 0 else int(cur["tail"][j])}
+        rec = int.from_bytes(bytes(want[at[j]:at[j] + size]), "big")
+        for k, off, w in fields:
+            if k in new:
+                sh = size * 8 - off - w
+                rec = (rec & ~(((1 << w) - 1) << sh)) | (new[k] << sh)
+        want[at[j]:at[j] + size] = np.frombuffer(rec.to_bytes(size, "big"), np.uint8)
+    assert np.array_equal(buf, want)
