@@ -47,6 +47,7 @@ import numpy as np
 from ._faults import crash_point  # noqa: F401  (re-exported: the journal's crash points)
 from ._fileio import pwrite_all
 from .errors import ConfigError, LoadError
+from .pfm._bitpack import gather_rows, mark_records, records_needed, rows_nonzero
 
 __all__ = [
     "PHASES",
@@ -285,13 +286,8 @@ class UndoLog:
         this interval: those below the checkpoint size of their part (anything past it is cut off
         by the resume's truncation) whose pre-image is not in the log yet (the first one of an
         interval is the one a rollback leaves). A boolean mask; nothing is marked."""
-        off = np.asarray(offsets, dtype=np.int64)
-        keep = off < self.limits.get(part, 0)
-        bits = self._saved.get((part, int(size)))
-        if bits is not None and keep.any():
-            idx = off[keep] // int(size)
-            keep[keep] = (bits[idx >> 3] & (np.uint8(128) >> (idx & 7).astype(np.uint8))) == 0
-        return keep
+        return records_needed(np.asarray(offsets, dtype=np.int64), int(size),
+                              self.limits.get(part, 0), self._saved.get((part, int(size))))
 
     def _mark(self, part: str, offsets: np.ndarray, size: int) -> None:
         """Remember that the records at ``offsets`` have their pre-image in this interval's log."""
@@ -300,8 +296,7 @@ class UndoLog:
         if bits is None:
             bits = self._saved[key] = np.zeros(self.limits.get(part, 0) // int(size) // 8 + 2,
                                                dtype=np.uint8)
-        idx = np.asarray(offsets, dtype=np.int64) // int(size)
-        np.bitwise_or.at(bits, idx >> 3, np.uint8(128) >> (idx & 7).astype(np.uint8))
+        mark_records(bits, offsets, size)
 
     def save(self, part: str, offset: int, data) -> None:
         """Keep the bytes at ``offset`` of ``part`` that a write is about to replace."""
@@ -319,26 +314,37 @@ class UndoLog:
         self._dirty = True
         self.seconds += time.perf_counter() - t0
 
-    def save_records(self, part: str, offsets, size: int, records) -> None:
+    def save_records(self, part: str, offsets, size: int, records, *, at=None,
+                     need: np.ndarray | None = None) -> None:
         """Keep the pre-images of fixed-size records at sorted ``offsets`` (``records``: an
-        (n, size) uint8 array, or None when all are zero). One entry: runs of consecutive
-        all-zero records as (offset, count), runs of the others with their bytes. Records
-        past the checkpoint size, or saved before in this interval, are left out
-        (:meth:`needed`)."""
+        (n, size) uint8 array, or None when all are zero; with ``at``, a flat uint8 buffer
+        holding record ``j`` at byte ``at[j]``, as a read span's, read in place). One entry:
+        runs of consecutive all-zero records as (offset, count), runs of the others with their
+        bytes. Records past the checkpoint size, or saved before in this interval, are left
+        out (``need``: :meth:`needed`'s mask for these offsets, when the caller has it)."""
         t0 = time.perf_counter()
         off = np.asarray(offsets, dtype=np.int64)
         size = int(size)
-        keep = self.needed(part, off, size)
-        if not keep.any():
+        keep = self.needed(part, off, size) if need is None else need
+        nk = int(np.count_nonzero(keep))
+        if not nk:
             self.seconds += time.perf_counter() - t0
             return
-        off = off[keep]
+        every = nk == off.size
+        if not every:
+            off = off[keep]
         if records is None:
             nz = np.zeros(off.size, dtype=bool)
         else:
-            records = np.asarray(records, dtype=np.uint8).reshape(-1, size)[keep]
-            nz = records.any(axis=1)
-        parts = [struct.pack("<I", size)]
+            if at is None:
+                buf = np.ascontiguousarray(records, dtype=np.uint8).reshape(-1)
+                pos = np.arange(buf.size // size, dtype=np.int64) * size
+            else:
+                buf, pos = records, np.asarray(at, dtype=np.int64)
+            if not every:
+                pos = pos[keep]
+            nz = rows_nonzero(buf, pos, size)
+        tables = []
         for sel in (~nz, nz):
             o = off[sel]
             brk = np.flatnonzero(np.diff(o) != size) + 1
@@ -347,36 +353,53 @@ class UndoLog:
             table = np.empty((starts.size, 2), dtype="<i8")
             table[:, 0] = o[starts] if o.size else 0
             table[:, 1] = counts
-            parts += [struct.pack("<I", starts.size), table.tobytes()]
-        if nz.any():
-            parts.append(np.ascontiguousarray(records[nz]).tobytes())
-        body = b"".join(parts)
+            tables.append(table)
+        # the entry in one buffer: header, body length, CRC, body (size, both tables, the
+        # records holding data gathered straight from where they are)
+        k = int(np.count_nonzero(nz)) if records is not None else 0
+        lead = _HEAD.size + 4 + _CRC.size
+        blen = 4 + sum(4 + t.nbytes for t in tables) + k * size
+        entry = np.empty(lead + blen, dtype=np.uint8)
+        p = lead
+        struct.pack_into("<I", entry, p, size)
+        p += 4
+        for t in tables:
+            struct.pack_into("<I", entry, p, t.shape[0])
+            entry[p + 4: p + 4 + t.nbytes] = t.reshape(-1).view(np.uint8)
+            p += 4 + t.nbytes
+        if k:
+            gather_rows(buf, pos[nz], size, entry[p:])
         n = int(off[-1]) + size - int(off[0])
         head = _HEAD.pack(_MAGIC, self.epoch, _PARTS[part] | _RECORDS, int(off[0]), n)
-        crc = zlib.crc32(body, zlib.crc32(head))
-        pwrite_all(self.fd, head + struct.pack("<I", len(body)) + _CRC.pack(crc) + body,
-                    self._end)
-        self._end += _HEAD.size + 4 + _CRC.size + len(body)
+        crc = zlib.crc32(entry[lead:], zlib.crc32(head))
+        entry[:lead] = np.frombuffer(head + struct.pack("<I", blen) + _CRC.pack(crc), np.uint8)
+        pwrite_all(self.fd, entry, self._end)
+        self._end += entry.size
         self._mark(part, off, size)
-        self.bytes_saved += len(body)
+        self.bytes_saved += blen
         self._dirty = True
         self.seconds += time.perf_counter() - t0
 
-    def save_cleared(self, part: str, offsets, size: int, keep_bits) -> None:
+    def save_cleared(self, part: str, offsets, size: int, keep_bits, *,
+                     need: np.ndarray | None = None) -> None:
         """Keep the pre-images of ``size``-byte records at ``offsets`` that were their present
         bytes with every bit from ``keep_bits[j]`` on (MSB first) cleared: a chain's tail
         record before soundings fill its free slots and its continuation pointer is set. One
         entry of 16 bytes per record; the rollback reads each record and clears those bits.
-        Records past the checkpoint size, or saved before in this interval, are left out."""
+        Records past the checkpoint size, or saved before in this interval, are left out
+        (``need``: :meth:`needed`'s mask for these offsets, when the caller has it)."""
         t0 = time.perf_counter()
         off = np.asarray(offsets, dtype=np.int64)
-        keep = self.needed(part, off, size)
-        if not keep.any():
+        keep = self.needed(part, off, size) if need is None else need
+        nk = int(np.count_nonzero(keep))
+        if not nk:
             self.seconds += time.perf_counter() - t0
             return
-        table = np.empty((int(keep.sum()), 2), dtype="<i8")
-        table[:, 0] = off[keep]
-        table[:, 1] = np.asarray(keep_bits, dtype=np.int64)[keep]
+        every = nk == off.size
+        table = np.empty((nk, 2), dtype="<i8")
+        table[:, 0] = off if every else off[keep]
+        kb = np.asarray(keep_bits, dtype=np.int64)
+        table[:, 1] = kb if every else kb[keep]
         body = struct.pack("<I", int(size)) + table.tobytes()
         n = int(table[:, 0].max()) + int(size) - int(table[:, 0].min())
         head = _HEAD.pack(_MAGIC, self.epoch, _PARTS[part] | _CLEARED, int(table[0, 0]), n)

@@ -37,7 +37,7 @@ LOAD_KERNELS = (
     ("pfm_dask.pfm._grid", "assign16"),
     *(("pfm_dask._task_kernels", k) for k in ("screen", "place_emit", "in_order", "gather")),
     *(("pfm_dask.pfm._bitpack_kernels", k)
-      for k in ("gather_u32", "bin_runs", "bits_all", "bits_clear")),
+      for k in ("gather_u32", "bin_runs", "bits_all", "undo_needed", "bits_set_div", "bits_clear")),
     ("pfm_dask.pfm._chains", "chain_plan"),
     *(("pfm_dask.pfm._bitpack_kernels", k)
       for k in ("record_ends", "pack_soundings", "pack_new", "touch_new")),

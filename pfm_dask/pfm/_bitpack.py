@@ -60,6 +60,12 @@ __all__ = [
     "touch_new",
     "bits_all_set",
     "clear_bits",
+    "records_needed",
+    "mark_records",
+    "rows_nonzero",
+    "gather_rows",
+    "read_parts",
+    "update_bin_records",
 ]
 
 _U64 = np.uint64
@@ -594,23 +600,33 @@ def scatter(src: np.ndarray, dest: np.ndarray, out: np.ndarray, *, check: bool =
         _kernel("scatter")(s.view(np.uint8), s.dtype.itemsize, d, out.view(np.uint8))
 
 
-def tails_clean(recs: np.ndarray, keep: np.ndarray) -> np.ndarray:
+def tails_clean(recs: np.ndarray, keep: np.ndarray, *, at: np.ndarray | None = None) -> np.ndarray:
     """Per row of the (n, size) uint8 records ``recs``: whether every bit from bit ``keep`` on
     (the slots past its soundings, then the continuation pointer) is zero, so clearing those bits
     restores it. The partial byte at the first free bit, then every byte after it: no byte after
     it is non-zero when the record's last non-zero byte is at it or before. A record all zero
     has no last non-zero byte: it counts as not clean (logged whole, safely) unless ``keep``
-    reaches its last byte. One compiled pass."""
-    r = np.ascontiguousarray(recs, dtype=np.uint8)
+    reaches its last byte. One compiled pass. With ``at``: ``recs`` = (flat uint8 buffer, record
+    size), record ``j`` at byte ``at[j]`` of it (a read span's, tested in place)."""
+    if at is None:
+        r = np.ascontiguousarray(recs, dtype=np.uint8)
+        if r.ndim != 2:
+            raise ValueError("recs must be (n, size) and keep one per row")
+        buf, size = r.reshape(-1), r.shape[1]
+        pos = np.arange(r.shape[0], dtype=np.int64) * size
+    else:
+        (buf, size), pos = recs, np.ascontiguousarray(at, dtype=np.int64)
+        if pos.size and (pos.min() < 0 or int(pos.max()) + size > buf.size):
+            raise ValueError("records outside the buffer")
     k = np.ascontiguousarray(keep, dtype=np.int64)
-    if r.ndim != 2 or k.shape != (r.shape[0],):
+    if k.shape != (pos.size,):
         raise ValueError("recs must be (n, size) and keep one per row")
     if k.size and k.min() < 0:
         raise ValueError("keep must not be negative")
-    out = np.empty(r.shape[0], dtype=np.bool_)
-    if r.shape[0] and r.shape[1]:
-        _kernel("tails_clean")(r, k, out)
-    elif r.shape[0]:
+    out = np.empty(pos.size, dtype=np.bool_)
+    if pos.size and size:
+        _kernel("tails_clean")(buf, pos, int(size), k, out)
+    elif pos.size:
         out[:] = False
     return out
 
@@ -658,3 +674,103 @@ def clear_bits(bits: np.ndarray, positions: np.ndarray) -> None:
     if bits.dtype != np.uint8 or bits.ndim != 1 or not bits.flags.c_contiguous or not bits.flags.writeable:
         raise ValueError("bits must be a writeable flat contiguous uint8 array")
     _kernel("bits_clear")(bits, pos)
+
+
+# ---------------------------------------------------------------------------
+# The undo log's record bookkeeping (pfm_dask.journal.UndoLog): one compiled pass each instead
+# of numpy's fancy indexing and ``np.bitwise_or.at``, which measured about 12 % of a writer's
+# samples in loads that rewrite records
+
+def records_needed(offsets: np.ndarray, size: int, limit: int, bits: np.ndarray | None) -> np.ndarray:
+    """Per ``size``-byte record at ``offsets`` (int64): below ``limit`` and its bit (record
+    ``offset // size``, MSB first) clear in ``bits`` (None: none set). ``bits`` must hold every
+    record below ``limit``."""
+    off = np.ascontiguousarray(offsets, dtype=np.int64)
+    out = np.empty(off.size, dtype=np.bool_)
+    if off.size:
+        b = np.zeros(0, np.uint8) if bits is None else bits
+        if b.size and (off.min() < 0 or (limit - 1) // int(size) >= 8 * b.size):
+            raise ValueError("record offsets outside the bit array")
+        _kernel("undo_needed")(off, int(size), int(limit), b, out)
+    return out
+
+
+def mark_records(bits: np.ndarray, offsets: np.ndarray, size: int) -> None:
+    """Set bit ``offset // size`` (MSB first) of ``bits`` for every record at ``offsets``."""
+    off = np.ascontiguousarray(offsets, dtype=np.int64)
+    if not off.size:
+        return
+    if off.min() < 0 or int(off.max()) // int(size) >= 8 * bits.size:
+        raise ValueError("record offsets outside the bit array")
+    if bits.dtype != np.uint8 or bits.ndim != 1 or not bits.flags.c_contiguous or not bits.flags.writeable:
+        raise ValueError("bits must be a writeable flat contiguous uint8 array")
+    _kernel("bits_set_div")(bits, off, int(size))
+
+
+def rows_nonzero(buf: np.ndarray, pos: np.ndarray, size: int) -> np.ndarray:
+    """Per record of ``size`` bytes at byte ``pos[j]`` of the flat uint8 ``buf``: whether it has
+    a non-zero byte (read in place: no copy of the records)."""
+    p = np.ascontiguousarray(pos, dtype=np.int64)
+    out = np.empty(p.size, dtype=np.bool_)
+    if p.size:
+        if p.min() < 0 or int(p.max()) + int(size) > buf.size:
+            raise ValueError("records outside the buffer")
+        _kernel("rows_nonzero")(buf, p, int(size), out)
+    return out
+
+
+def gather_rows(buf: np.ndarray, pos: np.ndarray, size: int, out: np.ndarray) -> None:
+    """The records of ``size`` bytes at bytes ``pos`` of the flat uint8 ``buf``, end to end into
+    the flat uint8 ``out`` (``pos.size * size`` bytes: a slice of a buffer about to be written)."""
+    p = np.ascontiguousarray(pos, dtype=np.int64)
+    if out.size != p.size * int(size):
+        raise ValueError("out must hold the records exactly")
+    if p.size:
+        if p.min() < 0 or int(p.max()) + int(size) > buf.size:
+            raise ValueError("records outside the buffer")
+        _kernel("gather_rows")(buf, p, int(size), out)
+
+
+def read_parts(span_lo: np.ndarray, span_len: np.ndarray, span_at: np.ndarray, base: int,
+               size: int, zero_bits: np.ndarray, min_skip: int):
+    """What to read of spans of whole ``size``-byte records (record ``i`` at byte ``base + i *
+    size``) when runs of records marked in ``zero_bits`` (bit ``i``, MSB first: known to be all
+    zero in the file) need no reading: those at either end of a span (no more calls) and those
+    of at least ``min_skip`` records inside one. (file offsets, lengths, buffer positions) of
+    the parts left, in order. One compiled pass over the spans' records."""
+    lo = np.ascontiguousarray(span_lo, dtype=np.int64)
+    ln = np.ascontiguousarray(span_len, dtype=np.int64)
+    at = np.ascontiguousarray(span_at, dtype=np.int64)
+    size, base, min_skip = int(size), int(base), max(1, int(min_skip))
+    if lo.size and (np.any((lo - base) % size) or np.any(ln % size) or lo.min() < base):
+        raise ValueError("spans must be whole records")
+    cap = lo.size + int(ln.sum()) // size // min_skip + 1
+    out = [np.empty(cap, dtype=np.int64) for _ in range(3)]
+    k = _kernel("read_parts")(lo, ln, at, base, size, zero_bits, min_skip, *out) if lo.size else 0
+    return tuple(o[:k] for o in out)
+
+
+def update_bin_records(layout: "BitLayout", buf: np.ndarray, offsets: np.ndarray, cur: Mapping,
+                       total: np.ndarray, vor: np.ndarray, val_mask: int, first_new: np.ndarray,
+                       last_new: np.ndarray, m: np.ndarray) -> None:
+    """A call's bin records at byte ``offsets`` of the flat uint8 ``buf``, in place, in one
+    compiled pass (every other bit kept): count ``total``, validity ``(cur validity | vor) &
+    val_mask``, head ``first_new`` where ``cur``'s count is 0, tail ``last_new`` where ``m`` new
+    records were chained (> 0); ``cur`` holds the records' present count, validity, head and
+    tail (uint64). What unpacking, numpy and :meth:`BitLayout.pack_at` did in ten passes."""
+    keys = ("num_soundings", "validity", "head", "tail")
+    offs, _ = layout._at_args(buf, offsets, list(keys))
+    if not offs.size:
+        return
+    if not buf.flags.writeable:
+        raise ValueError("buf is read-only")
+    fs = [layout.fields[k] for k in keys]
+    i64 = [np.ascontiguousarray(a, dtype=np.int64) for a in (total, first_new, last_new, m)]
+    u64 = [np.ascontiguousarray(cur[k], dtype=_U64) for k in keys] + [np.ascontiguousarray(vor, dtype=_U64)]
+    if any(a.shape != offs.shape for a in i64 + u64):
+        raise ValueError("one value per record")
+    words = np.zeros((max(f.offset + f.nbits for f in fs) - min(f.offset for f in fs)) // 64 + 3,
+                     dtype=_U64)
+    _kernel("bin_update")(buf, offs, np.array([f.offset for f in fs], np.int64),
+                          np.array([f.nbits for f in fs], np.int64), i64[0], *u64,
+                          _U64(val_mask), i64[1], i64[2], i64[3], words)

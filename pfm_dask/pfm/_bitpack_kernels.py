@@ -107,7 +107,8 @@ def _err_code(e, scale, cap, null):
 
 _HELPERS = ("_mask", "_put", "_emit", "_load_be", "_get", "_depth_code_in", "_err_code",
             "_bw_put", "_bw_skip", "_col_or", "_col_or_raw", "_code_depths_raw", "_code_errors_raw",
-            "_clear", "_raw_u64", "_put_raw", "_runs_or", "_scatter")
+            "_clear", "_raw_u64", "_put_raw", "_runs_or", "_scatter", "_bit_range", "_load_words",
+            "_store_words")
 # unaligned big-endian 64-bit store/load of ``arr[i:i + 8]`` (uint8 array), numba intrinsics
 # made by _make_intrinsics() when the first kernel compiles
 _st_be64 = None
@@ -448,13 +449,13 @@ def _put_raw(scratch, p, nb, raw, kind, i):
     return np.uint64(0)
 
 
-def _k_fill_slots(flat, rbytes, slot_bits, rec_row, slot0, first, cnt,
+def _k_fill_slots(flat, rbytes, slot_bits, rec_at, slot0, first, cnt,
                   file_, line, ping, beam, xo, yo, val, depth, herr, verr, attrs, kinds, pos,
                   nbits, apos, anb, doff, dscale, dlim, hscale, hcap, hnull, vscale, vcap, vnull, words,
                   seen):
     """Soundings into free slots of existing records, coded as :func:`_k_pack_soundings` codes them.
 
-    Record ``g`` (bytes ``rec_row[g] * rbytes`` on of ``flat``) gets soundings
+    Record ``g`` (bytes ``rec_at[g]`` on of ``flat``) gets soundings
     ``first[g] .. first[g] + cnt[g] - 1`` in slots ``slot0[g]`` on; every other
     bit of the record is kept. Each record is loaded once into the 64-bit words
     ``words``, the soundings' fields are put in there, and it is stored back: no
@@ -463,11 +464,11 @@ def _k_fill_slots(flat, rbytes, slot_bits, rec_row, slot0, first, cnt,
     """
     full = rbytes >> 3
     rest = rbytes - 8 * full
-    for g in range(rec_row.size):
+    for g in range(rec_at.size):
         c = cnt[g]
         if c <= 0:
             continue
-        o = rec_row[g] * rbytes
+        o = rec_at[g]
         for w in range(full):
             words[w] = _ld_be64(flat, o + 8 * w)
         if rest:
@@ -515,37 +516,86 @@ def _k_pack_bits(buf, bit_base, vals, foff, fnb, words):
     fields cleared and put there, and the bytes stored back: one pass of whole-word loads and
     stores per item, not a load and a store per field that overlap the last field's store.
     """
-    lo_bit = foff[0]
-    hi_bit = foff[0] + fnb[0]
-    for f in range(foff.size):
-        lo_bit = min(lo_bit, foff[f])
-        hi_bit = max(hi_bit, foff[f] + fnb[f])
+    lo_bit, hi_bit = _bit_range(foff, fnb)
     for j in range(bit_base.size):
         o0 = (bit_base[j] + lo_bit) >> 3
         o1 = (bit_base[j] + hi_bit + 7) >> 3
-        nw = (o1 - o0 + 7) >> 3
-        for w in range(nw):
-            q = o0 + 8 * w
-            if q + 8 <= o1:
-                words[w] = _ld_be64(buf, q)
-            else:
-                x = np.uint64(0)
-                for k in range(o1 - q):
-                    x |= np.uint64(buf[q + k]) << np.uint64(56 - 8 * k)
-                words[w] = x
+        _load_words(buf, o0, o1, words)
         rel = bit_base[j] - 8 * o0
         for f in range(foff.size):
             nb = fnb[f]
             p = rel + foff[f]
             _clear(words, p, nb)
             _put(words, p, nb, vals[f, j] & _mask(nb))
-        for w in range(nw):
-            q = o0 + 8 * w
-            if q + 8 <= o1:
-                _st_be64(buf, q, words[w])
+        _store_words(buf, o0, o1, words)
+
+
+def _bit_range(foff, fnb):
+    """The first bit and the bit past the last of fields ``foff``/``fnb`` (at least one)."""
+    lo_bit = foff[0]
+    hi_bit = foff[0] + fnb[0]
+    for f in range(foff.size):
+        lo_bit = min(lo_bit, foff[f])
+        hi_bit = max(hi_bit, foff[f] + fnb[f])
+    return lo_bit, hi_bit
+
+
+def _load_words(buf, o0, o1, words):
+    """Bytes ``o0 .. o1`` of ``buf`` into the MSB-first 64-bit ``words`` (the last one padded)."""
+    nw = (o1 - o0 + 7) >> 3
+    for w in range(nw):
+        q = o0 + 8 * w
+        if q + 8 <= o1:
+            words[w] = _ld_be64(buf, q)
+        else:
+            x = np.uint64(0)
+            for k in range(o1 - q):
+                x |= np.uint64(buf[q + k]) << np.uint64(56 - 8 * k)
+            words[w] = x
+
+
+def _store_words(buf, o0, o1, words):
+    """:func:`_load_words` the other way: the words back into bytes ``o0 .. o1`` of ``buf``."""
+    nw = (o1 - o0 + 7) >> 3
+    for w in range(nw):
+        q = o0 + 8 * w
+        if q + 8 <= o1:
+            _st_be64(buf, q, words[w])
+        else:
+            for k in range(o1 - q):
+                buf[q + k] = np.uint8(words[w] >> np.uint64(56 - 8 * k))
+
+
+def _k_bin_update(buf, offs, foff, fnb, total, c0, v0, h0, t0, vor, vmask, first_new, last_new,
+                  m, words):
+    """The bin records at byte ``offs[j]`` of ``buf`` after a call's soundings, in place (every
+    other bit kept); fields ``foff``/``fnb``: count, validity, head, tail. Count ``total``;
+    validity ``(v0 | vor) & vmask``; head ``first_new`` where the bin had no soundings (``c0``
+    0), else ``h0``; tail ``last_new`` where new records were chained to it (``m`` > 0), else
+    ``t0``. One pass: no temporaries per field."""
+    lo_bit, hi_bit = _bit_range(foff, fnb)
+    for j in range(offs.size):
+        b = offs[j] * 8
+        o0 = (b + lo_bit) >> 3
+        o1 = (b + hi_bit + 7) >> 3
+        _load_words(buf, o0, o1, words)
+        rel = b - 8 * o0
+        for f in range(4):
+            nb = fnb[f]
+            if nb == 0:
+                continue
+            if f == 0:
+                v = np.uint64(total[j])
+            elif f == 1:
+                v = (v0[j] | vor[j]) & vmask
+            elif f == 2:
+                v = np.uint64(first_new[j]) if c0[j] == 0 else h0[j]
             else:
-                for k in range(o1 - q):
-                    buf[q + k] = np.uint8(words[w] >> np.uint64(56 - 8 * k))
+                v = np.uint64(last_new[j]) if m[j] > 0 else t0[j]
+            p = rel + foff[f]
+            _clear(words, p, nb)
+            _put(words, p, nb, v & _mask(nb))
+        _store_words(buf, o0, o1, words)
 
 
 def _k_pack_new(buf, offsets, vals, foff, fnb, rbytes):
@@ -591,6 +641,98 @@ def _k_bits_clear(bits, pos):
     for j in range(pos.size):
         p = pos[j]
         bits[p >> 3] &= np.uint8(~(1 << (7 - (p & 7))) & 255)
+
+
+def _k_undo_needed(off, size, limit, bits, out):
+    """``out[j]``: the ``size``-byte record at ``off[j]`` lies below ``limit`` and its bit
+    (record ``off[j] // size``, MSB first) is clear in ``bits`` (empty: no bit set); returns how
+    many. The undo log's test of which records still need a pre-image."""
+    k = 0
+    have = bits.size > 0
+    for j in range(off.size):
+        o = off[j]
+        need = o < limit
+        if need and have:
+            i = o // size
+            need = ((bits[i >> 3] >> (7 - (i & 7))) & 1) == 0
+        out[j] = need
+        k += need
+    return k
+
+
+def _k_bits_set_div(bits, off, size):
+    """Set bit ``off[j] // size`` (MSB first within each byte) for every j."""
+    for j in range(off.size):
+        i = off[j] // size
+        bits[i >> 3] |= np.uint8((1 << (7 - (i & 7))) & 255)
+
+
+def _k_rows_nonzero(buf, pos, size, out):
+    """``out[j]``: whether any of the ``size`` bytes of ``buf`` from ``pos[j]`` on is non-zero;
+    returns how many are."""
+    k = 0
+    for j in range(pos.size):
+        p = pos[j]
+        acc = np.uint8(0)
+        for b in range(size):        # no early exit: the OR of a short record vectorises
+            acc |= buf[p + b]
+        nz = acc != 0
+        out[j] = nz
+        k += nz
+    return k
+
+
+def _k_gather_rows(buf, pos, size, out):
+    """The ``size`` bytes of ``buf`` from each ``pos[j]``, end to end into ``out``."""
+    o = 0
+    for j in range(pos.size):
+        p = pos[j]
+        for b in range(size):
+            out[o + b] = buf[p + b]
+        o += size
+
+
+def _k_read_parts(span_lo, span_len, span_at, base, size, bits, min_skip, lo_out, len_out,
+                  at_out):
+    """The parts of each span (file bytes ``span_lo[s]`` on, ``span_len[s]`` long, at
+    ``span_at[s]`` of a buffer; whole records of ``size`` bytes, record ``i`` at byte ``base + i *
+    size``) left to read once runs of records known to be zero (bit ``i`` of ``bits`` set, MSB
+    first) are taken out: those at either end of a span, and those of at least ``min_skip``
+    records inside one. File offset, length and buffer position of each; returns how many."""
+    k = 0
+    nbits = bits.size * 8
+    for s in range(span_lo.size):
+        lo = span_lo[s]
+        at = span_at[s]
+        n = span_len[s] // size
+        r0 = (lo - base) // size
+        start = 0
+        i = 0
+        while i < n:
+            r = r0 + i
+            if r < nbits and (bits[r >> 3] >> (7 - (r & 7))) & 1:
+                j = i + 1
+                while j < n:
+                    q = r0 + j
+                    if q >= nbits or not (bits[q >> 3] >> (7 - (q & 7))) & 1:
+                        break
+                    j += 1
+                if j - i >= min_skip or i == 0 or j == n:     # a span's ends: no call more
+                    if i > start:
+                        lo_out[k] = lo + start * size
+                        len_out[k] = (i - start) * size
+                        at_out[k] = at + start * size
+                        k += 1
+                    start = j
+                i = j
+            else:
+                i += 1
+        if n > start:
+            lo_out[k] = lo + start * size
+            len_out[k] = (n - start) * size
+            at_out[k] = at + start * size
+            k += 1
+    return k
 
 
 def _runs_or(b, nbins, v, with_or, starts, values, ors):
@@ -693,19 +835,19 @@ def _k_scatter(src, kind, dest, out):
         _scatter(src, dest, out)
 
 
-def _k_tails_clean(recs, keep, clean):
-    """``clean[j]``: whether every bit of record ``recs[j]`` from bit ``keep[j]`` on is zero and
-    the record has a non-zero byte (an all-zero one counts as not clean unless ``keep[j]`` reaches
-    its last byte, as the numpy rule it replaces)."""
-    size = recs.shape[1]
-    for j in range(recs.shape[0]):
+def _k_tails_clean(buf, at, size, keep, clean):
+    """``clean[j]``: whether every bit of the ``size``-byte record at byte ``at[j]`` of ``buf``
+    from bit ``keep[j]`` on is zero and the record has a non-zero byte (an all-zero one counts as
+    not clean unless ``keep[j]`` reaches its last byte, as the numpy rule it replaces)."""
+    for j in range(at.size):
+        o = at[j]
         kb = keep[j]
         byte0 = kb >> 3
         q = byte0 if byte0 < size - 1 else size - 1
-        part = np.int64(recs[j, q]) & ((np.int64(1) << (8 - (kb & 7))) - 1)
+        part = np.int64(buf[o + q]) & ((np.int64(1) << (8 - (kb & 7))) - 1)
         last = size - 1
         for b in range(size - 1, -1, -1):
-            if recs[j, b] != 0:
+            if buf[o + b] != 0:
                 last = b
                 break
         clean[j] = part == 0 and last <= byte0
@@ -846,24 +988,34 @@ def _signature(name: str, T):
         "merge_runs_to": (ai, ai, arr(i64, ro=False), arr(i64, ro=False), arr(i64, ro=False)),
         "merge_count": (ai, i64, arr(i64, ro=False), arr(i64, ro=False), arr(i64, ro=False)),
         "scatter": (arr(T.uint8), i64, ai, arr(T.uint8, ro=False)),
-        "tails_clean": (arr(T.uint8, 2), ai, arr(T.boolean, ro=False)),
+        "tails_clean": (arr(T.uint8), ai, i64, ai, arr(T.boolean, ro=False)),
         "gather_u32": (arr(T.uint32), i64, arr(T.uint32), arr(T.uint32, ro=False)),
         "touch_new": (ai, arr(T.boolean, ro=False), arr(i64, ro=False)),
         "pack_new": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai, i64),
         "pack_bits": (arr(T.uint8, ro=False), ai, arr(u64, 2), ai, ai, scratch),
+        "bin_update": (arr(T.uint8, ro=False), ai, ai, ai, ai) + (arr(u64),) * 5 + (u64, ai, ai, ai,
+                                                                                   scratch),
         "unpack_at": (arr(T.uint8), ai, ai, ai, arr(u64, 2, ro=False)),
         "bits_all": (arr(T.uint8), ai),
         "bits_clear": (arr(T.uint8, ro=False), ai),
+        "undo_needed": (ai, i64, i64, arr(T.uint8), arr(T.boolean, ro=False)),
+        "bits_set_div": (arr(T.uint8, ro=False), ai, i64),
+        "rows_nonzero": (arr(T.uint8), ai, i64, arr(T.boolean, ro=False)),
+        "gather_rows": (arr(T.uint8), ai, i64, arr(T.uint8, ro=False)),
+        "read_parts": (ai, ai, ai, i64, i64, arr(T.uint8), i64, arr(i64, ro=False),
+                       arr(i64, ro=False), arr(i64, ro=False)),
         "from_words": (arr(u64, 2, "A"), arr(T.uint8, 2, "A", ro=False)),
     }
     ret = {"bin_runs": T.int64, "record_ends": T.int64, "bits_all": T.boolean,
-           "gather_u32": T.int64, "touch_new": T.int64}.get(name, T.void)
+           "gather_u32": T.int64, "touch_new": T.int64,
+           "undo_needed": T.int64, "rows_nonzero": T.int64, "read_parts": T.int64}.get(name, T.void)
     return ret(*sigs[name])
 
 
 _KERNEL_NAMES = ("pack_items", "pack_soundings", "fill_slots", "unpack_items", "unpack_words", "to_words", "from_words",
                  "bin_runs", "record_ends", "merge_runs_to", "merge_count", "scatter", "tails_clean",
-                 "gather_u32", "touch_new", "pack_new", "pack_bits", "unpack_at", "bits_all", "bits_clear")
+                 "gather_u32", "touch_new", "pack_new", "pack_bits", "unpack_at", "bits_all", "bits_clear",
+                 "undo_needed", "bits_set_div", "rows_nonzero", "gather_rows", "read_parts", "bin_update")
 
 
 def _signatures(T) -> dict:

@@ -155,7 +155,8 @@ def check_failures(check: np.ndarray, item_fields: Mapping[Hashable, tuple[int, 
 def fill_slots(buf: np.ndarray, record_bytes: int, slots: int, slot_bits: int,
                item_fields: Mapping[Hashable, tuple[int, int]], values: Mapping[Hashable, np.ndarray],
                coding: SoundingCoding, rows: np.ndarray, slot0: np.ndarray, first: np.ndarray,
-               count: np.ndarray, *, check: np.ndarray | None = None) -> list[str]:
+               count: np.ndarray, *, check: np.ndarray | None = None,
+               at: np.ndarray | None = None) -> list[str]:
     """Code soundings into free slots of records held in ``buf``, in place (numba, one pass).
 
     ``buf`` is a flat writeable uint8 array of whole records of ``record_bytes``;
@@ -164,7 +165,9 @@ def fill_slots(buf: np.ndarray, record_bytes: int, slots: int, slot_bits: int,
     :func:`pack_soundings` codes them (same ``item_fields``, ``values`` and
     ``coding``); every other bit (the soundings already there, the continuation
     pointer) is kept. This is how new soundings fill the free slots of a bin's
-    last record before new records are chained to it.
+    last record before new records are chained to it. With ``at`` (instead of
+    ``rows``, which is then ignored): record ``g`` starts at byte ``at[g]`` of
+    ``buf`` (a read span's buffer, gaps between its records), changed in place.
 
     The soundings are checked as they are coded: returns the fields whose values
     did not fit (integer fields wider than their bits or negative, depths coding
@@ -175,6 +178,8 @@ def fill_slots(buf: np.ndarray, record_bytes: int, slots: int, slot_bits: int,
     if not isinstance(buf, np.ndarray) or buf.dtype != np.uint8 or buf.ndim != 1 \
             or not buf.flags.c_contiguous or not buf.flags.writeable:
         raise ValueError("buf must be a flat contiguous writeable uint8 array")
+    if at is not None:
+        rows = at
     rows, slot0, first, count = (np.ascontiguousarray(x, dtype=np.int64) for x in (rows, slot0, first, count))
     if not (rows.size == slot0.size == first.size == count.size):
         raise ValueError("rows, slot0, first and count differ in length")
@@ -185,13 +190,15 @@ def fill_slots(buf: np.ndarray, record_bytes: int, slots: int, slot_bits: int,
     n_rec = buf.size // record_bytes
     if not 1 <= a.item_end <= slot_bits or slots * slot_bits > record_bytes * 8:
         raise ValueError("soundings must fit their slots, and the slots their records")
-    if (rows[use].min() < 0 or rows[use].max() >= n_rec or slot0[use].min() < 0
+    lim = n_rec if at is None else buf.size - record_bytes + 1
+    if (rows[use].min() < 0 or rows[use].max() >= lim or slot0[use].min() < 0
             or (slot0 + count)[use].max() > slots or first[use].min() < 0
             or (first + count)[use].max() > a.n_items):
         raise ValueError("slots outside the records, or soundings past the end of the values")
     words = np.zeros((record_bytes + 15) // 8, dtype=_U64)
     seen = np.zeros(CHECK_SIZE, dtype=_U64)
-    _kernel("fill_slots")(buf, int(record_bytes), int(slot_bits), rows, slot0, first, count,
+    rec_at = rows * int(record_bytes) if at is None else rows
+    _kernel("fill_slots")(buf, int(record_bytes), int(slot_bits), rec_at, slot0, first, count,
                           *a.args, words, seen)
     if check is not None:
         check |= seen

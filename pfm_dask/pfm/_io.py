@@ -16,12 +16,16 @@ import numpy as np
 
 from .._fileio import pwrite_all
 from ..errors import PfmFormatError
-from ._bitpack import BitLayout
+from ._bitpack import BitLayout, read_parts
 
 __all__ = ["Spans", "BufferPool", "BackgroundWriter", "NdxMap", "start_writeback", "RMW_GAP",
-           "MAX_SPAN", "ZERO_GAP", "zero_gaps"]
+           "MAX_SPAN", "ZERO_GAP", "ZERO_SKIP", "zero_gaps"]
 
 RMW_GAP = 4096                   # merge read-modify-write spans whose gap is at most this
+#: a run of records known to be zero inside a span is not read when longer than this (bytes):
+#: about where a system call more costs less than copying the run from the page cache (runs
+#: at a span's ends are never read: trimming them costs no call)
+ZERO_SKIP = 4096
 MAX_SPAN = 32 << 20              # longest single read/write
 
 
@@ -40,10 +44,16 @@ class Spans:
 
     def __init__(self, fd: int, offsets: np.ndarray, size: int, *, max_gap: int,
                  path=None, what: str = "record", read: bool = True, zero: bool = True,
-                 joinable: np.ndarray | None = None):
+                 joinable: np.ndarray | None = None,
+                 known_zero: tuple[np.ndarray, int] | None = None):
         """``joinable`` (one per pair of consecutive offsets): whether their gap may be in a
         span at all (with ``read=False`` the gap is written as zeros: only gaps known to be
-        zero in the file may be joined)."""
+        zero in the file may be joined). ``known_zero`` = (bits, base): the file's records of
+        ``size`` bytes from byte ``base`` on, bit ``i`` set (MSB first) where record ``i`` is
+        known to be all zero; runs of those at either end of a span, or longer than
+        :data:`ZERO_SKIP` bytes inside one, are not read but left zero in the buffer (bin
+        records never written yet, mixed with the others in a load that comes back to its
+        bins)."""
         self.fd = fd
         self.size = int(size)
         off = np.asarray(offsets, dtype=np.int64)
@@ -86,9 +96,15 @@ class Spans:
         if not read:   # records never written: zeros, or (zero=False) left for the caller to write whole
             self.buf = np.zeros(total, dtype=np.uint8) if zero else np.empty(total, dtype=np.uint8)
             return
-        self.buf = np.empty(total, dtype=np.uint8)
+        if known_zero is not None and n:
+            parts = read_parts(self.span_lo, self.span_len, self.span_at, known_zero[1],
+                               self.size, known_zero[0], ZERO_SKIP // self.size + 1)
+            self.buf = np.zeros(total, dtype=np.uint8)
+        else:
+            parts = (self.span_lo, self.span_len, self.span_at)
+            self.buf = np.empty(total, dtype=np.uint8)
         mv = memoryview(self.buf)
-        for lo, ln, at in zip(self.span_lo.tolist(), self.span_len.tolist(), self.span_at.tolist()):
+        for lo, ln, at in zip(*(p.tolist() for p in parts)):
             got = os.preadv(fd, [mv[at:at + ln]], lo)
             if got != ln:
                 raise PfmFormatError(f"{what} at byte {lo + got:,} is past the end of the file",

@@ -20,7 +20,7 @@ from .._fileio import pwrite_all
 from .._numeric import nint, scaled_code_f32, scaled_code_f64
 from ..errors import ConfigError, PfmFormatError
 from .. import validity as V
-from ._bitpack import bin_runs, tails_clean
+from ._bitpack import bin_runs, tails_clean, update_bin_records
 from ._bitpack_soundings import (CHECK_SIZE, SoundingCoding, check_failures, fill_slots,
                                  pack_soundings)
 from ._chains import chain_plan
@@ -239,15 +239,18 @@ class PfmWrites:
             cur = {"num_soundings": z, "validity": z, "head": z, "tail": z}
         else:
             writer.wait_for(self._fds["bin"], int(boff[0]), int(boff[-1]) + bsize)
+            # bins not written yet (the zero map) among them: long runs of those are not read
             bspans = Spans(self._fds["bin"], boff, bsize, max_gap=RMW_GAP, path=self.bin_path,
-                            what="bin record")
+                           what="bin record", known_zero=None if self._zero_bins is None
+                           else (self._zero_bins, self.bin_header_size))
             cur = bspans.unpack(BL, ["num_soundings", "validity", "head", "tail"])
         if self.undo is not None:
-            # one pre-image per record and checkpoint interval (the first: what a rollback leaves)
-            need = self.undo.needed("bin", boff, bsize)
-            if need.any():
-                self.undo.save_records("bin", boff[need], bsize,
-                                       None if fresh else bspans.records(need))
+            # one pre-image per record and checkpoint interval (the first: what a rollback
+            # leaves), read in place from the span buffer
+            if fresh:
+                self.undo.save_records("bin", boff, bsize, None)
+            else:
+                self.undo.save_records("bin", boff, bsize, bspans.buf, at=bspans.pos)
         self._touch(ub)
         # where every bin's soundings go: old tail slots, new records (one compiled pass)
         base = self.ndx_size
@@ -278,12 +281,9 @@ class PfmWrites:
                 made[0].pack_new(BL, {"num_soundings": total, "validity": vor & val_mask,
                                       "head": first_new, "tail": last_new})
                 return time.perf_counter() - t_
-            new_val = (cur["validity"] | vor) & val_mask
-            c0 = cur["num_soundings"]
-            new_head = np.where(c0 == 0, first_new, cur["head"].astype(np.int64))
-            new_tail = np.where(m > 0, last_new, cur["tail"].astype(np.int64))
-            made[0].pack(BL, {"num_soundings": total.astype(np.uint64), "validity": new_val,
-                              "head": new_head.astype(np.uint64), "tail": new_tail.astype(np.uint64)})
+            # count, validity |= the soundings', head if the bin was empty, tail if chained
+            update_bin_records(BL, made[0].buf, made[0].pos, cur, total, vor, int(val_mask),
+                               first_new, last_new, m)
             return time.perf_counter() - t_
 
         pool = self._pool
@@ -361,13 +361,10 @@ class PfmWrites:
             writer.wait_for(self._fds["ndx"], int(t0[tb[0]]), int(t0[tb[-1]]) + rsize)
             tspans = Spans(self._fds["ndx"], t0[tb], rsize, max_gap=RMW_GAP,
                             path=self.ndx_path, what="tail record")
-            trecs = tspans.records()                 # (len(tb), rsize) copy, changed in place
+            # the tails are read, logged, filled and linked where the span buffer holds them
+            flat, row_at = tspans.buf, tspans.pos
             if self.undo is not None:
-                need = self.undo.needed("ndx", t0[tb], rsize)
-                if need.any():
-                    self._save_tails(t0[tb][need], trecs[need], used[tb][need])
-            flat = trecs.reshape(-1)
-            row_at = np.arange(tb.size, dtype=np.int64) * rsize
+                self._save_tails(t0[tb], flat, row_at, used[tb], rsize)
             cont_old = NL.unpack_at(flat, row_at, ["continuation"])["continuation"]
             if np.any(cont_old != 0):
                 j = int(np.flatnonzero(cont_old != 0)[0])
@@ -377,28 +374,37 @@ class PfmWrites:
                 # the first fill[b] soundings of bin b go to the free slots of its tail record
                 # (row j of trecs for tb[j]), coded, checked and packed in one kernel pass
                 fill_slots(flat, rsize, L, self._single_bits, item_fields, codes, coding,
-                           np.arange(tb.size, dtype=np.int64), used[tb], start[tb], fill[tb],
-                           check=check)
+                           None, used[tb], start[tb], fill[tb], check=check, at=row_at)
             link = m[tb] > 0
             if link.any():
                 NL.pack_at(flat, row_at[link], {"continuation": first_new[tb[link]].astype(np.uint64)})
-            tspans.store(trecs)
         tm["add_tails"] += time.perf_counter() - t
         return tspans
 
-    def _save_tails(self, offsets: np.ndarray, recs: np.ndarray, used: np.ndarray) -> None:
-        """Give the undo log the pre-images of the tail records about to be filled or linked.
+    def _save_tails(self, offsets: np.ndarray, buf: np.ndarray, at: np.ndarray, used: np.ndarray,
+                    size: int) -> None:
+        """Give the undo log the pre-images of the tail records about to be filled or linked
+        (``size`` bytes at ``offsets`` of the ``.ndx``, at bytes ``at`` of the read span ``buf``).
 
         A tail whose bits past its ``used`` slots are all zero (every record this store packs:
         its free slots and continuation pointer are zero) is restored by clearing those bits
         again, so only its address and the bits to keep are logged (16 bytes, not the record);
         any other (bits set past its soundings, left by another writer) is logged whole.
         """
+        need = self.undo.needed("ndx", offsets, size)
+        if not need.all():
+            if not need.any():
+                return
+            offsets, at, used = offsets[need], at[need], used[need]
         keep = used.astype(np.int64) * self._single_bits
-        clean = tails_clean(recs, keep)
-        self.undo.save_cleared("ndx", offsets[clean], recs.shape[1], keep[clean])
-        if not clean.all():
-            self.undo.save_records("ndx", offsets[~clean], recs.shape[1], recs[~clean])
+        clean = tails_clean((buf, size), keep, at=at)
+        every = np.ones(offsets.size, dtype=bool)
+        if clean.all():
+            self.undo.save_cleared("ndx", offsets, size, keep, need=every)
+            return
+        self.undo.save_cleared("ndx", offsets[clean], size, keep[clean], need=every[clean])
+        self.undo.save_records("ndx", offsets[~clean], size, buf, at=at[~clean],
+                               need=every[~clean])
 
     def _commit(self, step: dict) -> None:
         """Write what :meth:`_prepare` changed: the undo log made durable first, then the old tail

@@ -718,6 +718,16 @@ def test_fill_slots_matches_a_bit_by_bit_reference(seed, int_type, f32_floats, n
                 rec |= v << (nbits - base - off - w)
         want[r * rbytes:(r + 1) * rbytes] = np.frombuffer(rec.to_bytes(rbytes, "big"), np.uint8)
     assert np.array_equal(buf, want)
+    # the same records at byte positions ``at`` of a buffer with gaps (a read span's), in place
+    pos = 3 + np.arange(n_rec) * (rbytes + 5)
+    span = rng.integers(0, 256, int(pos[-1]) + rbytes + 4, dtype=np.uint8)
+    span_want = span.copy()
+    for r in range(n_rec):
+        span[pos[r]:pos[r] + rbytes] = before[r * rbytes:(r + 1) * rbytes]
+        span_want[pos[r]:pos[r] + rbytes] = want[r * rbytes:(r + 1) * rbytes]
+    fill_slots(span, rbytes, slots, slot_bits, fields, vals, coding, None, slot0, first, count,
+               at=pos[rows])
+    assert np.array_equal(span, span_want)
 
 
 def test_packer_depth_check_equals_the_numpy_rule():
@@ -772,3 +782,128 @@ def test_tails_clean_matches_the_numpy_rule(seed):
     want = (part == 0) & (last <= byte0)
     assert want.any() and not want.all()
     assert np.array_equal(tails_clean(recs, keep), want)
+    # in place, at byte positions of a buffer with gaps (a read span's)
+    pos = 7 + np.arange(n) * (size + 3)
+    span = np.full(int(pos[-1]) + size + 2, 0xFF, dtype=np.uint8)
+    for j in range(n):
+        span[pos[j]:pos[j] + size] = recs[j]
+    assert np.array_equal(tails_clean((span, size), keep, at=pos), want)
+
+
+def test_undo_bookkeeping_kernels_match_plain_loops():
+    """The undo log's record helpers against loops over Python ints: which records still need a
+    pre-image (below the limit, bit clear; no map: all below the limit), marking them, which
+    records in a buffer hold a non-zero byte, and gathering them end to end."""
+    from pfm_dask.pfm._bitpack import gather_rows, mark_records, records_needed, rows_nonzero
+
+    rng = np.random.default_rng(7)
+    size, limit = 13, 13 * 400
+    bits = np.zeros(limit // size // 8 + 2, dtype=np.uint8)
+    seen: set[int] = set()
+    for _ in range(4):
+        off = np.sort(rng.choice(460, 120, replace=False)) * size
+        want = [o < limit and o // size not in seen for o in off.tolist()]
+        assert records_needed(off, size, limit, bits).tolist() == want
+        assert records_needed(off, size, limit, None).tolist() == [o < limit for o in off.tolist()]
+        kept = off[np.array(want, dtype=bool)]
+        mark_records(bits, kept, size)
+        seen |= {o // size for o in kept.tolist()}
+        ref = [int(c) for c in "".join(format(x, "08b") for x in bits.tobytes())]
+        assert {i for i, v in enumerate(ref) if v} == seen
+    buf = rng.integers(0, 256, 3000, dtype=np.uint8)
+    pos = np.sort(rng.choice(3000 - size, 90, replace=False))
+    for p in pos[::3].tolist():
+        buf[p:p + size] = 0
+    got = rows_nonzero(buf, pos, size)
+    assert got.tolist() == [any(buf[p:p + size]) for p in pos.tolist()]
+    assert not got.all() and got.any()
+    out = np.empty(pos.size * size, dtype=np.uint8)
+    gather_rows(buf, pos, size, out)
+    assert out.tobytes() == b"".join(buf[p:p + size].tobytes() for p in pos.tolist())
+
+
+def test_read_parts_leaves_out_zero_runs_at_span_ends_and_long_ones_inside():
+    """read_parts against a loop over records: a span's parts to read are its records less the
+    runs known zero at either end and those of at least min_skip records inside it."""
+    from pfm_dask.pfm._bitpack import read_parts
+
+    rng = np.random.default_rng(3)
+    size, base, nrec = 5, 100, 3000
+    zero = rng.random(nrec) < 0.5
+    zero[200:260] = True                    # long runs inside spans
+    zero[1000:1003] = True
+    bits = np.packbits(zero)
+    # spans: consecutive record ranges, laid end to end in a buffer
+    cuts = np.sort(rng.choice(np.arange(1, nrec), 40, replace=False))
+    a_, b_ = np.r_[0, cuts], np.r_[cuts, nrec]
+    lo = base + a_ * size
+    ln = (b_ - a_) * size
+    at = np.cumsum(ln) - ln
+    for min_skip in (1, 4, 50):
+        want = []
+        for a, b, p in zip(a_.tolist(), b_.tolist(), at.tolist()):
+            i, start = a, a
+            while i < b:
+                if zero[i]:
+                    j = i
+                    while j < b and zero[j]:
+                        j += 1
+                    if j - i >= min_skip or i == a or j == b:
+                        if i > start:
+                            want.append((base + start * size, (i - start) * size, p + (start - a) * size))
+                        start = j
+                    i = j
+                else:
+                    i += 1
+            if b > start:
+                want.append((base + start * size, (b - start) * size, p + (start - a) * size))
+        got = read_parts(lo, ln, at, base, size, bits, min_skip)
+        assert list(zip(*(g.tolist() for g in got))) == want
+    with pytest.raises(ValueError):
+        read_parts(lo + 1, ln, at, base, size, bits, 4)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_update_bin_records_matches_unpack_numpy_and_pack(seed):
+    """The writer's one-pass bin record update against what it replaced, computed with Python
+    integers: count, validity OR'd and masked, head set only for bins that were empty, tail
+    only for bins given new records; every other bit of the records and the gaps between them
+    (a read span's buffer) kept."""
+    from pfm_dask.pfm._bitpack import update_bin_records
+
+    rng = np.random.default_rng(seed)
+    widths = [("num_soundings", 19), ("std", 11), ("validity", 23), ("head", 37), ("x", 5),
+              ("tail", 37), ("avg", 25)]
+    fields, pos = [], 3
+    for k, w in widths:
+        fields.append((k, pos, w))
+        pos += w
+    lay = BitLayout(fields)
+    size, n = lay.record_bytes, 300
+    at = 2 + np.arange(n) * (size + 4)
+    buf = rng.integers(0, 256, int(at[-1]) + size + 5, dtype=np.uint8)
+    cur = lay.unpack_at(buf, at, ["num_soundings", "validity", "head", "tail"])
+    cur["num_soundings"][::3] = 0
+    lay.pack_at(buf, at, {"num_soundings": cur["num_soundings"]})
+    before = buf.copy()
+    total = rng.integers(1, 1 << 19, n)
+    vor = rng.integers(0, 1 << 23, n).astype(np.uint64)
+    first_new = rng.integers(0, 1 << 37, n)
+    last_new = rng.integers(0, 1 << 37, n)
+    m = rng.integers(0, 3, n)
+    mask = ((1 << 23) - 1) & ~0x40
+    update_bin_records(lay, buf, at, cur, total, vor, mask, first_new, last_new, m)
+    want = before.copy()
+    for j in range(n):
+        c0 = int(cur["num_soundings"][j])
+        new = {"num_soundings": int(total[j]),
+               "validity": (int(cur["validity"][j]) | int(vor[j])) & mask,
+               "head": int(first_new[j]) if c0 == 0 else int(cur["head"][j]),
+               "tail": int(last_new[j]) if m[j] > 0 else int(cur["tail"][j])}
+        rec = int.from_bytes(bytes(want[at[j]:at[j] + size]), "big")
+        for k, off, w in fields:
+            if k in new:
+                sh = size * 8 - off - w
+                rec = (rec & ~(((1 << w) - 1) << sh)) | (new[k] << sh)
+        want[at[j]:at[j] + size] = np.frombuffer(rec.to_bytes(size, "big"), np.uint8)
+    assert np.array_equal(buf, want)

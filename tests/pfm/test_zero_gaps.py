@@ -63,3 +63,38 @@ def test_joined_spans_keep_every_other_byte_and_allocate_no_new_block(tmp_path):
     a, b = (paths[k].read_bytes() for k in ("one write per record", "joined"))
     assert a == b
     assert os.stat(paths["joined"]).st_blocks == os.stat(paths["one write per record"]).st_blocks
+
+
+def test_spans_leave_records_known_zero_unread_and_the_rest_as_read(tmp_path):
+    """Spans(known_zero=...) fills its buffer as a plain read of the same spans does when the
+    map is true (the records it marks are zero in the file), and does not read the runs it
+    marks: records marked zero but holding bytes come back as zeros only there."""
+    size, n, base = 39, 3000, 64
+    rng = np.random.default_rng(9)
+    data = rng.integers(1, 256, (n, size), dtype=np.uint8)
+    zero = np.zeros(n, dtype=bool)
+    zero[100:400] = True                     # a long run inside a span
+    zero[1000:1010] = True                   # a short one inside (read: cheaper than a call)
+    zero[2000:2200] = True                   # a span's start
+    data[zero] = 0
+    path = tmp_path / "f"
+    path.write_bytes(bytes(base) + data.tobytes())
+    items = np.r_[np.arange(50, 1500), np.arange(2000, 2600)]
+    off = base + items * size
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        plain = Spans(fd, off, size, max_gap=0)
+        known = Spans(fd, off, size, max_gap=0, known_zero=(np.packbits(zero), base))
+        assert np.array_equal(known.buf, plain.buf) and np.array_equal(known.pos, plain.pos)
+        # the same map over a file whose "zero" records hold bytes: the runs skipped read as 0
+        data2 = rng.integers(1, 256, (n, size), dtype=np.uint8)
+        os.pwrite(fd2 := os.open(path, os.O_RDWR), bytes(base) + data2.tobytes(), 0)
+        os.close(fd2)
+        lied = Spans(fd, off, size, max_gap=0, known_zero=(np.packbits(zero), base))
+        rows = lied.records()
+        skipped = zero[items].copy()
+        skipped[(items >= 1000) & (items < 1010)] = False
+        assert not rows[skipped].any()
+        assert np.array_equal(rows[~skipped], data2[items][~skipped])
+    finally:
+        os.close(fd)
