@@ -246,9 +246,13 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
              f"({mach.get('date_utc')}, {res.get('elapsed_s', 0) / 60:.0f} min of measuring in all); redraw with "
              "`python -m benchmarks.run --report`. Method and model: `docs/performance.md`. "
              "Raw figures: `" + f"{rel}/{name}.json" + "`.\n")
-    for later in cfg.get("later_runs", []):
-        L.append(f"Measured again afterwards ({later.get('redo') or 'missing parts'}): "
-                 f"`{later['command']}`.\n")
+    said = set()
+    for later in cfg.get("later_runs", []):   # each command once, however often it was run
+        line = (f"Measured again afterwards ({later.get('redo') or 'missing parts'}): "
+                f"`{later['command']}`.\n")
+        if line not in said:
+            said.add(line)
+            L.append(line)
 
     summary = _summary(res, SETUP_TITLES)
     if summary:
