@@ -47,7 +47,7 @@ import numpy as np
 from ._faults import crash_point  # noqa: F401  (re-exported: the journal's crash points)
 from ._fileio import pwrite_all
 from .errors import ConfigError, LoadError
-from .pfm._bitpack import gather_rows, mark_records, records_needed, rows_nonzero
+from .pfm._runs import gather_rows, mark_records, records_needed, rows_nonzero
 
 __all__ = [
     "PHASES",

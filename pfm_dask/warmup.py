@@ -36,11 +36,11 @@ LOAD_KERNELS = (
     ("pfm_dask.geodesy", "place"), ("pfm_dask.geodesy", "direct"),
     ("pfm_dask.pfm._grid", "assign16"),
     *(("pfm_dask._task_kernels", k) for k in ("screen", "place_emit", "in_order", "gather")),
-    *(("pfm_dask.pfm._bitpack_kernels", k)
+    *(("pfm_dask.pfm._runs_kernels", k)
       for k in ("gather_u32", "bin_runs", "bits_all", "undo_needed", "bits_set_div", "bits_clear")),
     ("pfm_dask.pfm._chains", "chain_plan"),
-    *(("pfm_dask.pfm._bitpack_kernels", k)
-      for k in ("record_ends", "pack_soundings", "pack_new", "touch_new")),
+    *(("pfm_dask.pfm._bitpack_kernels", k) for k in ("record_ends", "pack_soundings", "pack_new")),
+    ("pfm_dask.pfm._runs_kernels", "touch_new"),
     ("pfm_dask.pfm._recompute_kernel", "record_fields"),
     ("pfm_dask.pfm._recompute_kernel", "recompute_records"),
     ("pfm_dask.pfm._sparse", "nonzero_records"),

@@ -51,7 +51,7 @@ from .config import LoadConfig
 from .errors import ConfigError, LoadError, PfmDaskError, PfmFormatError
 from . import validity as V
 from .lines import LineTracker
-from .pfm._bitpack import gather_u32, merge_runs_to, scatter, touch_new
+from .pfm._runs import gather_u32, merge_runs_to, scatter, touch_new
 from .pfm._recompute import scattered
 from .pieces import COUNT_KEYS, Piece, PreparedPiece
 

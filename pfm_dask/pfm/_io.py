@@ -16,7 +16,8 @@ import numpy as np
 
 from .._fileio import pwrite_all
 from ..errors import PfmFormatError
-from ._bitpack import BitLayout, read_parts
+from ._bitpack import BitLayout
+from ._runs import read_parts
 
 __all__ = ["Spans", "BufferPool", "BackgroundWriter", "NdxMap", "start_writeback", "RMW_GAP",
            "MAX_SPAN", "ZERO_GAP", "ZERO_SKIP", "zero_gaps"]

@@ -98,7 +98,7 @@ import numpy as np
 
 from ..errors import ConfigError, PfmFormatError
 from .. import validity as V
-from ._bitpack import bits_all_set, clear_bits
+from ._runs import bits_all_set, clear_bits
 from ._names import TEXT_CODING, decode_names, encode_names
 from ._coverage import (COV_HEADER_SIZE, create_coverage_file, read_coverage,
                         update_coverage)

@@ -20,7 +20,8 @@ from .._fileio import pwrite_all
 from .._numeric import nint, scaled_code_f32, scaled_code_f64
 from ..errors import ConfigError, PfmFormatError
 from .. import validity as V
-from ._bitpack import bin_runs, tails_clean, update_bin_records
+from ._bitpack import tails_clean, update_bin_records
+from ._runs import bin_runs
 from ._bitpack_soundings import (CHECK_SIZE, SoundingCoding, check_failures, fill_slots,
                                  pack_soundings)
 from ._chains import chain_plan

@@ -25,10 +25,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pfm_dask.pfm import _bitpack as B
-from pfm_dask.pfm._bitpack import (BitLayout, bin_runs, bits_all_set, clear_bits, pack_records,
-                                   unpack_records)
+from pfm_dask.pfm._bitpack import BitLayout, pack_records, unpack_records
 from pfm_dask.pfm._bitpack_soundings import SoundingCoding, pack_soundings
-from pfm_dask.pfm import _bitpack_kernels as K
+from pfm_dask.pfm._runs import bin_runs, bits_all_set, clear_bits
+from pfm_dask.pfm import _bitpack_kernels as K, _runs, _runs_kernels as RK
 
 from . import bitpack_reference as R
 
@@ -609,6 +609,8 @@ def test_kernels_work_without_a_writable_cache(tmp_path):
 def test_load_kernels():
     assert B.load_kernels() >= 0.0
     assert set(K._kernel.compiled) == set(K._KERNEL_NAMES)
+    assert _runs.load_kernels() >= 0.0
+    assert set(RK._kernel.compiled) == set(RK._signatures(__import__("numba").types))
 
 
 @settings(max_examples=40, deadline=None)
@@ -654,10 +656,11 @@ def test_kernels_and_helpers_compiled_without_refcounting():
 
     if not _refcount_switch(numba):
         pytest.skip(f"numba {numba.__version__} has no _nrt option")
-    for name in K._KERNEL_NAMES:
-        assert K._kernel(name).targetoptions.get("_nrt") is False, name
-    for h in K._HELPERS:
-        assert getattr(K, h).targetoptions.get("_nrt") is False, h
+    for mod, names in ((K, K._KERNEL_NAMES), (RK, RK._signatures(numba.types))):
+        for name in names:
+            assert mod._kernel(name).targetoptions.get("_nrt") is False, name
+        for h in mod._HELPERS:
+            assert getattr(mod, h).targetoptions.get("_nrt") is False, h
 
 
 @settings(max_examples=40, deadline=None)
@@ -794,7 +797,7 @@ def test_undo_bookkeeping_kernels_match_plain_loops():
     """The undo log's record helpers against loops over Python ints: which records still need a
     pre-image (below the limit, bit clear; no map: all below the limit), marking them, which
     records in a buffer hold a non-zero byte, and gathering them end to end."""
-    from pfm_dask.pfm._bitpack import gather_rows, mark_records, records_needed, rows_nonzero
+    from pfm_dask.pfm._runs import gather_rows, mark_records, records_needed, rows_nonzero
 
     rng = np.random.default_rng(7)
     size, limit = 13, 13 * 400
@@ -825,7 +828,7 @@ def test_undo_bookkeeping_kernels_match_plain_loops():
 def test_read_parts_leaves_out_zero_runs_at_span_ends_and_long_ones_inside():
     """read_parts against a loop over records: a span's parts to read are its records less the
     runs known zero at either end and those of at least min_skip records inside it."""
-    from pfm_dask.pfm._bitpack import read_parts
+    from pfm_dask.pfm._runs import read_parts
 
     rng = np.random.default_rng(3)
     size, base, nrec = 5, 100, 3000
