@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pfm_dask import journal as J
+from pfm_dask import undo as U
 from pfm_dask import pfm, pipeline
 from pfm_dask.config import LoadConfig
 from pfm_dask.errors import ConfigError
@@ -270,7 +271,7 @@ def test_undo_log_puts_back_tails_filled_and_linked_since_the_checkpoint(tmp_pat
         f.add_sorted(**make_soundings(rng, more, rng.integers(1, 15, more.size)))
         f.flush()
     kinds = {(e[0], e[3]) for e in undo.entries(1)}     # (kind flag, part)
-    assert (J._CLEARED, "ndx") in kinds and (J._RECORDS, "ndx") in kinds, kinds
+    assert (U._CLEARED, "ndx") in kinds and (U._RECORDS, "ndx") in kinds, kinds
     undo.rollback(1, parts)
     undo.close()
     os.truncate(parts["ndx"], len(before["ndx"]))
@@ -286,11 +287,11 @@ def _logged_records(undo, epoch):
     for flag, pos, stored, part, off, n in undo.entries(epoch):
         body = os.pread(undo.fd, stored, pos)
         (size,) = struct.unpack_from("<I", body)
-        if flag == J._CLEARED:
+        if flag == U._CLEARED:
             table = np.frombuffer(body, dtype="<i8", offset=4).reshape(-1, 2)
             out += [(part, int(o)) for o in table[:, 0]]
             continue
-        assert flag == J._RECORDS
+        assert flag == U._RECORDS
         at = 4
         for _ in range(2):
             (k,) = struct.unpack_from("<I", body, at)

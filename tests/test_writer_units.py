@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pfm_dask.writer import _lookup
+from pfm_dask._writer_merge import lookup as _lookup
 
 
 @settings(max_examples=60, deadline=None)
@@ -70,7 +70,7 @@ def test_merged_pieces_equal_a_stable_sort_of_their_concatenation(bins, reuse):
     """A group's pieces (each sorted by bin) merge into the run a stable sort of their
     concatenation gives: by bin, then piece order, then each piece's own order; with the
     buffers of an earlier, larger group reused."""
-    from pfm_dask.writer import _merge_sorted
+    from pfm_dask._writer_merge import merge_sorted as _merge_sorted
 
     parts = [{"bin_index": np.sort(np.array(b, dtype=np.int64)),
               "seq": np.arange(len(b), dtype=np.int32) + 1000 * j,
@@ -93,7 +93,7 @@ def test_merged_pieces_equal_a_stable_sort_of_their_concatenation(bins, reuse):
 def test_merged_pieces_over_a_wide_range_of_bins_equal_a_stable_sort(bins):
     """Bins spread far wider than their number (merged run by run, not counted) merge as a
     stable sort of the pieces' concatenation too; a one-value column is repeated."""
-    from pfm_dask.writer import _merge_sorted
+    from pfm_dask._writer_merge import merge_sorted as _merge_sorted
 
     parts = [{"bin_index": np.sort(np.array(b, dtype=np.int64)),
               "file": np.uint32(j + 7),
@@ -143,7 +143,7 @@ def test_bin_chunks_cut_every_piece_at_the_same_bins(bins, per_chunk):
     """A group is written by runs of consecutive bins: every chunk cuts each piece at the same
     bin boundary, the chunks cover each piece once in order, none is empty, and each holds at
     most ``per_chunk`` soundings unless it is a single bin."""
-    from pfm_dask.writer import _bin_chunks
+    from pfm_dask._writer_merge import bin_chunks as _bin_chunks
 
     arrays = [np.sort(np.array(b, dtype=np.int64)) for b in bins]
     chunks = list(_bin_chunks(arrays, per_chunk))
