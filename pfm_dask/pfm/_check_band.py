@@ -207,7 +207,6 @@ def _fast_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
 
 
 #: the bin record fields :func:`_walked_band` reads
-_WALKED_FIELDS = WALKED_FIELDS
 #: :func:`extrema_candidates`' keys in its order (even: the least, odd: the greatest)
 _EXTREMA_KEYS = ("bin_count_min", "bin_count_max", "min_filtered", "max_filtered", "min_std",
                  "max_std", "min", "max")
@@ -230,7 +229,7 @@ def _walked_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
             quantum = (0, 0, depth_q, depth_q, std_q, std_q, depth_q, depth_q)
             return None, [(_EXTREMA_KEYS[k], v, b, k % 2 == 0, quantum[k]) for k, v, b in fast]
         # only the fields this path reads (the statistics are not re-derived here)
-        u = record_fields(recs, ctx.lay.bin, [k for k in _WALKED_FIELDS if k in ctx.lay.bin.fields])
+        u = record_fields(recs, ctx.lay.bin, [k for k in WALKED_FIELDS if k in ctx.lay.bin.fields])
         cnt = u["count"].astype(np.int64)
         empty = cnt == 0
         if empty.any() and recs[empty].any():   # an empty bin with bytes: the exact walk

@@ -37,7 +37,7 @@ class Spans:
     ``MAX_SPAN``) lie end to end in one buffer, so that every record is a
     position in it and each operation is one vectorised call whatever the
     number of spans. ``records()`` gives an (n, size) copy; ``store(records)``
-    puts modified records back; ``unpack``/``pack`` read and change fields in
+    puts modified records back; ``unpack`` reads fields and ``pack_new`` writes records anew in
     place; ``write()`` writes every span with one ``pwrite`` each, in offset
     order. Gap bytes between records are written back unchanged (the file is
     not shared while we hold it).
@@ -138,22 +138,11 @@ class Spans:
         for part, lo in parts:
             pwrite_all(self.fd, part, lo)
 
-    def extent(self) -> tuple[int, int]:
-        """Byte range covered by the spans."""
-        if not self.offsets.size:
-            return (0, 0)
-        return int(self.offsets[0]), int(self.offsets[-1]) + self.size
-
     def unpack(self, layout: BitLayout, keys) -> dict:
         """Fields (uint64) of every record, read in place from the span buffer."""
         if not self.offsets.size:
             return {k: np.empty(0, dtype=np.uint64) for k in keys}
         return layout.unpack_at(self.buf, self.pos, keys)
-
-    def pack(self, layout: BitLayout, values: dict, executor=None) -> None:
-        """Overwrite fields of every record in place in the span buffer (other bits kept)."""
-        if self.offsets.size:
-            layout.pack_at(self.buf, self.pos, values, executor=executor)
 
     def pack_new(self, layout: BitLayout, values: dict) -> None:
         """Write every record anew in the span buffer: the given fields, all other bits 0."""

@@ -399,13 +399,11 @@ class PfmWrites:
             offsets, at, used = offsets[need], at[need], used[need]
         keep = used.astype(np.int64) * self._single_bits
         clean = tails_clean((buf, size), keep, at=at)
-        every = np.ones(offsets.size, dtype=bool)
-        if clean.all():
-            self.undo.save_cleared("ndx", offsets, size, keep, need=every)
-            return
+        every = np.ones(offsets.size, dtype=bool)     # (the records needed, tested above)
         self.undo.save_cleared("ndx", offsets[clean], size, keep[clean], need=every[clean])
-        self.undo.save_records("ndx", offsets[~clean], size, buf, at=at[~clean],
-                               need=every[~clean])
+        if not clean.all():
+            self.undo.save_records("ndx", offsets[~clean], size, buf, at=at[~clean],
+                                   need=every[~clean])
 
     def _commit(self, step: dict) -> None:
         """Write what :meth:`_prepare` changed: the undo log made durable first, then the old tail
