@@ -45,6 +45,7 @@ from .._arrays import unique_sorted
 from .._numeric import CompiledKernels
 from ..errors import PfmFormatError
 from .. import validity as V
+from ._extrema import EXTREMA_START, _Extrema, band_extrema, std_limit
 from ._recompute_kernel import NdxView, _step, record_fields, recompute_records
 from ._io import RMW_GAP, ZERO_GAP, Spans, zero_gaps
 
@@ -298,18 +299,6 @@ def grouped_bin_stats(bins, counts, depth, validity, *, null_depth, class_type=0
 # ---------------------------------------------------------------------------
 # Recompute of an open PfmFile, by bands, with pfmLoader's header extrema.
 
-#: pfmLoader's starting values for the header extrema of a new PFM; they stay in
-#: the header when no bin qualifies. Keys are :class:`PfmHeader` field names.
-EXTREMA_START = {
-    "min_filtered_depth": 9999999.0, "max_filtered_depth": -9999999.0,
-    "min_filtered_coord": (0, 0), "max_filtered_coord": (0, 0),
-    "min_depth": 9999999.0, "max_depth": -9999999.0,
-    "min_coord": (0, 0), "max_coord": (0, 0),
-    "min_bin_count": 9999999, "max_bin_count": 0,
-    "min_count_coord": (0, 0), "max_count_coord": (0, 0),
-    "min_standard_deviation": 9999999.0, "max_standard_deviation": -9999999.0,
-}
-
 #: Soundings per band of :func:`recompute` (about 100 bytes each while a band is worked on,
 #: at most ``threads`` + 1 bands at once): what bounds the recompute's memory, whatever the
 #: number of soundings in the PFM.
@@ -325,87 +314,6 @@ _PLAN_BINS = 1 << 17
 FUSED = True
 
 _AVERAGE_NAMES = ("Average Filtered Depth", "Average Edited")
-
-
-def _first_extreme(vals, bidx, key, coord_key, lower: bool):
-    """A band's candidate for one extremum: its first lowest (highest) value and bin."""
-    if vals.size == 0:
-        return None
-    j = int(np.argmin(vals) if lower else np.argmax(vals))  # first occurrence = raster order
-    return key, coord_key, lower, vals[j], int(bidx[j])
-
-
-def band_extrema(bidx, stats, null32, std_max=None) -> list:
-    """A band's candidates for pfmLoader's header extrema (:meth:`_Extrema.fold`), on any
-    thread: per extremum, the band's first extreme value and its bin."""
-    cnt = stats["num_soundings"].astype(np.int64)
-    out = [_first_extreme(cnt, bidx, "min_bin_count", "min_count_coord", True),
-           _first_extreme(cnt, bidx, "max_bin_count", "max_count_coord", False)]
-    # pfmLoader: bin max depth (float) < max_depth + 1.0, i.e. below NULL DEPTH
-    ok = stats["max"].astype(np.float64) < float(null32)
-    data = ok & ((stats["validity"].astype(np.int64) & V.DATA) != 0)
-    bd = bidx[data]
-    out.append(_first_extreme(stats["min_filtered"][data], bd, "min_filtered_depth",
-                              "min_filtered_coord", True))
-    out.append(_first_extreme(stats["max_filtered"][data], bd, "max_filtered_depth",
-                              "max_filtered_coord", False))
-    std = stats["std"][data].astype(np.float64)  # header std extrema are doubles
-    if std_max is not None:
-        std = np.minimum(std, std_max)
-    out.append(_first_extreme(std, bd, "min_standard_deviation", None, True))
-    out.append(_first_extreme(std, bd, "max_standard_deviation", None, False))
-    bo = bidx[ok]
-    out.append(_first_extreme(stats["min"][ok], bo, "min_depth", "min_coord", True))
-    out.append(_first_extreme(stats["max"][ok], bo, "max_depth", "max_coord", False))
-    return out
-
-
-class _Extrema:
-    """pfmLoader's running header extrema: strict comparisons in raster order."""
-
-    def __init__(self, start: dict | None, width: int):
-        self.v = dict(EXTREMA_START)
-        if start:
-            unknown = set(start) - set(EXTREMA_START)
-            if unknown:
-                raise ValueError(f"unknown extrema keys {sorted(unknown)}")
-            self.v.update(start)
-        self.width = width
-
-    def _coord(self, b) -> tuple[int, int]:
-        return (int(b % self.width), int(b // self.width))
-
-    def _take(self, vals, bidx, key, coord_key, lower: bool) -> None:
-        self.fold([_first_extreme(vals, bidx, key, coord_key, lower)])
-
-    def fold(self, found) -> None:
-        """Fold in a band's :func:`band_extrema` (bands in raster order): a band's first
-        extreme replaces the running one only when strictly beyond it, as a bin by bin
-        pass would, so the result does not depend on where the bands were cut."""
-        for got in found:
-            if got is None:
-                continue
-            key, coord_key, lower, x, b = got
-            cur = self.v[key]
-            if (x < cur) if lower else (x > cur):
-                self.v[key] = x.item()
-                if coord_key:
-                    self.v[coord_key] = self._coord(b)
-
-    def update(self, bidx, stats, null32) -> None:
-        """Fold in a band of recomputed bins (``bidx`` ascending, ``stats`` float32 values)."""
-        self.fold(band_extrema(bidx, stats, null32, getattr(self, "std_max", None)))
-
-    def result(self) -> dict:
-        out = {}
-        for k, v in self.v.items():
-            if isinstance(v, tuple):
-                out[k] = (int(v[0]), int(v[1]))
-            elif k.endswith("bin_count"):
-                out[k] = int(v)
-            else:
-                out[k] = float(v)
-        return out
 
 
 def _plan_bands(pfm_file, want_rows: np.ndarray | None, rows_per_band: int | None,
@@ -544,13 +452,11 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
     does. The averages are only rewritten while ``[AVERAGE FILTERED NAME]`` is
     one the library recomputes.
     """
-    h = pfm_file.header
     W = pfm_file.width
     null32 = np.float32(pfm_file.null_depth)
-    compute_average = h.average_filtered_name in _AVERAGE_NAMES
     ext = _Extrema(extrema, W)
     # The store clamps a std too large for [STD BITS]; the header states what is stored.
-    ext.std_max = float(((1 << int(h.std_bits)) - 1) / np.float32(h.std_scale))
+    ext.std_max = std_limit(pfm_file.header)
     wanted = None
     if bin_index is not None:
         wanted = unique_sorted(np.asarray(bin_index, dtype=np.int64))
@@ -559,38 +465,6 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
         if wanted[0] < 0 or wanted[-1] >= W * pfm_file.height:
             raise PfmFormatError(f"bin_index outside 0..{W * pfm_file.height - 1}", path=pfm_file.path)
     rows_per_band = None if rows is None else max(1, int(rows))
-
-    rec_fields = ("num_soundings", "validity", "std", "head")
-    if not compute_average:
-        rec_fields += ("avg_filtered", "avg")
-
-    def compute(recs):
-        ub, cnt = recs["bin_index"], recs["num_soundings"]
-        # soundings come back grouped by bin, in raster then chain order
-        snd = pfm_file._read_chains(ub, cnt, recs["head"], fields=("depth", "validity"))
-        stats = grouped_bin_stats(ub, cnt, snd["depth"], snd["validity"],
-                                  null_depth=null32, class_type=h.class_type,
-                                  prior_validity=recs["validity"],
-                                  prior_std=recs["std"].astype(np.float32),
-                                  keep_mask=keep_mask)
-        if clear_mask:
-            stats["validity"] = (stats["validity"].astype(np.int64) & ~int(clear_mask)).astype(np.uint32)
-        if not compute_average:
-            # the record keeps its averages (e.g. a CUBE surface): report those
-            stats["avg_filtered"] = recs["avg_filtered"].astype(np.float32)
-            stats["avg"] = recs["avg"].astype(np.float32)
-        fields = {k: stats[k] for k in ("num_valid", "std", "min_filtered", "max_filtered",
-                                         "min", "max")}
-        if compute_average:
-            fields["avg_filtered"] = stats["avg_filtered"]
-            fields["avg"] = stats["avg"]
-        fields["validity"] = stats["validity"].astype(np.int64)
-        # Written here, on the band's thread: bands are disjoint runs of bins in raster
-        # order, so their bin records and coverage bytes are too (write_bin_records reads
-        # and writes back only between a band's first and last bin). Packing the records on
-        # the calling thread left the pool idle for a third of the time.
-        pfm_file.write_bin_records(ub, **fields)
-        return ub, stats
 
     threads = THREADS if threads is None else threads
     view = None
@@ -607,42 +481,20 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
         if view is not None and wanted is None:
             walk.begin(view.buf.size // view.rsize, view.rsize)
     walking = walk is not None and walk.clean
-    std_max = ext.std_max
+    bp = BandRecompute(pfm_file, view, keep_mask=keep_mask, clear_mask=clear_mask,
+                       walking=walking, std_max=ext.std_max)
     if view is None:
-        bands = _data_bands(pfm_file, wanted, rows_per_band, int(band_soundings), rec_fields)
+        bands = _data_bands(pfm_file, wanted, rows_per_band, int(band_soundings), bp.rec_fields)
 
         def work(band):
-            return [compute(band)]
+            return [bp.general(band)]
     else:
-        fd = pfm_file._fd("bin")
-
-        def one(bidx, raw):
-            new = raw.copy()
-            got = recompute_records(view, new, header=h, null32=null32, class_type=int(h.class_type),
-                                    keep_mask=int(keep_mask), clear_mask=int(clear_mask),
-                                    compute_average=compute_average, user_flags=_USER_FLAGS,
-                                    prior_keep=PRIOR_KEEP, walk=walking)
-            if got is None:     # something out of the ordinary: the general path says what
-                ub, stats = compute(pfm_file._decode_bins(bidx, raw, fields=rec_fields))
-                return ub, stats, None, band_extrema(ub, stats, null32, std_max)
-            cnt, val, f32 = got[:3]
-            _write_runs(fd, bidx, new, pfm_file.bin_header_size, pfm_file.bin_path,
-                        getattr(pfm_file, "_zero_bins", None))
-            pfm_file._touch(bidx)
-            pfm_file.update_coverage(bidx, val)
-            stats = {"num_soundings": cnt, "validity": val, "std": f32[:, 0],
-                     "min_filtered": f32[:, 1], "max_filtered": f32[:, 2],
-                     "min": f32[:, 3], "max": f32[:, 4]}
-            # the band's extrema candidates here, folded in band order by the caller
-            return (bidx, stats, (got[3] if walking else None),
-                    band_extrema(bidx, stats, null32, std_max))
-
         def work(job):
             # a span of bins read and cut into bands on this thread (the calling thread
             # only folds the results: reading the records there left the pool waiting)
             out = []
             for bidx, raw in job():
-                out.append(one(bidx, raw))
+                out.append(bp(bidx, raw))
                 # the pages the band read: resident memory stays at a few bands' worth
                 view.drop_pages(int(out[-1][1]["num_soundings"].sum()))
             return out
@@ -671,6 +523,79 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
         if view is not None:
             view.close()
     return ext.result()
+
+
+class BandRecompute:
+    """A band of bin records recomputed and written back, on any thread: the compiled pass
+    over their bytes (:func:`._recompute_kernel.recompute_records`) when ``view`` is given
+    and the band is ordinary, else the general path (numpy passes and the store's record
+    writes), which reports what it finds. Calling it returns ``(bins, stats, walk or None,
+    extrema candidates)``; :meth:`general` takes decoded records."""
+
+    def __init__(self, pfm_file, view, *, keep_mask: int = 0, clear_mask: int = 0,
+                 walking: bool = False, std_max: float | None = None):
+        h = pfm_file.header
+        self.pfm, self.view, self.h = pfm_file, view, h
+        self.keep_mask, self.clear_mask, self.walking = int(keep_mask), int(clear_mask), walking
+        self.null32 = np.float32(pfm_file.null_depth)
+        self.compute_average = h.average_filtered_name in _AVERAGE_NAMES
+        self.std_max = std_limit(h) if std_max is None else std_max
+        self.rec_fields = ("num_soundings", "validity", "std", "head")
+        if not self.compute_average:
+            self.rec_fields += ("avg_filtered", "avg")
+        self.fd = pfm_file._fd("bin") if view is not None else None
+
+    def general(self, recs) -> tuple:
+        """Decoded records of a band recomputed with numpy and written by the store."""
+        pfm_file, h, null32 = self.pfm, self.h, self.null32
+        ub, cnt = recs["bin_index"], recs["num_soundings"]
+        # soundings come back grouped by bin, in raster then chain order
+        snd = pfm_file._read_chains(ub, cnt, recs["head"], fields=("depth", "validity"))
+        stats = grouped_bin_stats(ub, cnt, snd["depth"], snd["validity"],
+                                  null_depth=null32, class_type=h.class_type,
+                                  prior_validity=recs["validity"],
+                                  prior_std=recs["std"].astype(np.float32),
+                                  keep_mask=self.keep_mask)
+        if self.clear_mask:
+            stats["validity"] = (stats["validity"].astype(np.int64)
+                                 & ~self.clear_mask).astype(np.uint32)
+        if not self.compute_average:
+            # the record keeps its averages (e.g. a CUBE surface): report those
+            stats["avg_filtered"] = recs["avg_filtered"].astype(np.float32)
+            stats["avg"] = recs["avg"].astype(np.float32)
+        fields = {k: stats[k] for k in ("num_valid", "std", "min_filtered", "max_filtered",
+                                         "min", "max")}
+        if self.compute_average:
+            fields["avg_filtered"] = stats["avg_filtered"]
+            fields["avg"] = stats["avg"]
+        fields["validity"] = stats["validity"].astype(np.int64)
+        # Written here, on the band's thread: bands are disjoint runs of bins in raster
+        # order, so their bin records and coverage bytes are too (write_bin_records reads
+        # and writes back only between a band's first and last bin). Packing the records on
+        # the calling thread left the pool idle for a third of the time.
+        pfm_file.write_bin_records(ub, **fields)
+        return ub, stats, None, band_extrema(ub, stats, null32, self.std_max)
+
+    def __call__(self, bidx, raw) -> tuple:
+        pfm_file, h = self.pfm, self.h
+        new = raw.copy()
+        got = recompute_records(self.view, new, header=h, null32=self.null32,
+                                class_type=int(h.class_type), keep_mask=self.keep_mask,
+                                clear_mask=self.clear_mask, compute_average=self.compute_average,
+                                user_flags=_USER_FLAGS, prior_keep=PRIOR_KEEP, walk=self.walking)
+        if got is None:     # something out of the ordinary: the general path says what
+            return self.general(pfm_file._decode_bins(bidx, raw, fields=self.rec_fields))
+        cnt, val, f32 = got[:3]
+        _write_runs(self.fd, bidx, new, pfm_file.bin_header_size, pfm_file.bin_path,
+                    getattr(pfm_file, "_zero_bins", None))
+        pfm_file._touch(bidx)
+        pfm_file.update_coverage(bidx, val)
+        stats = {"num_soundings": cnt, "validity": val, "std": f32[:, 0],
+                 "min_filtered": f32[:, 1], "max_filtered": f32[:, 2],
+                 "min": f32[:, 3], "max": f32[:, 4]}
+        # the band's extrema candidates here, folded in band order by the caller
+        return (bidx, stats, (got[3] if self.walking else None),
+                band_extrema(bidx, stats, self.null32, self.std_max))
 
 
 #: wanted bins are :func:`scattered` when fewer than one bin in this many of the grid
