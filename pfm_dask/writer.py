@@ -53,7 +53,8 @@ from . import validity as V
 from .lines import LineTracker
 from .pfm._runs import touch_new
 from ._writer_merge import PLAIN_COLUMNS, bin_chunks, merge_sorted, sounding_columns
-from .pfm._recompute import scattered
+from .pfm._recompute import THREADS, scattered
+from .pfm import _tiles
 from .pieces import COUNT_KEYS, Piece, PreparedPiece
 
 __all__ = ["PfmWriter"]
@@ -141,6 +142,7 @@ class PfmWriter(WriterJournal):
         self._redo: dict | None = None
         self._check: dict | None = None
         self._walk: ChainWalk | None = None   # the recompute's chain walk, for the check
+        self._tiles: _tiles.TileRecompute | None = None   # bins recomputed while loading
         self._check_only = None   # the bins the final check reads, when the load wrote few
         self._result: dict | None = None
         self._finished: dict | None = None   # what finish() returned (a repeated call gets it)
@@ -169,6 +171,10 @@ class PfmWriter(WriterJournal):
             if self.threads is not None:
                 self.pfm.pack_threads = self.threads
             self.touched = np.zeros(self.pfm.grid.width * self.pfm.grid.height, dtype=bool)
+            if not append and not cfg.area_filter and _tiles.EARLY:
+                # a new PFM without the area filter: its finished tiles are recomputed
+                # between groups (not a resumed load: its earlier tiles are not known)
+                self._tiles = _tiles.TileRecompute(self.pfm, self.touched, self.threads or THREADS)
             if self._journal_on:
                 # a new PFM: one checkpoint, after its inputs are listed (an append marks
                 # the state before them: the .ctl it extends is cut back on a resume)
@@ -299,6 +305,9 @@ class PfmWriter(WriterJournal):
                         self._next = end
                         self._lock.notify_all()
                 n += len(group)
+                if self._tiles is not None and end < self.n_pieces:
+                    # the tiles no longer written in: recomputed beside, not in the final step
+                    self._tiles.end_group()
                 release_free_heap()   # the group's merge and packing memory, back to the system
                 if end < self.n_pieces:
                     # its kernels are in: the code generator's pages, out of the next groups'
@@ -362,7 +371,13 @@ class PfmWriter(WriterJournal):
                     # the next chunk merges into the other set of buffers meanwhile (numpy's
                     # copies and the merge kernel release the GIL)
                     nxt = pool.submit(merged, i + 1)
-                self.pfm.add_sorted(**cols)
+                if self._tiles is None:
+                    self.pfm.add_sorted(**cols)
+                else:
+                    # the tiles' thread writes bin records too: not while this call does
+                    with self._tiles.lock:
+                        self.pfm.add_sorted(**cols)
+                        self._tiles.after_write(self.pfm.last_bins)
                 # each bin enters the touched log once (the call's bins, each once, in order)
                 new = touch_new(self.pfm.last_bins, self.touched)
                 if self._touched_log is not None:
@@ -531,6 +546,8 @@ class PfmWriter(WriterJournal):
         if self._next < self.n_pieces:
             raise LoadError(f"finish() called with {self.n_pieces - self._next} pieces "
                             "not yet written", path=self.path)
+        if self._tiles is not None:
+            self._tiles.close()       # what its thread was handed is done: nothing writes beside
         self._merge_bufs = [{}, {}]    # the groups are written: their buffers are not needed
         self._merge_scratch = {}
         if self._merge_pool is not None:
@@ -596,8 +613,17 @@ class PfmWriter(WriterJournal):
             wanted = None
             if scattered(int(np.count_nonzero(self.touched)), self.touched.size):
                 wanted = np.flatnonzero(self.touched)
-            self._walk = ChainWalk()
-            extrema = pfm.recompute(self.pfm, wanted, threads=self.threads, walk=self._walk)
+            tiles = self._tiles
+            if tiles is not None and tiles.early and not crash_planned("recompute-write"):
+                # most tiles were recomputed while loading: the rest, and their extrema
+                tiles.threads = self.threads or THREADS
+                extrema = tiles.finish()
+                self._walk = tiles.walk
+                self.timings.update(tiles=tiles.seconds, tiles_early=tiles.tiles_early,
+                                    tiles_redone=tiles.tiles_redone)
+            else:
+                self._walk = ChainWalk()
+                extrema = pfm.recompute(self.pfm, wanted, threads=self.threads, walk=self._walk)
             # the check reads these bins too, not the whole sparse .bin
             self._check_only = wanted
         self.pfm.write_header(**(extrema or {}))
@@ -672,6 +698,8 @@ class PfmWriter(WriterJournal):
             self._lock.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        if self._tiles is not None:
+            self._tiles.close()
         try:
             if self.pfm is not None:
                 self.pfm.close()

@@ -603,13 +603,19 @@ def test_a_long_load_failing_in_its_final_step_redoes_it_from_its_last_checkpoin
         return real_ckpt(self, phase, **kw)
 
     real_recompute = W.pfm.recompute
+    real_tiles = W._tiles.TileRecompute.finish
 
     def recompute_then_fail(*a, **kw):
         real_recompute(*a, **kw)           # every bin's statistics rewritten, then a failure
         raise OSError("the disk went away")
 
+    def tiles_then_fail(*a, **kw):         # the same when tiles were recomputed while loading
+        real_tiles(*a, **kw)
+        raise OSError("the disk went away")
+
     monkeypatch.setattr(_writer_journal.WriterJournal, "_checkpoint", checkpoints_up_to_piece_2)
     monkeypatch.setattr(W.pfm, "recompute", recompute_then_fail)
+    monkeypatch.setattr(W._tiles.TileRecompute, "finish", tiles_then_fail)
     out = tmp_path / "out.pfm"
     try:
         res = pipeline.run_load(paths, out, cfg, mode="serial", checkpoint_seconds=0, quiet=True)

@@ -262,6 +262,15 @@ class ChainWalk:
         self.bits = np.zeros((self.n_phys + 7) // 8, dtype=np.uint8)
         self.file_hi = self.line_hi = -1
 
+    def grow(self, n_phys: int) -> None:
+        """The ``.ndx`` has grown to ``n_phys`` records (a walk made while a load still
+        appends: :mod:`._tiles`); the records already visited stay visited."""
+        if not self.clean or n_phys <= self.n_phys:
+            return
+        bits = np.zeros((int(n_phys) + 7) // 8, dtype=np.uint8)
+        bits[:self.bits.size] = self.bits
+        self.bits, self.n_phys = bits, int(n_phys)
+
     def spoil(self) -> None:
         """Some bins were not walked this way: the check walks everything."""
         self.clean = False

@@ -333,6 +333,11 @@ class BackgroundWriter:
         self._q.join()
         self._check()
 
+    def wait_idle(self) -> None:
+        """Wait until every queued write is done, leaving an error to the thread that queued
+        it (:meth:`drain` raises it here; a reader on another thread must not take it)."""
+        self._q.join()
+
     def _check(self) -> None:
         if self._error is not None:
             err, self._error = self._error, None

@@ -37,6 +37,7 @@ band recomputed and packed in one compiled pass over its records' bytes
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -47,6 +48,7 @@ from ..errors import PfmFormatError
 from .. import validity as V
 from ._extrema import EXTREMA_START, _Extrema, band_extrema, std_limit
 from ._recompute_kernel import NdxView, _step, record_fields, recompute_records
+from ._coverage import update_coverage
 from ._io import RMW_GAP, ZERO_GAP, Spans, zero_gaps
 
 __all__ = [
@@ -533,8 +535,12 @@ class BandRecompute:
     extrema candidates)``; :meth:`general` takes decoded records."""
 
     def __init__(self, pfm_file, view, *, keep_mask: int = 0, clear_mask: int = 0,
-                 walking: bool = False, std_max: float | None = None):
+                 walking: bool = False, std_max: float | None = None, write_lock=None):
         h = pfm_file.header
+        # bands that are not runs of consecutive bins (tiles) write under a lock: a band's
+        # read-modify-write of coverage bytes, or the general path's of bin records, spans
+        # the bins between its own, which a band on another thread may be writing
+        self.lock = write_lock if write_lock is not None else contextlib.nullcontext()
         self.pfm, self.view, self.h = pfm_file, view, h
         self.keep_mask, self.clear_mask, self.walking = int(keep_mask), int(clear_mask), walking
         self.null32 = np.float32(pfm_file.null_depth)
@@ -573,29 +579,49 @@ class BandRecompute:
         # order, so their bin records and coverage bytes are too (write_bin_records reads
         # and writes back only between a band's first and last bin). Packing the records on
         # the calling thread left the pool idle for a third of the time.
-        pfm_file.write_bin_records(ub, **fields)
+        with self.lock:
+            pfm_file.write_bin_records(ub, **fields)
         return ub, stats, None, band_extrema(ub, stats, null32, self.std_max)
 
-    def __call__(self, bidx, raw) -> tuple:
-        pfm_file, h = self.pfm, self.h
+    def kernel(self, bidx, raw):
+        """The band's new records (a copy of ``raw`` recomputed) and the compiled pass's
+        results, or None when it gave up on the band (nothing written either way)."""
+        h = self.h
         new = raw.copy()
         got = recompute_records(self.view, new, header=h, null32=self.null32,
                                 class_type=int(h.class_type), keep_mask=self.keep_mask,
                                 clear_mask=self.clear_mask, compute_average=self.compute_average,
                                 user_flags=_USER_FLAGS, prior_keep=PRIOR_KEEP, walk=self.walking)
-        if got is None:     # something out of the ordinary: the general path says what
-            return self.general(pfm_file._decode_bins(bidx, raw, fields=self.rec_fields))
-        cnt, val, f32 = got[:3]
+        return None if got is None else (new, got)
+
+    def write(self, bidx, new, validity) -> None:
+        """Write the band's new records and coverage bytes (the caller holds :attr:`lock`;
+        the store's write-behind queue is not waited for: the caller sees to it)."""
+        pfm_file = self.pfm
         _write_runs(self.fd, bidx, new, pfm_file.bin_header_size, pfm_file.bin_path,
                     getattr(pfm_file, "_zero_bins", None))
         pfm_file._touch(bidx)
-        pfm_file.update_coverage(bidx, val)
+        update_coverage(pfm_file._fd("cvg"), bidx, validity, path=pfm_file.cvg_path)
+
+    def results(self, bidx, got) -> tuple:
+        """``(bins, stats, walk or None, extrema candidates)`` of a band :meth:`kernel` did."""
+        cnt, val, f32 = got[:3]
         stats = {"num_soundings": cnt, "validity": val, "std": f32[:, 0],
                  "min_filtered": f32[:, 1], "max_filtered": f32[:, 2],
                  "min": f32[:, 3], "max": f32[:, 4]}
-        # the band's extrema candidates here, folded in band order by the caller
         return (bidx, stats, (got[3] if self.walking else None),
                 band_extrema(bidx, stats, self.null32, self.std_max))
+
+    def __call__(self, bidx, raw) -> tuple:
+        done = self.kernel(bidx, raw)
+        if done is None:     # something out of the ordinary: the general path says what
+            return self.general(self.pfm._decode_bins(bidx, raw, fields=self.rec_fields))
+        new, got = done
+        self.pfm._sync()
+        with self.lock:
+            self.write(bidx, new, got[1])
+        # the band's extrema candidates here, folded in band order by the caller
+        return self.results(bidx, got)
 
 
 #: wanted bins are :func:`scattered` when fewer than one bin in this many of the grid

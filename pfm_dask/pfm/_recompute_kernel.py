@@ -558,6 +558,7 @@ class NdxView:
         self.ok = False
         self._mm = None
         self._since = 0
+        self.drop_every = DROP_SOUNDINGS
         self.buf = np.zeros(0, dtype=np.uint8)
         word = pfm_file._continuation_word()
         NL = pfm_file._ndx_layout
@@ -599,11 +600,11 @@ class NdxView:
         """Unmap the pages of the ``.ndx`` read so far from this process (they stay in the page
         cache, and come back on the next touch, even on a thread reading meanwhile): without
         it the whole ``.ndx`` ends up resident (file-backed pages count in RSS). With
-        ``soundings`` (those read since the last call), only once :data:`DROP_SOUNDINGS` have
-        been read: each call walks the page tables of the whole map."""
+        ``soundings`` (those read since the last call), only once :attr:`drop_every` (default
+        :data:`DROP_SOUNDINGS`) have been read: each call walks the page tables of the whole map."""
         if soundings is not None:
             self._since += int(soundings)
-            if self._since < DROP_SOUNDINGS:
+            if self._since < self.drop_every:
                 return
         self._since = 0
         if self._mm is not None and hasattr(mmap, "MADV_DONTNEED"):

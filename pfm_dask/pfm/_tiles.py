@@ -1,0 +1,325 @@
+"""The recompute of a new PFM's bins while its load still writes, tile by tile, beside it.
+
+A survey's lines cross the grid one after another, so most of its bins receive their last
+sounding long before the load ends. :class:`TileRecompute` follows which tiles of
+:data:`TILE` x :data:`TILE` bins each group of pieces wrote; once a tile has gone
+:data:`LAG` groups without a write, a thread of its own recomputes its bins while the writer
+goes on (the compiled pass of the final recompute, :class:`._recompute.BandRecompute`),
+walks their chains for the check (:class:`._chains.ChainWalk`) and keeps their header
+extrema candidates (:class:`._extrema.Candidates`). The final step then recomputes only
+the tiles not done. The result is the bytes of one recompute at the end (the tests compare
+them); only the time differs.
+
+Sharing the files with the writer, by one lock (:attr:`TileRecompute.lock`): the writer
+holds it for each call that adds soundings, and bumps the generation of the tiles it wrote
+before letting go. The thread takes it to look (the writer's queued writes waited for, the
+generations noted, the ``.ndx`` mapped), computes a rectangle of tiles without it, and takes
+it again to write: only if no tile of the rectangle was written meanwhile, and after the
+writer's queued writes are in the files (its read-modify-write of bin records also rewrites
+the records between its bins, which may be ours). A later write into a done tile makes its
+rectangle not done again (the walk is then spoiled: the check walks the chains itself).
+
+Columns of tiles, not rows: lines run across rows as often as along them, and a band of
+rows is only finished when the last line crossing it is. On the 74-file benchmark survey
+94 % of the bins are done before the last group (docs/performance.md).
+
+Plain numpy and threads: no Dask. Not for appends (the recompute there also clears flags of
+old bins), the area filter (it changes soundings after the load) or a resumed load (its
+earlier tiles are not known): ``PfmWriter`` keeps the one recompute there.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import numpy as np
+
+from ._chains import ChainWalk
+from ._extrema import Candidates, _Extrema, std_limit
+from ._io import RMW_GAP, Spans
+from ._recompute import BAND_SOUNDINGS, BandRecompute, _cuts, ordered_imap
+from ._recompute_kernel import NdxView, record_fields
+
+__all__ = ["EARLY", "TILE", "LAG", "RUN_TILES", "TileRecompute"]
+
+#: False: every bin is recomputed in the final step (the tests compare the two).
+EARLY = True
+#: Bins a side of a tile. 64: on the 74-file survey 94 % of the bins are done early, 91 %
+#: with 256 (fewer, larger tiles finish later).
+TILE = 64
+#: Groups a tile must go without a write before it is recomputed: 1 = it was not written
+#: in the group just written (adjacent lines overlap within a group, rarely across two).
+LAG = 1
+#: Adjacent tiles of a row of tiles worked on as one rectangle of bins, at most (a read and
+#: a write per row of bins of the rectangle instead of per row of each tile).
+RUN_TILES = 16
+#: While the load goes on, the thread's bands hold at most this many soundings (about 100
+#: bytes each while worked on) and it lets go of the ``.ndx`` pages it read every this many
+#: (about 40 bytes each): the load's own memory is at its peak meanwhile.
+BESIDE_BAND_SOUNDINGS = 100_000
+BESIDE_DROP_SOUNDINGS = 100_000
+
+
+class TileRecompute:
+    """Which tiles of a new PFM are recomputed already, and the thread that does it.
+
+    The writer holds :attr:`lock` around each call that adds soundings and calls
+    :meth:`after_write` with the bins it wrote before letting go; :meth:`end_group` between
+    groups hands the tiles that are ready to the thread; :meth:`finish` at the end stops it,
+    recomputes the rest on ``threads`` threads and returns the header extrema, :attr:`walk`
+    then holding the check's walk. :meth:`close` stops the thread (an aborted load).
+    """
+
+    def __init__(self, pfm_file, touched: np.ndarray, threads: int = 1, *,
+                 tile: int | None = None, lag: int | None = None,
+                 band_soundings: int = BAND_SOUNDINGS):
+        self.pfm = pfm_file
+        self.W, self.H = int(pfm_file.width), int(pfm_file.height)
+        self.touched = touched
+        self.threads = max(1, int(threads))
+        self.tile = int(TILE if tile is None else tile)
+        self.lag = int(LAG if lag is None else lag)
+        self.budget = int(band_soundings)
+        self.ntc = -(-self.W // self.tile)
+        n = self.ntc * -(-self.H // self.tile)
+        self.last = np.full(n, -1, dtype=np.int64)   # the last group that wrote in the tile
+        self.gen = np.zeros(n, dtype=np.int64)       # writes into the tile so far
+        self.done = np.zeros(n, dtype=bool)          # recomputed since its last write
+        self.busy = np.zeros(n, dtype=bool)          # handed to the thread, not back yet
+        self.cands = Candidates(n)    # per rectangle recomputed, at its first tile
+        self.owner = np.full(n, -1, dtype=np.int64)   # the first tile of a done tile's rectangle
+        self.walk = ChainWalk()
+        self.group = 0
+        self.off = False          # the kernel cannot read this file, or the thread failed
+        self.error: BaseException | None = None      # the thread's (the final step redoes)
+        self.tiles_early = 0      # tiles recomputed before the final step
+        self.tiles_redone = 0     # done tiles written again (their recompute was wasted)
+        self.seconds = 0.0        # the thread's time
+        self.lock = threading.Lock()
+        self._walk_begun = False
+        self._q: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------- the writer's calls
+    def tiles_of(self, bins: np.ndarray) -> np.ndarray:
+        """The tiles holding ``bins``, each once, ascending."""
+        b = np.asarray(bins, dtype=np.int64)
+        r = b // self.W
+        t = (r // self.tile) * self.ntc + (b - r * self.W) // self.tile
+        mark = np.zeros(self.last.size, dtype=bool)
+        mark[t] = True
+        return np.flatnonzero(mark)
+
+    def after_write(self, bins: np.ndarray) -> None:
+        """``bins`` received soundings in the current group (the caller holds :attr:`lock`):
+        their tiles are written in it, and those done are not any more."""
+        if bins.size == 0:
+            return
+        t = self.tiles_of(bins)
+        self.last[t] = self.group
+        self.gen[t] += 1
+        again = t[self.done[t]]
+        if again.size:
+            # the rectangles they were recomputed in are undone (their candidates are one)
+            owners = np.unique(self.owner[again])
+            again = np.flatnonzero(np.isin(self.owner, owners))
+            self.done[again] = False
+            self.owner[again] = -1
+            self.cands.clear(owners)
+            self.walk.spoil()      # their records were visited: the check walks everything
+            self.tiles_redone += int(again.size)
+
+    def end_group(self) -> int:
+        """A group is written: hand the thread the tiles it and the ``lag - 1`` before it did
+        not write in; returns how many."""
+        with self.lock:
+            ready = np.flatnonzero(~self.done & ~self.busy & (self.last >= 0)
+                                   & (self.last <= self.group - self.lag))
+            self.group += 1
+            if self.off or ready.size == 0:
+                return 0
+            self.busy[ready] = True
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="pfm-tiles", daemon=True)
+            self._thread.start()
+        self._q.put(ready)
+        return int(ready.size)
+
+    @property
+    def early(self) -> bool:
+        """Whether any tile was recomputed before the final step."""
+        return self.tiles_early > 0
+
+    def close(self) -> None:
+        """Stop the thread once it has done what it was handed."""
+        if self._thread is not None:
+            self._q.put(None)
+            self._thread.join()
+            self._thread = None
+
+    def finish(self, extrema: dict | None = None) -> dict:
+        """Recompute every tile not done; the header extrema of all, as :func:`recompute`."""
+        self.close()
+        rest = np.flatnonzero(~self.done & (self.last >= 0))
+        if rest.size:
+            self._run(rest)
+        ext = _Extrema(extrema, self.W)
+        ext.std_max = std_limit(self.pfm.header)
+        self.cands.fold_into(ext, np.unique(self.owner[self.done]))
+        if self.walk.clean:
+            self.walk.grow(self.pfm.ndx_size // self.pfm.ndx_record_size)
+        return ext.result()
+
+    # ------------------------------------------------------------------- the work
+    def _rects(self, tiles: np.ndarray):
+        """Runs of at most :data:`RUN_TILES` adjacent ``tiles`` in one row of tiles, as
+        ``(first tile, tiles in the run)``: read, recomputed and written as one rectangle."""
+        t = np.asarray(tiles, dtype=np.int64)
+        if t.size == 0:
+            return []
+        brk = np.flatnonzero((np.diff(t) != 1) | (t[1:] % self.ntc == 0)) + 1
+        out = []
+        for a, b in zip(np.r_[0, brk].tolist(), np.r_[brk, t.size].tolist()):
+            for s in range(a, b, RUN_TILES):
+                out.append((int(t[s]), min(RUN_TILES, b - s)))
+        return out
+
+    def _bands(self, t: int, k: int, fd: int, layout, budget: int | None = None):
+        """The bins that received soundings in the ``k`` tiles from tile ``t`` and their
+        records, in bands of at most ``band_soundings`` soundings."""
+        r0, c0 = (t // self.ntc) * self.tile, (t % self.ntc) * self.tile
+        sub = self.touched.reshape(self.H, self.W)[r0:r0 + self.tile, c0:c0 + k * self.tile]
+        rr, cc = np.nonzero(sub)
+        bins = (rr + r0).astype(np.int64) * self.W + (cc + c0)
+        if bins.size == 0:
+            return []
+        bs, hs = self.pfm.bin_record_size, self.pfm.bin_header_size
+        raw = Spans(fd, hs + bins * bs, bs, max_gap=RMW_GAP, path=self.pfm.bin_path,
+                    what="bin record").records()
+        cnt = record_fields(raw, layout, ["num_soundings"])["num_soundings"]
+        sel = np.flatnonzero(cnt > 0)
+        bins, raw, cnt = bins[sel], raw[sel], cnt[sel].astype(np.int64)
+        cuts = _cuts(cnt, self.budget if budget is None else budget)
+        return [(bins[i:j], raw[i:j], int(cnt[i:j].sum())) for i, j in cuts]
+
+    def _begin(self):
+        """The ``.ndx`` mapped and the walk begun or grown to it (the caller holds the lock
+        and the files hold every write so far); None if the kernel cannot read this file."""
+        view = NdxView(self.pfm)
+        if not view.ok:
+            view.close()
+            self.off = True
+            return None
+        n_phys = view.buf.size // view.rsize
+        if not self._walk_begun:
+            self._walk_begun = True
+            self.walk.begin(n_phys, view.rsize)
+        else:
+            self.walk.grow(n_phys)
+        return view
+
+    def _settled(self) -> None:
+        """Wait for the writer's queued writes (the caller holds the lock: no new ones)."""
+        w = self.pfm._writer_obj
+        if w is not None:
+            w.wait_idle()
+
+    def _loop(self) -> None:
+        while True:
+            tiles = self._q.get()
+            if tiles is None:
+                return
+            t0 = time.perf_counter()
+            try:
+                if not self.off:
+                    self._run_beside(tiles)
+            except BaseException as err:  # noqa: BLE001 - the final step recomputes them
+                self.error, self.off = err, True
+            finally:
+                with self.lock:
+                    self.busy[tiles] = False
+                self.seconds += time.perf_counter() - t0
+
+    def _run_beside(self, tiles: np.ndarray) -> None:
+        """Recompute ``tiles`` while the writer goes on (the module doc says how)."""
+        pfm_file = self.pfm
+        with self.lock:
+            self._settled()
+            seen = self.gen.copy()
+            view = self._begin()
+        if view is None:
+            return
+        # its pages resident beside the load's own memory: a few MB of them at most
+        view.drop_every = BESIDE_DROP_SOUNDINGS
+        try:
+            walking = self.walk.clean
+            bp = BandRecompute(pfm_file, view, walking=walking)
+            fd, layout = pfm_file._fd("bin"), pfm_file._bin_layout
+            for t0, k in self._rects(tiles):
+                if (self.gen[t0:t0 + k] != seen[t0:t0 + k]).any():
+                    continue      # written since: a later group hands it over again
+                whole = True
+                for bidx, raw, n_snd in self._bands(t0, k, fd, layout, BESIDE_BAND_SOUNDINGS):
+                    done = bp.kernel(bidx, raw)
+                    view.drop_pages(n_snd)
+                    with self.lock:
+                        if done is None or (self.gen[t0:t0 + k] != seen[t0:t0 + k]).any():
+                            whole = False       # the final step takes it (and says why)
+                            break
+                        self._settled()
+                        bp.write(bidx, done[0], done[1][1])
+                        _, _, walked, found = bp.results(bidx, done[1])
+                        self.cands.put(t0, found)
+                        if walking and walked is not None:
+                            self.walk.add(*walked)
+                        elif walking:
+                            self.walk.spoil()
+                with self.lock:
+                    if whole and (self.gen[t0:t0 + k] == seen[t0:t0 + k]).all():
+                        self.done[t0:t0 + k] = True
+                        self.owner[t0:t0 + k] = t0
+                        self.tiles_early += k
+                    else:
+                        self.cands.clear([t0])
+        finally:
+            view.close()
+
+    def _run(self, tiles: np.ndarray) -> None:
+        """Recompute ``tiles`` on ``threads`` threads, the writer done (the final step)."""
+        pfm_file = self.pfm
+        pfm_file._sync()
+        view = self._begin()
+        try:
+            walking = self.walk.clean and view is not None
+            bp = BandRecompute(pfm_file, view, walking=walking, write_lock=self.lock)
+            fd, layout = pfm_file._fd("bin"), pfm_file._bin_layout
+
+            def work(rect):
+                out = []
+                for bidx, raw, n_snd in self._bands(*rect, fd, layout):
+                    out.append(bp(bidx, raw) if view is not None
+                               else bp.general(pfm_file._decode_bins(bidx, raw,
+                                                                     fields=bp.rec_fields)))
+                    if view is not None:
+                        view.drop_pages(n_snd)
+                return out
+
+            rects = self._rects(tiles)
+            for (t0, k), out in zip(rects, ordered_imap(work, rects, self.threads,
+                                                        name="pfm-tile")):
+                for _, _, walked, found in out:
+                    self.cands.put(t0, found)
+                    if walking and walked is not None:
+                        self.walk.add(*walked)
+                    else:
+                        self.walk.spoil()
+                self.done[t0:t0 + k] = True
+                self.owner[t0:t0 + k] = t0
+        except BaseException:
+            self.walk.spoil()
+            raise
+        finally:
+            if view is not None:
+                view.close()

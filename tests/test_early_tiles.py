@@ -1,0 +1,156 @@
+"""Tiles recomputed while a new load still writes (``pfm._tiles``) give the bytes of the one
+recompute at the end.
+
+The reference is the same load with ``_tiles.EARLY`` off: every bin recomputed in the final
+step, the path the public-library and pfmLoader comparisons cover. Loads here write every
+piece as a group of its own (``PFM_DASK_GROUP_BYTES=1``), so tiles finish between groups;
+each test checks that some did, so none passes by never taking the early path. The header
+extrema merged from tiles found out of raster order are compared with a raster-order fold.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pfm_dask import pfm, pipeline, synth
+from pfm_dask.config import LoadConfig, SwathFilterConfig
+from pfm_dask.inputs import expand_inputs
+from pfm_dask.pfm import _chains, _tiles
+from pfm_dask.pfm._extrema import Candidates, _Extrema, band_extrema
+
+from .test_resume import assert_same_pfm, crash_load, pfm_cli
+
+
+@pytest.fixture(scope="module")
+def lines(tmp_path_factory) -> list[str]:
+    """Six parallel lines, overlapping their neighbours."""
+    out = tmp_path_factory.mktemp("tiles-survey")
+    synth.generate(out, files=6, pings=60, beams=96, seed=11)
+    return [str(p) for p in expand_inputs([out])]
+
+
+def _load(files, out: Path, monkeypatch, *, early: bool, tile: int = 4, lag: int = 1,
+          cfg: LoadConfig | None = None, mode: str = "serial"):
+    monkeypatch.setenv("PFM_DASK_GROUP_BYTES", "1")
+    monkeypatch.setattr(_tiles, "EARLY", early)
+    monkeypatch.setattr(_tiles, "TILE", tile)
+    monkeypatch.setattr(_tiles, "LAG", lag)
+    res = pipeline.run_load(files, out, cfg or LoadConfig(bin_size_m=25.0), mode=mode,
+                            workers=1, checkpoint_seconds=0)
+    assert res.exit_code == 0, res.summary()
+    return res
+
+
+@pytest.mark.parametrize("tile,lag", [(4, 1), (1, 1), (16, 2), (4, 0)])
+def test_tiles_done_early_give_the_bytes_of_one_recompute(lines, tmp_path, monkeypatch,
+                                                         tile, lag):
+    ref = tmp_path / "ref.pfm"
+    _load(lines, ref, monkeypatch, early=False)
+    out = tmp_path / "out.pfm"
+    res = _load(lines, out, monkeypatch, early=True, tile=tile, lag=lag)
+    assert res.timings.get("tiles_early", 0) > 0
+    assert res.check["sound"]
+    assert_same_pfm(out, ref, tmp_path)
+
+
+def test_tiles_written_again_are_recomputed_again(lines, tmp_path, monkeypatch):
+    """Lines out of order: a line between two written before it writes in their done tiles."""
+    order = [lines[i] for i in (0, 2, 4, 1, 3, 5)]
+    ref = tmp_path / "ref.pfm"
+    _load(order, ref, monkeypatch, early=False)
+    out = tmp_path / "out.pfm"
+    res = _load(order, out, monkeypatch, early=True, lag=0)
+    assert res.timings["tiles_redone"] > 0
+    assert_same_pfm(out, ref, tmp_path)
+
+
+def test_with_the_swath_filter_and_on_dask(lines, tmp_path, monkeypatch):
+    cfg = LoadConfig(bin_size_m=25.0, swath=SwathFilterConfig(enabled=True))
+    ref = tmp_path / "ref.pfm"
+    _load(lines, ref, monkeypatch, early=False, cfg=cfg)
+    out = tmp_path / "out.pfm"
+    res = _load(lines, out, monkeypatch, early=True, cfg=cfg, mode="local")
+    assert res.timings.get("tiles_early", 0) > 0
+    assert_same_pfm(out, ref, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["EX1811", "EX1604"])
+def test_real_gsf_files(sample_by_name, tmp_path, monkeypatch, name):
+    """An EM302 sample, its pieces written as groups of their own."""
+    files = [str(sample_by_name(name))]
+    cfg = LoadConfig(bin_size_m=10.0, split_pings=5)   # a piece a few pings
+    ref = tmp_path / "ref.pfm"
+    _load(files, ref, monkeypatch, early=False, cfg=cfg)
+    out = tmp_path / "out.pfm"
+    res = _load(files, out, monkeypatch, early=True, cfg=cfg, tile=8, lag=0)
+    assert res.timings.get("tiles_early", 0) > 0
+    assert_same_pfm(out, ref, tmp_path)
+
+
+def test_a_load_killed_after_tiles_were_done_resumes_to_the_same_bytes(lines, tmp_path,
+                                                                       monkeypatch):
+    """Tiles done before the kill keep what they wrote (no undo entry): the resumed load
+    recomputes every bin in its final step, to the bytes of an uninterrupted load."""
+    survey = tmp_path / "s"
+    survey.mkdir()
+    for f in lines:
+        shutil.copy(f, survey)
+    opts = ["--bin-size", "25", "--serial", "-q", "--checkpoint-seconds", "0"]
+    env = {"PFM_DASK_GROUP_BYTES": "1"}
+    ref = tmp_path / "ref.pfm"
+    r = pfm_cli("load", survey, "-o", ref, *opts, env=env)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "out.pfm"
+    r = pfm_cli("load", survey, "-o", out, *opts, env={**env, "PFM_DASK_CRASH_AT": "piece:5"})
+    assert r.returncode < 0, (r.returncode, r.stderr)
+    res = pipeline.run_load([], out, None, mode="serial", resume=True)
+    assert res.exit_code == 0, res.summary()
+    assert_same_pfm(out, ref, tmp_path)
+
+
+def test_merged_candidates_are_the_raster_order_fold():
+    """Bands found in any order, ties included, merge to the fold of every bin in order."""
+    rng = np.random.default_rng(5)
+    n = 400
+    bidx = np.arange(n, dtype=np.int64) * 3
+    stats = {"num_soundings": rng.integers(1, 4, n),
+             "validity": np.where(rng.random(n) < 0.8, 1 << 0, 0).astype(np.int64),
+             "std": rng.integers(0, 3, n).astype(np.float32)}
+    for k in ("min_filtered", "max_filtered", "min", "max"):
+        stats[k] = rng.integers(10, 14, n).astype(np.float32)       # many ties
+    from pfm_dask import validity as V
+
+    stats["validity"] = np.where(rng.random(n) < 0.8, V.DATA, 0).astype(np.int64)
+    null32 = np.float32(1e6)
+    want = _Extrema(None, 7)
+    want.update(bidx, stats, null32)
+    cands = Candidates(50)
+    cuts = np.sort(rng.choice(np.arange(1, n), 30, replace=False))
+    pieces = list(zip(np.r_[0, cuts], np.r_[cuts, n]))
+    for slot, (a, b) in enumerate(rng.permutation(pieces)):
+        cands.put(slot % 20, band_extrema(bidx[a:b], {k: v[a:b] for k, v in stats.items()},
+                                          null32))
+    got = _Extrema(None, 7)
+    cands.fold_into(got)
+    assert got.result() == want.result()
+
+
+def test_a_walk_grows_with_the_file():
+    w = _chains.ChainWalk()
+    w.begin(5, 8)
+    w.add(np.array([0, 4]), True, 0, 0)
+    w.grow(20)
+    w.add(np.array([17]), True, 0, 0)
+    assert w.clean and w.n_phys == 20
+    w.add(np.array([4]), True, 0, 0)          # reached again
+    assert not w.clean
+
+
+def test_pfm_check_passes_on_early_tiles(lines, tmp_path, monkeypatch):
+    out = tmp_path / "out.pfm"
+    _load(lines, out, monkeypatch, early=True)
+    assert pfm.check(out) == []
