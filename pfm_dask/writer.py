@@ -375,7 +375,9 @@ class PfmWriter(WriterJournal):
                     self.pfm.add_sorted(**cols)
                 else:
                     # the tiles' thread writes bin records too: not while this call does
+                    tw = time.perf_counter()
                     with self._tiles.lock:
+                        self.timings["tiles_wait"] += time.perf_counter() - tw
                         self.pfm.add_sorted(**cols)
                         self._tiles.after_write(self.pfm.last_bins)
                 # each bin enters the touched log once (the call's bins, each once, in order)
@@ -619,7 +621,9 @@ class PfmWriter(WriterJournal):
                 tiles.threads = self.threads or THREADS
                 extrema = tiles.finish()
                 self._walk = tiles.walk
-                self.timings.update(tiles=tiles.seconds, tiles_early=tiles.tiles_early,
+                self.timings.update(tiles=tiles.seconds, tiles_cpu=tiles.cpu,
+                                    tiles_wait=self.timings["tiles_wait"],
+                                    tiles_early=tiles.tiles_early,
                                     tiles_redone=tiles.tiles_redone)
             else:
                 self._walk = ChainWalk()

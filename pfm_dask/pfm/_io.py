@@ -315,9 +315,11 @@ class BackgroundWriter:
                 pwrite_all(fd, part, at)
         self._queue(write_all, fd, lo, hi)
 
-    def run(self, action) -> None:
-        """Queue ``action()`` after the writes queued before it (and before those after)."""
-        self._queue(action)
+    def run(self, action, fd: int | None = None, lo: int = 0, hi: int = 0, done=None) -> None:
+        """Queue ``action()`` after the writes queued before it (and before those after); with
+        ``fd``, bytes ``lo..hi`` of it count as pending until it is done (:meth:`wait_for`).
+        ``done()`` runs afterwards in any case (also when an earlier error skips ``action``)."""
+        self._queue(action, fd, lo, hi, done)
 
     def start_writeback(self, fd: int, offset: int, nbytes: int) -> None:
         """Queue :func:`start_writeback` (it can block while the disk's queue is full)."""
@@ -332,11 +334,6 @@ class BackgroundWriter:
     def drain(self) -> None:
         self._q.join()
         self._check()
-
-    def wait_idle(self) -> None:
-        """Wait until every queued write is done, leaving an error to the thread that queued
-        it (:meth:`drain` raises it here; a reader on another thread must not take it)."""
-        self._q.join()
 
     def _check(self) -> None:
         if self._error is not None:

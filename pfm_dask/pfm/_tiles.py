@@ -12,11 +12,11 @@ them); only the time differs.
 
 Sharing the files with the writer, by one lock (:attr:`TileRecompute.lock`): the writer
 holds it for each call that adds soundings, and bumps the generation of the tiles it wrote
-before letting go. The thread takes it to look (the writer's queued writes waited for, the
-generations noted, the ``.ndx`` mapped), computes a rectangle of tiles without it, and takes
-it again to write: only if no tile of the rectangle was written meanwhile, and after the
-writer's queued writes are in the files (its read-modify-write of bin records also rewrites
-the records between its bins, which may be ours). A later write into a done tile makes its
+before letting go. The thread notes the generations under it, waits until the writes the
+writer had queued are in the files, maps the ``.ndx``, reads and computes the tiles it was
+handed without the lock, and takes it once again to write them: those no write reached
+meanwhile, after the writer's queued writes have landed (its read-modify-write of bin
+records also rewrites the records between its bins, which may be ours). A later write into a done tile makes its
 rectangle not done again (the walk is then spoiled: the check walks the chains itself).
 
 Columns of tiles, not rows: lines run across rows as often as along them, and a band of
@@ -30,6 +30,7 @@ earlier tiles are not known): ``PfmWriter`` keeps the one recompute there.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -44,8 +45,9 @@ from ._recompute_kernel import NdxView, record_fields
 
 __all__ = ["EARLY", "TILE", "LAG", "RUN_TILES", "TileRecompute"]
 
-#: False: every bin is recomputed in the final step (the tests compare the two).
-EARLY = True
+#: False: every bin is recomputed in the final step (the tests compare the two;
+#: ``PFM_DASK_EARLY_TILES=0`` sets it for a process, to measure the difference).
+EARLY = os.environ.get("PFM_DASK_EARLY_TILES", "1") != "0"
 #: Bins a side of a tile. 64: on the 74-file survey 94 % of the bins are done early, 91 %
 #: with 256 (fewer, larger tiles finish later).
 TILE = 64
@@ -59,7 +61,10 @@ RUN_TILES = 16
 #: bytes each while worked on) and it lets go of the ``.ndx`` pages it read every this many
 #: (about 40 bytes each): the load's own memory is at its peak meanwhile.
 BESIDE_BAND_SOUNDINGS = 100_000
-BESIDE_DROP_SOUNDINGS = 100_000
+BESIDE_DROP_SOUNDINGS = 250_000
+#: Bin records the thread holds computed before it writes them (with their band's other
+#: results, about 5x that): a few writes a group.
+BESIDE_WRITE_BYTES = 2 << 20
 
 
 class TileRecompute:
@@ -97,6 +102,7 @@ class TileRecompute:
         self.tiles_early = 0      # tiles recomputed before the final step
         self.tiles_redone = 0     # done tiles written again (their recompute was wasted)
         self.seconds = 0.0        # the thread's time
+        self.cpu = 0.0            # and its CPU time
         self.lock = threading.Lock()
         self._walk_begun = False
         self._q: queue.Queue = queue.Queue()
@@ -220,18 +226,22 @@ class TileRecompute:
             self.walk.grow(n_phys)
         return view
 
-    def _settled(self) -> None:
-        """Wait for the writer's queued writes (the caller holds the lock: no new ones)."""
+    def _barrier(self):
+        """An event set once the writes queued on the store's write-behind thread so far are
+        done (the caller holds the lock: the writer queues none meanwhile), or None."""
         w = self.pfm._writer_obj
-        if w is not None:
-            w.wait_idle()
+        if w is None:
+            return None
+        ev = threading.Event()
+        w.run(lambda: None, done=ev.set)
+        return ev
 
     def _loop(self) -> None:
         while True:
             tiles = self._q.get()
             if tiles is None:
                 return
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 if not self.off:
                     self._run_beside(tiles)
@@ -241,50 +251,70 @@ class TileRecompute:
                 with self.lock:
                     self.busy[tiles] = False
                 self.seconds += time.perf_counter() - t0
+                self.cpu += time.thread_time() - c0
 
     def _run_beside(self, tiles: np.ndarray) -> None:
         """Recompute ``tiles`` while the writer goes on (the module doc says how)."""
         pfm_file = self.pfm
         with self.lock:
-            self._settled()
             seen = self.gen.copy()
+            settled = self._barrier()
+        if settled is not None:
+            settled.wait()      # every write of the generations seen is in the files
+        with self.lock:
             view = self._begin()
         if view is None:
             return
         # its pages resident beside the load's own memory: a few MB of them at most
         view.drop_every = BESIDE_DROP_SOUNDINGS
         try:
-            walking = self.walk.clean
-            bp = BandRecompute(pfm_file, view, walking=walking)
+            bp = BandRecompute(pfm_file, view, walking=self.walk.clean)
             fd, layout = pfm_file._fd("bin"), pfm_file._bin_layout
+            done = []       # (first tile, tiles, [(bins, new records, kernel results)])
             for t0, k in self._rects(tiles):
                 if (self.gen[t0:t0 + k] != seen[t0:t0 + k]).any():
                     continue      # written since: a later group hands it over again
-                whole = True
+                bands = []
                 for bidx, raw, n_snd in self._bands(t0, k, fd, layout, BESIDE_BAND_SOUNDINGS):
-                    done = bp.kernel(bidx, raw)
+                    got = bp.kernel(bidx, raw)
                     view.drop_pages(n_snd)
-                    with self.lock:
-                        if done is None or (self.gen[t0:t0 + k] != seen[t0:t0 + k]).any():
-                            whole = False       # the final step takes it (and says why)
-                            break
-                        self._settled()
-                        bp.write(bidx, done[0], done[1][1])
-                        _, _, walked, found = bp.results(bidx, done[1])
-                        self.cands.put(t0, found)
-                        if walking and walked is not None:
-                            self.walk.add(*walked)
-                        elif walking:
-                            self.walk.spoil()
-                with self.lock:
-                    if whole and (self.gen[t0:t0 + k] == seen[t0:t0 + k]).all():
-                        self.done[t0:t0 + k] = True
-                        self.owner[t0:t0 + k] = t0
-                        self.tiles_early += k
-                    else:
-                        self.cands.clear([t0])
+                    if got is None:
+                        break      # something out of the ordinary: the final step says what
+                    bands.append((bidx, *got))
+                else:
+                    done.append((t0, k, bands))
+                if sum(b[1].nbytes for _, _, bb in done for b in bb) >= BESIDE_WRITE_BYTES:
+                    self._write_beside(bp, seen, done)
+                    done = []
+            if done:
+                self._write_beside(bp, seen, done)
         finally:
             view.close()
+
+    def _write_beside(self, bp: BandRecompute, seen: np.ndarray, done: list) -> None:
+        """Write the rectangles no write reached since ``seen``, under the lock: after the
+        writes the writer has queued (its read-modify-write of bin records also rewrites the
+        records between its bins, which may be ours: those must land first), several
+        rectangles at once (:data:`BESIDE_WRITE_BYTES`) so that the writer seldom waits."""
+        with self.lock:
+            settled = self._barrier()
+            if settled is not None:
+                settled.wait()
+            walking = self.walk.clean
+            for t0, k, bands in done:
+                if (self.gen[t0:t0 + k] != seen[t0:t0 + k]).any():
+                    continue
+                for bidx, new, got in bands:
+                    bp.write(bidx, new, got[1])
+                    _, _, walked, found = bp.results(bidx, got)
+                    self.cands.put(t0, found)
+                    if walking and walked is not None:
+                        self.walk.add(*walked)
+                    elif walking:
+                        self.walk.spoil()
+                self.done[t0:t0 + k] = True
+                self.owner[t0:t0 + k] = t0
+                self.tiles_early += k
 
     def _run(self, tiles: np.ndarray) -> None:
         """Recompute ``tiles`` on ``threads`` threads, the writer done (the final step)."""
