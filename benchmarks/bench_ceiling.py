@@ -140,6 +140,9 @@ def replay(rec: dict, files: list[str], cfg, out: Path, threads: int, keep: bool
          "writer_thread_cpu_s": tm.get("write_cpu", 0.0),
          "journal_s": res.get("journal", {}).get("seconds", 0.0),
          "final_phases_s": phases, "pfm_bytes": pfm_bytes,
+         # tiles recomputed beside the writer during the replay (pfm/_tiles.py)
+         "tiles_s": tm.get("tiles", 0.0), "tiles_cpu_s": tm.get("tiles_cpu", 0.0),
+         "tiles_early": int(tm.get("tiles_early", 0)),
          "soundings_written": res["soundings_written"]}
     r["writer_busy_mb_per_s"] = pfm_bytes / 1e6 / r["writer_busy_s"] if r["writer_busy_s"] else None
     r["replay_mb_per_s"] = pfm_bytes / 1e6 / r["replay_s"] if r["replay_s"] else None

@@ -189,6 +189,19 @@ def _run_serial(job: _Job, kernels: KernelWatch) -> LoadResult:
 
 
 # -------------------------------------------------------------------- Dask
+def _threads_on_host(client, address: str | None) -> int:
+    """Threads of the cluster's workers on the host of the worker at ``address`` (the tasks
+    that may compute beside the writer there)."""
+    try:
+        workers = client.scheduler_info(n_workers=-1).get("workers", {})
+    except Exception:  # noqa: BLE001 - unknown: as if the cores were all taken
+        return 1 << 20
+    host = workers.get(address, {}).get("host")
+    if host is None:
+        return 1 << 20
+    return sum(int(w.get("nthreads", 0)) for w in workers.values() if w.get("host") == host)
+
+
 def _writer_groups_ready(status: dict, delivered: set, est: dict, group_bytes: int) -> int:
     """Whole groups (``PfmWriter.group_bytes``, or up to the last piece) among the pieces
     handed to the in-process writer from its watermark on, counted up to two: 1, it is writing
@@ -343,6 +356,7 @@ def _run_dask(client, job: _Job, mode: str, head: HeadStart | None = None) -> Lo
                             f"with: {job.resume_cmd}", path=out_path) from err
         raise
     log.info("writer actor on %s", writer_addr)
+    writer.compute_threads(_threads_on_host(client, writer_addr)).result()
     # the tasks get the actor's address, not the actor: no dependency on the disk worker
     writer_ref = (WriterActor, writer._address, writer.key)
     # In the embedded cluster the actor is in this process: the driver asks it directly. Its

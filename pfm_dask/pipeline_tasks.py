@@ -84,6 +84,9 @@ class WriterActor:
     def where(self) -> str | None:
         return self.host
 
+    def compute_threads(self, n: int) -> None:
+        self.writer.compute_threads(n)
+
     def grid(self):
         return self.writer.pfm.grid
 

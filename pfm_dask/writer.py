@@ -175,6 +175,7 @@ class PfmWriter(WriterJournal):
                 # a new PFM without the area filter: its finished tiles are recomputed
                 # between groups (not a resumed load: its earlier tiles are not known)
                 self._tiles = _tiles.TileRecompute(self.pfm, self.touched, self.threads or THREADS)
+                self._tiles.use_cores(self._own_threads())
             if self._journal_on:
                 # a new PFM: one checkpoint, after its inputs are listed (an append marks
                 # the state before them: the .ctl it extends is cut back on a resume)
@@ -488,6 +489,19 @@ class PfmWriter(WriterJournal):
     def watermark(self) -> int:
         """Number of pieces written or skipped (the next ``seq`` to write)."""
         return self._next
+
+    def _own_threads(self) -> int:
+        """Threads this writer keeps computing: its own, and the merge thread unless it has
+        one thread (``--serial``, where the pieces are also made on that thread)."""
+        return 1 if self.threads == 1 else 2
+
+    def compute_threads(self, n: int) -> None:
+        """The load's tasks keep ``n`` threads computing on this machine (the driver says so
+        before the first piece): tiles are recomputed beside the writer only with cores to
+        spare beyond those and the writer's own
+        (:meth:`pfm._tiles.TileRecompute.use_cores`)."""
+        if self._tiles is not None:
+            self._tiles.use_cores(self._own_threads() + int(n))
 
     def status(self) -> dict:
         """Backlog, throughput and progress, for the driver, the CLI and the dashboard."""

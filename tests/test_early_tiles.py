@@ -22,7 +22,7 @@ from pfm_dask.inputs import expand_inputs
 from pfm_dask.pfm import _chains, _tiles
 from pfm_dask.pfm._extrema import Candidates, _Extrema, band_extrema
 
-from .test_resume import assert_same_pfm, crash_load, pfm_cli
+from .test_resume import assert_same_pfm, pfm_cli
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +73,7 @@ def test_with_the_swath_filter_and_on_dask(lines, tmp_path, monkeypatch):
     ref = tmp_path / "ref.pfm"
     _load(lines, ref, monkeypatch, early=False, cfg=cfg)
     out = tmp_path / "out.pfm"
+    monkeypatch.setattr(_tiles, "usable_cores", lambda: 64)   # cores to spare for the tiles
     res = _load(lines, out, monkeypatch, early=True, cfg=cfg, mode="local")
     assert res.timings.get("tiles_early", 0) > 0
     assert_same_pfm(out, ref, tmp_path)
@@ -148,6 +149,29 @@ def test_a_walk_grows_with_the_file():
     assert w.clean and w.n_phys == 20
     w.add(np.array([4]), True, 0, 0)          # reached again
     assert not w.clean
+
+
+@pytest.mark.parametrize("cores,tasks,beside", [(2, 2, False), (4, 1, True), (3, 1, False),
+                                                 (64, 16, True)])
+def test_tiles_only_with_cores_to_spare(lines, tmp_path, monkeypatch, cores, tasks, beside):
+    """Beside a Dask writer (its thread and its merge thread) and ``tasks`` task threads on
+    its machine, tiles are recomputed early only on a machine with more cores."""
+    from pfm_dask.writer import PfmWriter
+
+    monkeypatch.setattr(_tiles, "usable_cores", lambda: cores)
+    files = lines[:3]
+    res = _load(files, tmp_path / "a.pfm", monkeypatch, early=True)
+    assert res.timings.get("tiles_early", 0) > 0     # --serial: one thread computes
+    seen = {}
+    real = PfmWriter.compute_threads
+
+    def spy(self, n):
+        real(self, n)
+        seen["beside"] = self._tiles.beside
+    monkeypatch.setattr(PfmWriter, "compute_threads", spy)
+    monkeypatch.setattr(pipeline, "_threads_on_host", lambda client, addr: tasks)
+    _load(files, tmp_path / "b.pfm", monkeypatch, early=True, mode="local")
+    assert seen["beside"] is beside
 
 
 def test_pfm_check_passes_on_early_tiles(lines, tmp_path, monkeypatch):
