@@ -173,7 +173,7 @@ class PfmWriter(WriterJournal):
             self.touched = np.zeros(self.pfm.grid.width * self.pfm.grid.height, dtype=bool)
             if not append and not cfg.area_filter and _tiles.EARLY:
                 # a new PFM without the area filter: its finished tiles are recomputed
-                # between groups (not a resumed load: its earlier tiles are not known)
+                # beside the writer (not a resumed load: its earlier tiles are not known)
                 self._tiles = _tiles.TileRecompute(self.pfm, self.touched, self.threads or THREADS)
                 self._tiles.use_cores(self._own_threads())
             if self._journal_on:
@@ -636,7 +636,6 @@ class PfmWriter(WriterJournal):
                 extrema = tiles.finish()
                 self._walk = tiles.walk
                 self.timings.update(tiles=tiles.seconds, tiles_cpu=tiles.cpu,
-                                    tiles_wait=self.timings["tiles_wait"],
                                     tiles_early=tiles.tiles_early,
                                     tiles_redone=tiles.tiles_redone)
             else:

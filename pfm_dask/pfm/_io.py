@@ -315,11 +315,10 @@ class BackgroundWriter:
                 pwrite_all(fd, part, at)
         self._queue(write_all, fd, lo, hi)
 
-    def run(self, action, fd: int | None = None, lo: int = 0, hi: int = 0, done=None) -> None:
-        """Queue ``action()`` after the writes queued before it (and before those after); with
-        ``fd``, bytes ``lo..hi`` of it count as pending until it is done (:meth:`wait_for`).
+    def run(self, action, done=None) -> None:
+        """Queue ``action()`` after the writes queued before it (and before those after);
         ``done()`` runs afterwards in any case (also when an earlier error skips ``action``)."""
-        self._queue(action, fd, lo, hi, done)
+        self._queue(action, done=done)
 
     def start_writeback(self, fd: int, offset: int, nbytes: int) -> None:
         """Queue :func:`start_writeback` (it can block while the disk's queue is full)."""
