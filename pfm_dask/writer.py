@@ -176,6 +176,7 @@ class PfmWriter(WriterJournal):
                 # beside the writer (not a resumed load: its earlier tiles are not known)
                 self._tiles = _tiles.TileRecompute(self.pfm, self.touched, self.threads or THREADS)
                 self._tiles.use_cores(self._own_threads())
+                self._tiles.on_written = lambda: crash_point("tiles-write")
             if self._journal_on:
                 # a new PFM: one checkpoint, after its inputs are listed (an append marks
                 # the state before them: the .ctl it extends is cut back on a resume)

@@ -92,24 +92,62 @@ def test_real_gsf_files(sample_by_name, tmp_path, monkeypatch, name):
     assert_same_pfm(out, ref, tmp_path)
 
 
-def test_a_load_killed_after_tiles_were_done_resumes_to_the_same_bytes(lines, tmp_path,
-                                                                       monkeypatch):
-    """Tiles done before the kill keep what they wrote (no undo entry): the resumed load
-    recomputes every bin in its final step, to the bytes of an uninterrupted load."""
-    survey = tmp_path / "s"
-    survey.mkdir()
+@pytest.fixture(scope="module")
+def killed_survey(lines, tmp_path_factory):
+    """The lines in a folder of their own, and an uninterrupted ``--serial`` load of them
+    (each piece a group) that recomputed tiles beside its writer."""
+    import json
+
+    survey = tmp_path_factory.mktemp("kill-survey")
     for f in lines:
         shutil.copy(f, survey)
-    opts = ["--bin-size", "25", "--serial", "-q", "--checkpoint-seconds", "0"]
-    env = {"PFM_DASK_GROUP_BYTES": "1"}
-    ref = tmp_path / "ref.pfm"
-    r = pfm_cli("load", survey, "-o", ref, *opts, env=env)
+    ref = tmp_path_factory.mktemp("kill-ref") / "ref.pfm"
+    r = pfm_cli("load", survey, "-o", ref, *KILL_OPTS, "--json", env=KILL_ENV)
     assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["timings"]["tiles_early"] > 0
+    return survey, ref
+
+
+KILL_OPTS = ["--bin-size", "25", "--serial", "-q", "--checkpoint-seconds", "0"]
+KILL_ENV = {"PFM_DASK_GROUP_BYTES": "1"}
+
+
+@pytest.mark.parametrize("point", ["piece:5", "tiles-write:1", "tiles-write:2"])
+def test_a_load_killed_after_tiles_were_done_resumes_to_the_same_bytes(killed_survey, tmp_path,
+                                                                       point):
+    """Tiles done before the kill keep what they wrote (no undo entry): the resumed load
+    recomputes every bin in its final step, to the bytes of an uninterrupted load. Killed
+    between two pieces, or by the tiles' thread right after it wrote a batch."""
+    survey, ref = killed_survey
     out = tmp_path / "out.pfm"
-    r = pfm_cli("load", survey, "-o", out, *opts, env={**env, "PFM_DASK_CRASH_AT": "piece:5"})
-    assert r.returncode < 0, (r.returncode, r.stderr)
+    r = pfm_cli("load", survey, "-o", out, *KILL_OPTS,
+                env={**KILL_ENV, "PFM_DASK_CRASH_AT": point})
+    assert r.returncode == -9, (r.returncode, r.stderr)
     res = pipeline.run_load([], out, None, mode="serial", resume=True)
     assert res.exit_code == 0, res.summary()
+    assert_same_pfm(out, ref, tmp_path)
+
+
+def test_a_failing_tiles_thread_leaves_the_bins_to_the_final_step(lines, tmp_path,
+                                                                  monkeypatch):
+    """An error in the tiles' thread stops it; the final step recomputes what it left."""
+    from pfm_dask.pfm import _recompute
+
+    ref = tmp_path / "ref.pfm"
+    _load(lines, ref, monkeypatch, early=False)
+    calls = []
+    real = _recompute.BandRecompute.kernel
+
+    def fail_on_the_third(self, bidx, raw):
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError("the disk went away for a moment")
+        return real(self, bidx, raw)
+
+    monkeypatch.setattr(_recompute.BandRecompute, "kernel", fail_on_the_third)
+    out = tmp_path / "out.pfm"
+    res = _load(lines, out, monkeypatch, early=True)
+    assert len(calls) >= 3 and res.check["sound"]
     assert_same_pfm(out, ref, tmp_path)
 
 
@@ -174,7 +212,18 @@ def test_tiles_only_with_cores_to_spare(lines, tmp_path, monkeypatch, cores, tas
     assert seen["beside"] is beside
 
 
-def test_pfm_check_passes_on_early_tiles(lines, tmp_path, monkeypatch):
+def test_the_check_takes_the_tiles_walk(lines, tmp_path, monkeypatch):
+    """No done tile written again: the tiles' walk stands for the check's (it walks no chain
+    itself, as after the one recompute), and the check finds nothing."""
+    from pfm_dask.pfm import _check
+
+    walked = []
+    for name in ("_fast_band", "_walk_band"):
+        orig = getattr(_check, name)
+        monkeypatch.setattr(_check, name, lambda *a, _o=orig, _n=name: walked.append(_n) or _o(*a))
     out = tmp_path / "out.pfm"
-    _load(lines, out, monkeypatch, early=True)
+    res = _load(lines, out, monkeypatch, early=True)
+    assert res.timings["tiles_early"] > 0 and res.timings["tiles_redone"] == 0
+    assert res.check["sound"] and walked == []
+    monkeypatch.undo()
     assert pfm.check(out) == []

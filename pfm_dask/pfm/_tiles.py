@@ -110,6 +110,9 @@ class TileRecompute:
         self._walk_begun = False
         self._q: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
+        #: called by the thread after each write of tiles, under the lock (the crash tests'
+        #: hook: ``PfmWriter`` sets it to its ``tiles-write`` crash point)
+        self.on_written = None
 
     # ------------------------------------------------------------- the writer's calls
     def tiles_of(self, bins: np.ndarray) -> np.ndarray:
@@ -326,6 +329,8 @@ class TileRecompute:
                 self.done[t0:t0 + k] = True
                 self.owner[t0:t0 + k] = t0
                 self.tiles_early += k
+            if self.on_written is not None:
+                self.on_written()
 
     def _run(self, tiles: np.ndarray) -> None:
         """Recompute ``tiles`` on ``threads`` threads, the writer done (the final step)."""
