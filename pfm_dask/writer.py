@@ -29,6 +29,7 @@ handling is :mod:`pfm_dask._writer_journal`'s, the area filter step
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -631,6 +632,11 @@ class PfmWriter(WriterJournal):
             if scattered(int(np.count_nonzero(self.touched)), self.touched.size):
                 wanted = np.flatnonzero(self.touched)
             tiles = self._tiles
+            if tiles is not None and tiles.error is not None:
+                # the final step recomputes what the thread left: the load goes on, said once
+                logging.getLogger("pfm_dask").warning(
+                    "the recompute beside the writer stopped (%s: %s); the final step does it",
+                    type(tiles.error).__name__, tiles.error)
             if tiles is not None and tiles.early and not crash_planned("recompute-write"):
                 # most tiles were recomputed while loading: the rest, and their extrema
                 tiles.threads = self.threads or THREADS

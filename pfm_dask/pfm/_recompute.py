@@ -575,10 +575,11 @@ class BandRecompute:
             fields["avg_filtered"] = stats["avg_filtered"]
             fields["avg"] = stats["avg"]
         fields["validity"] = stats["validity"].astype(np.int64)
-        # Written here, on the band's thread: bands are disjoint runs of bins in raster
-        # order, so their bin records and coverage bytes are too (write_bin_records reads
-        # and writes back only between a band's first and last bin). Packing the records on
-        # the calling thread left the pool idle for a third of the time.
+        # Written here, on the band's thread (packing the records on the calling thread left
+        # the pool idle for a third of the time): write_bin_records reads and writes back
+        # between a band's first and last bin, which for the recompute's bands (runs of
+        # bins in raster order) are their own; tiles' bands span other bins: their writes
+        # take the lock.
         with self.lock:
             pfm_file.write_bin_records(ub, **fields)
         return ub, stats, None, band_extrema(ub, stats, null32, self.std_max)

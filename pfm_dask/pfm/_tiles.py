@@ -38,7 +38,7 @@ import time
 import numpy as np
 
 from ._chains import ChainWalk
-from ._extrema import Candidates, _Extrema, std_limit
+from ._extrema import Candidates, _Extrema
 from ._io import RMW_GAP, Spans
 from ._recompute import BAND_SOUNDINGS, BandRecompute, _cuts, ordered_imap
 from ._recompute_kernel import NdxView, record_fields
@@ -186,7 +186,6 @@ class TileRecompute:
         if rest.size:
             self._run(rest)
         ext = _Extrema(extrema, self.W)
-        ext.std_max = std_limit(self.pfm.header)
         self.cands.fold_into(ext, np.unique(self.owner[self.done]))
         if self.walk.clean:
             self.walk.grow(self.pfm.ndx_size // self.pfm.ndx_record_size)
