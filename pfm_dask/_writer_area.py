@@ -33,10 +33,11 @@ AREA_BAND_SOUNDINGS = 2_000_000  # soundings of one band of the area filter's ro
 
 
 def run_area_filter(f, touched_bins: np.ndarray, cfg, redo_path,
-                    threads: int | None) -> tuple[dict, dict]:
+                    threads: int | None, changed: list | None = None) -> tuple[dict, dict]:
     """pfmLoader's area filter over the bins a load touched (``touched_bins``: a boolean per
     bin), row by row from the open PFM ``f``; writes the redo file and returns (the
-    filter's summary, the redo file's record for the journal).
+    filter's summary, the redo file's record for the journal). ``changed``: a list that
+    gets the bins holding a sounding the filter cut (arrays, ascending), when given.
 
     The rows go by bands of about :data:`AREA_BAND_SOUNDINGS` soundings, filtered at once on
     ``threads`` threads (:func:`_filter_band`); the redo file and the summary are those of
@@ -94,6 +95,8 @@ def run_area_filter(f, touched_bins: np.ndarray, cfg, redo_path,
                 # the guess did not meet the true state in time: the band again, from it
                 out = _filter_band(f, filt, touched, needed, y0, y1, None, true_above, view)
             summary.add(out["summary"])
+            if changed is not None and out["changed"].size:
+                changed.append(out["changed"])
             for rec in out["redo"]:
                 raw = rec.tobytes()
                 pwrite_all(fd, raw, acc["size"])
@@ -192,8 +195,10 @@ def _filter_band(f, filt, touched, needed, y0: int, y1: int, halo: int | None, a
             guess = res["boundary"]
         else:
             guess = above if above is not None else filt.none_stats(filt.width)
-    redo = []
+    redo, changed = [], []
     for r in res["results"]:
+        if r.changed_cols.size:
+            changed.append(r.row * filt.width + r.changed_cols.astype(np.int64))
         if r.index.size:
             i = r.index + rows[r.row].start
             rec = np.empty((i.size, 3), dtype=_REDO_DTYPE)
@@ -202,7 +207,8 @@ def _filter_band(f, filt, touched, needed, y0: int, y1: int, halo: int | None, a
             rec[:, 2] = r.validity
             redo.append(rec)
     return {"rows": (y0, y1), "redo": redo, "summary": res["summary"], "post": res["post"],
-            "guess": guess, "soundings": int(cut[-1])}
+            "guess": guess, "soundings": int(cut[-1]),
+            "changed": np.concatenate(changed) if changed else np.zeros(0, np.int64)}
 
 
 #: soundings left out of the filter's pre-filter statistics (filters._area: INVAL, DELETED)

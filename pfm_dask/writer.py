@@ -144,6 +144,7 @@ class PfmWriter(WriterJournal):
         self._check: dict | None = None
         self._walk: ChainWalk | None = None   # the recompute's chain walk, for the check
         self._tiles: _tiles.TileRecompute | None = None   # bins recomputed while loading
+        self._changed: np.ndarray | None = None   # bins the area filter changed (the tiles')
         self._check_only = None   # the bins the final check reads, when the load wrote few
         self._result: dict | None = None
         self._finished: dict | None = None   # what finish() returned (a repeated call gets it)
@@ -172,9 +173,10 @@ class PfmWriter(WriterJournal):
             if self.threads is not None:
                 self.pfm.pack_threads = self.threads
             self.touched = np.zeros(self.pfm.grid.width * self.pfm.grid.height, dtype=bool)
-            if not append and not cfg.area_filter and _tiles.EARLY:
-                # a new PFM without the area filter: its finished tiles are recomputed
-                # beside the writer (not a resumed load: its earlier tiles are not known)
+            if not append and _tiles.EARLY:
+                # a new PFM: its finished tiles are recomputed beside the writer (not a
+                # resumed load: its earlier tiles are not known; after the area filter the
+                # final step recomputes the bins it changed again)
                 self._tiles = _tiles.TileRecompute(self.pfm, self.touched, self.threads or THREADS)
                 self._tiles.use_cores(self._own_threads())
                 self._tiles.on_written = lambda: crash_point("tiles-write")
@@ -598,8 +600,13 @@ class PfmWriter(WriterJournal):
             self.phase = "area filter"
             t0 = time.perf_counter()
             if self.jphase == "loaded":
+                changed = [] if self._tiles is not None else None
                 self._filter_stats, self._redo = run_area_filter(
-                    self.pfm, self.touched, self.cfg, self._jp["redo"], self.threads)
+                    self.pfm, self.touched, self.cfg, self._jp["redo"], self.threads,
+                    changed=changed)
+                if changed is not None:
+                    self._changed = (np.concatenate(changed) if changed
+                                     else np.zeros(0, np.int64))
                 release_free_heap()    # the filter's bands, before the recompute's
                 self._checkpoint("area-filter")
             if self.jphase == "area-filter":
@@ -637,17 +644,20 @@ class PfmWriter(WriterJournal):
                 logging.getLogger("pfm_dask").warning(
                     "the recompute beside the writer stopped (%s: %s); the final step does it",
                     type(tiles.error).__name__, tiles.error)
-            if tiles is not None and tiles.early and not crash_planned("recompute-write"):
+            if (tiles is not None and tiles.early and not crash_planned("recompute-write")
+                    and (self._changed is not None or not self.cfg.area_filter)):
                 # most tiles were recomputed while loading: the rest, and their extrema
                 tiles.threads = self.threads or THREADS
-                extrema = tiles.finish()
+                extrema = tiles.finish(changed=self._changed)
                 self._walk = tiles.walk
                 self.timings.update(tiles=tiles.seconds, tiles_cpu=tiles.cpu,
                                     tiles_early=tiles.tiles_early,
-                                    tiles_redone=tiles.tiles_redone)
+                                    tiles_redone=tiles.tiles_redone,
+                                    tiles_refreshed=tiles.tiles_refreshed)
             else:
                 self._walk = ChainWalk()
-                extrema = pfm.recompute(self.pfm, wanted, threads=self.threads, walk=self._walk)
+                extrema = pfm.recompute(self.pfm, wanted, threads=self.threads, walk=self._walk,
+                                        fresh=True)
             # the check reads these bins too, not the whole sparse .bin
             self._check_only = wanted
         self.pfm.write_header(**(extrema or {}))

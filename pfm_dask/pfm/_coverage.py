@@ -88,11 +88,13 @@ def read_coverage(fd: int, bin_index: np.ndarray, *, base: int = COV_HEADER_SIZE
 
 
 def update_coverage(fd: int, bin_index: np.ndarray, validity: np.ndarray, *,
-                    base: int = COV_HEADER_SIZE, path=None, max_gap: int = 4096) -> None:
+                    base: int = COV_HEADER_SIZE, path=None, max_gap: int = 4096,
+                    fresh: bool = False) -> None:
     """Apply ``update_cov_map`` for many bins at once: batched read-modify-write.
 
     ``bin_index`` and ``validity`` are parallel arrays; for a bin given more
-    than once the last validity wins.
+    than once the last validity wins. ``fresh``: from a byte of 0 (a new PFM's before any
+    recompute) instead of the byte there.
     """
     bi = np.asarray(bin_index, dtype=np.int64)
     val = np.broadcast_to(np.asarray(validity, dtype=np.int64), bi.shape)
@@ -110,5 +112,6 @@ def update_coverage(fd: int, bin_index: np.ndarray, validity: np.ndarray, *,
                                  path=path, offset=base + lo)
         buf = np.frombuffer(raw, dtype=np.uint8).copy()
         pos = u[a:b] - lo
-        buf[pos] = coverage_from_validity(buf[pos], vu[a:b])
+        buf[pos] = coverage_from_validity(np.zeros(pos.size, np.uint8) if fresh else buf[pos],
+                                          vu[a:b])
         os.pwrite(fd, buf.tobytes(), base + lo)

@@ -47,7 +47,8 @@ from .._numeric import CompiledKernels
 from ..errors import PfmFormatError
 from .. import validity as V
 from ._extrema import EXTREMA_START, _Extrema, band_extrema, std_limit
-from ._recompute_kernel import NdxView, _step, record_fields, recompute_records
+from ._recompute_kernel import (SCATTERED_DROP_SOUNDINGS, NdxView, _step, record_fields,
+                                recompute_records)
 from ._coverage import update_coverage
 from ._io import RMW_GAP, ZERO_GAP, Spans, zero_gaps
 
@@ -424,7 +425,7 @@ def _data_bands(pfm_file, wanted: np.ndarray | None, rows_per_band: int | None, 
 
 def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_mask: int = 0,
               extrema: dict | None = None, band_soundings: int = BAND_SOUNDINGS,
-              threads: int | None = None, walk=None) -> dict:
+              threads: int | None = None, walk=None, fresh: bool = False) -> dict:
     """Recompute bins of an open (``"r+"``) :class:`PfmFile` and return the header extrema.
 
     ``bin_index``: the bins to recompute (``row * width + col``), or ``None``
@@ -446,6 +447,9 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
     ``walk``: a :class:`._chains.ChainWalk` that the same pass fills with the check's chain
     walk (``check(..., walked=walk)`` then does not walk the chains again); it stays not
     ``clean`` unless every bin with soundings took the compiled band pass.
+
+    ``fresh``: the bins of a new PFM, recomputed as from the writer's records (std 0, coverage
+    bytes 0) whatever a recompute before left (:class:`BandRecompute`).
 
     Returns pfmLoader's header extrema over the recomputed bins, in raster
     order from ``extrema`` (default :data:`EXTREMA_START`), as a dict of
@@ -478,13 +482,15 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
         if not view.ok:
             view.close()
             view = None
+    if view is not None and wanted is not None and scattered(wanted.size, W * pfm_file.height):
+        view.scattered()
     if walk is not None:
         walk.spoil()
         if view is not None and wanted is None:
             walk.begin(view.buf.size // view.rsize, view.rsize)
     walking = walk is not None and walk.clean
     bp = BandRecompute(pfm_file, view, keep_mask=keep_mask, clear_mask=clear_mask,
-                       walking=walking, std_max=ext.std_max)
+                       walking=walking, std_max=ext.std_max, fresh=fresh)
     if view is None:
         bands = _data_bands(pfm_file, wanted, rows_per_band, int(band_soundings), bp.rec_fields)
 
@@ -535,7 +541,8 @@ class BandRecompute:
     extrema candidates)``; :meth:`general` takes decoded records."""
 
     def __init__(self, pfm_file, view, *, keep_mask: int = 0, clear_mask: int = 0,
-                 walking: bool = False, std_max: float | None = None, write_lock=None):
+                 walking: bool = False, std_max: float | None = None, write_lock=None,
+                 fresh: bool = False):
         h = pfm_file.header
         # bands that are not runs of consecutive bins (tiles) write under a lock: a band's
         # read-modify-write of coverage bytes, or the general path's of bin records, spans
@@ -550,6 +557,12 @@ class BandRecompute:
         if not self.compute_average:
             self.rec_fields += ("avg_filtered", "avg")
         self.fd = pfm_file._fd("bin") if view is not None else None
+        #: a new PFM's bins: recomputed from the state the writer leaves them in (std 0, no
+        #: coverage byte set), whatever a recompute before wrote (tiles done early, then
+        #: soundings the area filter cut: a bin with no valid one keeps its prior std)
+        self.fresh = bool(fresh)
+        if self.fresh:
+            self._no_std = field_mask(pfm_file._bin_layout, "std")
 
     def general(self, recs) -> tuple:
         """Decoded records of a band recomputed with numpy and written by the store."""
@@ -557,10 +570,12 @@ class BandRecompute:
         ub, cnt = recs["bin_index"], recs["num_soundings"]
         # soundings come back grouped by bin, in raster then chain order
         snd = pfm_file._read_chains(ub, cnt, recs["head"], fields=("depth", "validity"))
+        prior_std = recs["std"].astype(np.float32)
+        if self.fresh:
+            prior_std = np.zeros_like(prior_std)
         stats = grouped_bin_stats(ub, cnt, snd["depth"], snd["validity"],
                                   null_depth=null32, class_type=h.class_type,
-                                  prior_validity=recs["validity"],
-                                  prior_std=recs["std"].astype(np.float32),
+                                  prior_validity=recs["validity"], prior_std=prior_std,
                                   keep_mask=self.keep_mask)
         if self.clear_mask:
             stats["validity"] = (stats["validity"].astype(np.int64)
@@ -581,7 +596,7 @@ class BandRecompute:
         # bins in raster order) are their own; tiles' bands span other bins: their writes
         # take the lock.
         with self.lock:
-            pfm_file.write_bin_records(ub, **fields)
+            pfm_file.write_bin_records(ub, fresh=self.fresh, **fields)
         return ub, stats, None, band_extrema(ub, stats, null32, self.std_max)
 
     def kernel(self, bidx, raw):
@@ -589,6 +604,8 @@ class BandRecompute:
         results, or None when it gave up on the band (nothing written either way)."""
         h = self.h
         new = raw.copy()
+        if self.fresh:
+            new &= self._no_std
         got = recompute_records(self.view, new, header=h, null32=self.null32,
                                 class_type=int(h.class_type), keep_mask=self.keep_mask,
                                 clear_mask=self.clear_mask, compute_average=self.compute_average,
@@ -602,7 +619,8 @@ class BandRecompute:
         _write_runs(self.fd, bidx, new, pfm_file.bin_header_size, pfm_file.bin_path,
                     getattr(pfm_file, "_zero_bins", None))
         pfm_file._touch(bidx)
-        update_coverage(pfm_file._fd("cvg"), bidx, validity, path=pfm_file.cvg_path)
+        update_coverage(pfm_file._fd("cvg"), bidx, validity, path=pfm_file.cvg_path,
+                        fresh=self.fresh)
 
     def results(self, bidx, got) -> tuple:
         """``(bins, stats, walk or None, extrema candidates)`` of a band :meth:`kernel` did."""
@@ -623,6 +641,15 @@ class BandRecompute:
             self.write(bidx, new, got[1])
         # the band's extrema candidates here, folded in band order by the caller
         return self.results(bidx, got)
+
+
+def field_mask(layout, name) -> np.ndarray:
+    """Bytes that, ANDed with a record of ``layout``, set its field ``name`` to 0 (the
+    fields are packed from the most significant bit of the record's first byte on)."""
+    f = layout.fields[name]
+    bit = np.arange(layout.record_bytes * 8)
+    keep = ~((bit >= f.offset) & (bit < f.offset + f.nbits))
+    return np.packbits(keep)
 
 
 #: wanted bins are :func:`scattered` when fewer than one bin in this many of the grid
@@ -668,7 +695,8 @@ def _raw_jobs(pfm_file, wanted: np.ndarray | None, budget: int):
     read here instead, band by band (:func:`_raw_bands`)."""
     n_bins = pfm_file.width * pfm_file.height
     if wanted is not None and scattered(wanted.size, n_bins):
-        for band in _raw_bands(pfm_file, wanted, budget):
+        # small bands: the caller lets their pages go after each (NdxView.scattered)
+        for band in _raw_bands(pfm_file, wanted, min(budget, SCATTERED_DROP_SOUNDINGS)):
             yield (lambda band=band: iter((band,)))
         return
     for a, b in _wanted_runs(wanted, n_bins):

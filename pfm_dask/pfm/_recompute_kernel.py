@@ -548,6 +548,11 @@ _kernel = CompiledKernels(globals(), _signatures, ("_fld", "_put", "_nint", "_st
 DROP_SOUNDINGS = 1_000_000
 
 
+#: soundings read between two drops of the ``.ndx`` pages when bins are scattered
+#: (:meth:`NdxView.scattered`); the recompute's bands of scattered bins are as small
+SCATTERED_DROP_SOUNDINGS = 2048
+
+
 class NdxView:
     """The ``.ndx`` of an open PFM mapped read-only once for a whole recompute, with the
     layout numbers the kernel needs; ``None`` fields mean the kernel cannot read this file
@@ -595,6 +600,13 @@ class NdxView:
         self.limits = ((1 << int(h.depth_bits)) - 1, (1 << int(h.std_bits)) - 1,
                        (1 << int(h.count_bits)) - 1, (1 << int(h.validity_bits)) - 1)
         self.ok = True
+
+    def scattered(self) -> None:
+        """Chains read here and there (a few bins over the whole file): the pages are let go
+        every :data:`SCATTERED_DROP_SOUNDINGS`. Each page fault maps the cached pages around
+        it too (the kernel's fault-around, 64 kB), so 20,000 bins scattered over a 2.4 GB
+        ``.ndx`` mapped all of it."""
+        self.drop_every = min(self.drop_every, SCATTERED_DROP_SOUNDINGS)
 
     def drop_pages(self, soundings: int | None = None) -> None:
         """Unmap the pages of the ``.ndx`` read so far from this process (they stay in the page

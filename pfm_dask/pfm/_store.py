@@ -613,11 +613,12 @@ class PfmFile(PfmReads, PfmWrites):
             raise PfmFormatError(f"{name} {arr[bad]} (sounding {bad}) is outside 0..{limit} "
                                  f"({key} = {limit.bit_length()} bits)", path=self.path)
 
-    def update_coverage(self, bin_index, validity) -> None:
-        """Coverage bytes of bins from their validity (``update_cov_map``); see :mod:`._coverage`."""
+    def update_coverage(self, bin_index, validity, fresh: bool = False) -> None:
+        """Coverage bytes of bins from their validity (``update_cov_map``; ``fresh``: from
+        bytes of 0); see :mod:`._coverage`."""
         self._writable()
         self._sync()
-        update_coverage(self._fds["cvg"], bin_index, validity, path=self.cvg_path)
+        update_coverage(self._fds["cvg"], bin_index, validity, path=self.cvg_path, fresh=fresh)
 
     def read_coverage(self, bin_index) -> np.ndarray:
         """Coverage bytes of the given bins."""

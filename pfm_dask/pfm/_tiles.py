@@ -23,9 +23,15 @@ Columns of tiles, not rows: lines run across rows as often as along them, and a 
 rows is only finished when the last line crossing it is. On the 74-file benchmark survey
 94 % of the bins are done before the last group (docs/performance.md).
 
+With the area filter, which changes soundings after the load, :meth:`TileRecompute.finish`
+also recomputes the bins the filter changed, as from the records the writer left
+(``fresh``: a bin whose valid soundings were all cut keeps no std nor "surveyed" of the
+tile's), and sets the extrema of the rectangles whose best bin changed right
+(:meth:`TileRecompute._refresh`).
+
 Plain numpy and threads: no Dask. Not for appends (the recompute there also clears flags of
-old bins), the area filter (it changes soundings after the load) or a resumed load (its
-earlier tiles are not known): ``PfmWriter`` keeps the one recompute there.
+old bins) or a resumed load (its earlier tiles are not known): ``PfmWriter`` keeps the one
+recompute there.
 """
 
 from __future__ import annotations
@@ -38,12 +44,21 @@ import time
 import numpy as np
 
 from ._chains import ChainWalk
-from ._extrema import Candidates, _Extrema
+from .. import validity as V
+from .._numeric import nint
+from ._extrema import KEYS, Candidates, _Extrema
 from ._io import RMW_GAP, Spans
-from ._recompute import BAND_SOUNDINGS, BandRecompute, _cuts, ordered_imap
+from ._recompute import BAND_SOUNDINGS, BandRecompute, _cuts, _raw_jobs, ordered_imap
 from ._recompute_kernel import NdxView, record_fields
 
 __all__ = ["EARLY", "TILE", "LAG", "RUN_TILES", "TileRecompute"]
+
+#: The extrema whose values the area filter can change (of :data:`._extrema.KEYS`): the
+#: filtered depths and the std. It only sets FILTER_INVAL and MODIFIED on soundings, which
+#: leave a bin's count and its depths of every used sounding as they were.
+FILTERED_KEYS = np.array([k[0] in ("min_filtered_depth", "max_filtered_depth",
+                                   "min_standard_deviation", "max_standard_deviation")
+                          for k in KEYS])
 
 #: False: every bin is recomputed in the final step (the tests compare the two;
 #: ``PFM_DASK_EARLY_TILES=0`` sets it for a process, to measure the difference).
@@ -104,6 +119,7 @@ class TileRecompute:
         self.error: BaseException | None = None      # the thread's (the final step redoes)
         self.tiles_early = 0      # tiles recomputed before the final step
         self.tiles_redone = 0     # done tiles written again (their recompute was wasted)
+        self.tiles_refreshed = 0  # rectangles recomputed again for their extrema (finish)
         self.seconds = 0.0        # the thread's time
         self.cpu = 0.0            # and its CPU time
         self.lock = threading.Lock()
@@ -179,17 +195,156 @@ class TileRecompute:
             self._thread.join()
             self._thread = None
 
-    def finish(self, extrema: dict | None = None) -> dict:
-        """Recompute every tile not done; the header extrema of all, as :func:`recompute`."""
+    def finish(self, extrema: dict | None = None, changed: np.ndarray | None = None) -> dict:
+        """Recompute every tile not done; the header extrema of all, as :func:`recompute`.
+
+        ``changed``: bins whose soundings changed since their tile was recomputed (the area
+        filter's cuts, ascending): recomputed again, and the extrema set right
+        (:meth:`_refresh`)."""
         self.close()
+        early = self.done.copy()
         rest = np.flatnonzero(~self.done & (self.last >= 0))
         if rest.size:
             self._run(rest)
+        extra = None
+        if changed is not None and changed.size:
+            changed = np.asarray(changed, dtype=np.int64)
+            changed = changed[early[self.tiles_at(changed)]]   # the rest was just recomputed
+            if changed.size:
+                extra = self._refresh(changed)
         ext = _Extrema(extrema, self.W)
         self.cands.fold_into(ext, np.unique(self.owner[self.done]))
+        if extra is not None:
+            extra.fold_into(ext)
         if self.walk.clean:
             self.walk.grow(self.pfm.ndx_size // self.pfm.ndx_record_size)
         return ext.result()
+
+    def tiles_at(self, bins: np.ndarray) -> np.ndarray:
+        """The tile of each of ``bins``."""
+        b = np.asarray(bins, dtype=np.int64)
+        r = b // self.W
+        return (r // self.tile) * self.ntc + (b - r * self.W) // self.tile
+
+    def _refresh(self, changed: np.ndarray) -> Candidates:
+        """Recompute ``changed`` bins of done rectangles (their records written again), and
+        return their extrema candidates, the rectangles' own set right: a rectangle whose
+        candidate for a key is a changed bin drops it if it cannot be the best any more,
+        else finds its best again (:meth:`_best_again`).
+
+        Why that is exact: every other bin of such a rectangle was behind its candidate,
+        so the rectangle's best among its unchanged bins is behind it too. Once behind the
+        best of the candidates that still hold (those of bins not changed, and the changed
+        bins' new ones), it cannot be the result. On the 74-file survey about a tenth of the
+        rectangles whose deepest filtered bin was cut still beat it."""
+        pfm_file = self.pfm
+        pfm_file._sync()
+        view = NdxView(pfm_file)
+        if not view.ok:
+            view.close()
+            view = None
+        else:
+            view.scattered()      # the changed bins are few, all over the grid
+        extra = Candidates(1)
+        try:
+            bp = BandRecompute(pfm_file, view, write_lock=self.lock, fresh=True)
+            jobs = list(_raw_jobs(pfm_file, changed, self.budget))
+
+            def work(job):
+                out = []
+                for bidx, raw in job():
+                    out.append(bp(bidx, raw) if view is not None
+                               else bp.general(pfm_file._decode_bins(bidx, raw,
+                                                                     fields=bp.rec_fields)))
+                    if view is not None:
+                        view.drop_pages(int(out[-1][1]["num_soundings"].sum()))
+                return out
+
+            for out in ordered_imap(work, jobs, self.threads, name="pfm-tile"):
+                for got in out:
+                    extra.put(0, got[3])
+            # per key, the rectangles whose candidate is a changed bin
+            slots = np.unique(self.owner[self.done])
+            cb = self.cands.bin[slots]
+            stale = np.isin(cb, changed) & (cb >= 0)
+            stale[:, ~FILTERED_KEYS] = False
+            redo = np.zeros(slots.size, dtype=bool)
+            redone_keys = np.zeros(stale.shape, dtype=bool)
+            for i, (_, _, lower) in enumerate(KEYS):
+                st = stale[:, i]
+                if not st.any():
+                    continue
+                # the best of the candidates that hold
+                vals = [self.cands.val[slots[~st], i][cb[~st, i] >= 0]]
+                bins = [cb[~st, i][cb[~st, i] >= 0]]
+                if extra.bin[0, i] >= 0:
+                    vals.append(extra.val[0:1, i])
+                    bins.append(extra.bin[0:1, i])
+                v, b = np.concatenate(vals), np.concatenate(bins)
+                sv, sb = self.cands.val[slots[st], i], cb[st, i]
+                if v.size == 0:
+                    beats = np.ones(sv.size, dtype=bool)
+                else:
+                    best = v.min() if lower else v.max()
+                    bb = b[v == best].min()
+                    beats = ((sv < best) if lower else (sv > best)) | ((sv == best) & (sb < bb))
+                redo[np.flatnonzero(st)[beats]] = True
+                redone_keys[np.flatnonzero(st)[beats], i] = True
+                # the others cannot be the best: their candidate for this key goes
+                self.cands.bin[slots[np.flatnonzero(st)[~beats]], i] = -1
+            for j in np.flatnonzero(redo).tolist():
+                keys = np.flatnonzero(stale[j] & redone_keys[j])
+                self._best_again(int(slots[j]), keys, bp)
+            self.tiles_refreshed = int(redo.sum())
+        finally:
+            if view is not None:
+                view.close()
+        return extra
+
+    def _best_again(self, t0: int, keys: np.ndarray, bp: BandRecompute) -> None:
+        """Find the best bin of rectangle ``t0`` again for ``keys`` (of :data:`KEYS`, among
+        :data:`FILTERED_KEYS`), from its bin records: a stored depth or std code is a
+        monotone function of the float value the extrema compare (a rounding of float32
+        operations), so the best value is among the bins of the best code, which are
+        recomputed (not written: the records hold those values already) to compare their
+        values exactly. A bin whose max depth code does not tell whether it is below NULL
+        DEPTH (which the filtered extrema ask) is recomputed too."""
+        pfm_file = self.pfm
+        k = int(np.count_nonzero(self.owner == t0))
+        lay = pfm_file._bin_layout
+        got = self._bands(t0, k, pfm_file._fd("bin"), lay, budget=1 << 62)
+        if not got:
+            self.cands.bin[t0, keys] = -1
+            return
+        bins, raw = got[0][0], got[0][1]
+        h = pfm_file.header
+        f = record_fields(raw, lay, ["validity", "std", "min_filtered", "max_filtered", "max"])
+        off32, scale32 = np.float32(h.depth_offset), np.float32(h.depth_scale)
+        c_null = nint(np.float64((np.float32(pfm_file.null_depth) + off32) * scale32))
+        data = (f["validity"].astype(np.int64) & V.DATA) != 0
+        sure = data & (f["max"].astype(np.int64) < c_null)
+        unsure = data & ~sure
+        pick = np.zeros(bins.size, dtype=bool)
+        for i in keys.tolist():
+            name, lower = KEYS[i][0], KEYS[i][2]
+            code = f["std" if "standard" in name else name.replace("_depth", "")].astype(np.int64)
+            if sure.any():
+                best = code[sure].min() if lower else code[sure].max()
+                pick |= sure & (code == best)
+                pick |= unsure & ((code <= best) if lower else (code >= best))
+            else:
+                pick |= unsure
+        sel = np.flatnonzero(pick)
+        self.cands.bin[t0, keys] = -1
+        if sel.size == 0:
+            return
+        sb, sr = bins[sel], np.ascontiguousarray(raw[sel])
+        done = bp.kernel(sb, sr) if bp.view is not None else None
+        if done is not None:
+            found = bp.results(sb, done[1])[3]
+        else:
+            found = bp.general(pfm_file._decode_bins(sb, sr, fields=bp.rec_fields))[3]
+        self.cands.put(t0, [g if i in keys else None for i, g in enumerate(found)])
 
     # ------------------------------------------------------------------- the work
     def _rects(self, tiles: np.ndarray):
@@ -281,7 +436,7 @@ class TileRecompute:
         # its pages resident beside the load's own memory: a few MB of them at most
         view.drop_every = BESIDE_DROP_SOUNDINGS
         try:
-            bp = BandRecompute(pfm_file, view, walking=self.walk.clean)
+            bp = BandRecompute(pfm_file, view, walking=self.walk.clean, fresh=True)
             fd, layout = pfm_file._fd("bin"), pfm_file._bin_layout
             done = []       # (first tile, tiles, [(bins, new records, kernel results)])
             for t0, k in self._rects(tiles):
@@ -338,7 +493,8 @@ class TileRecompute:
         view = self._begin()
         try:
             walking = self.walk.clean and view is not None
-            bp = BandRecompute(pfm_file, view, walking=walking, write_lock=self.lock)
+            bp = BandRecompute(pfm_file, view, walking=walking, write_lock=self.lock,
+                               fresh=True)
             fd, layout = pfm_file._fd("bin"), pfm_file._bin_layout
 
             def work(rect):

@@ -458,7 +458,8 @@ class PfmWrites:
         spans.store(NL._from_words(words))
         spans.write()
 
-    def write_bin_records(self, bin_index, *, coverage: bool = True, **fields) -> None:
+    def write_bin_records(self, bin_index, *, coverage: bool = True, fresh: bool = False,
+                          **fields) -> None:
         """Write bin statistics for bins ``bin_index`` (batched read-modify-write).
 
         ``fields``: any of ``num_valid, std, avg_filtered, min_filtered,
@@ -466,7 +467,8 @@ class PfmWrites:
         ``bin_index`` or scalars). Depths and std are coded with the
         library's float32 rule ``NINT((float(v) + float(offset)) *
         float(scale))``. Count, head and tail are never touched. With
-        ``validity`` and ``coverage=True`` the ``.cvg`` is updated too.
+        ``validity`` and ``coverage=True`` the ``.cvg`` is updated too (``fresh``: from
+        coverage bytes of 0, see :class:`._recompute.BandRecompute`).
         """
         self._writable()
         allowed = {"num_valid", "std", "validity"} | set(DEPTH_FIELDS)
@@ -519,4 +521,4 @@ class PfmWrites:
         spans.write()
         self._touch(bs)
         if coverage and "validity" in codes:
-            self.update_coverage(bs, codes["validity"].astype(np.int64))
+            self.update_coverage(bs, codes["validity"].astype(np.int64), fresh=fresh)
