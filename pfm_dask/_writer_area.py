@@ -13,6 +13,7 @@ import json
 import os
 import threading
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from ._fileio import pwrite_all
 from .errors import LoadError
 from .pfm._recompute_kernel import NdxView, band_soundings, record_fields
 
-__all__ = ["run_area_filter", "area_bands", "apply_redo", "AREA_BAND_SOUNDINGS",
+__all__ = ["run_area_filter", "run_area_filter_sums", "area_bands", "apply_redo", "AREA_BAND_SOUNDINGS",
            "AREA_HALO_ROWS"]
 
 _REDO_DTYPE = np.dtype("<i8")    # redo entries: (record offset, slot, validity) as int64
@@ -43,22 +44,13 @@ def run_area_filter(f, touched_bins: np.ndarray, cfg, redo_path,
     ``threads`` threads (:func:`_filter_band`); the redo file and the summary are those of
     the plain pass over the rows in order, byte for byte (docs/filters.md, "Bands").
     """
-    from .filters import AreaFilter, AreaFilterSummary
+    from .filters import AreaFilterSummary
 
     g = f.grid
     w, h = g.width, g.height
     touched = touched_bins.reshape(h, w)
-    rows_touched = touched.any(axis=1)
-    # A row is read if it, or a neighbour row, has bins to filter.
-    needed = rows_touched.copy()
-    needed[1:] |= rows_touched[:-1]
-    needed[:-1] |= rows_touched[1:]
-    # Metre bins: the true diagonal (pfmLoader's 2*sqrt(size) is right only for 2 m);
-    # degree bins: the geodesic diagonal, as pfmLoader computes it.
-    diag = g.bin_diagonal_m() if cfg.bin_size_deg is not None else None
-    filt = AreaFilter(w, h, bin_size_xy=g.bin_size_xy if cfg.bin_size_deg is None else 0.0,
-                      bin_diagonal=diag, cellstd=cfg.cellstd,
-                      deep_only=cfg.deep_only, null_depth=cfg.null_depth)
+    needed = _needed_rows(touched)
+    filt = _make_filter(g, cfg)
     threads = max(1, int(threads or pfm.THREADS))
     # rows nobody reads are rows without data for the filter: nothing to do, counted
     summary = AreaFilterSummary(rows=int((~needed).sum()))
@@ -119,6 +111,122 @@ def run_area_filter(f, touched_bins: np.ndarray, cfg, redo_path,
     out["flagged"] = out.get("cut", 0)
     out = json.loads(json.dumps(out, default=_plain))
     return out, {"file": J.REDO_NAME, **acc}
+
+
+def run_area_filter_sums(f, touched_bins: np.ndarray, cfg, redo_path, sums,
+                         changed: list | None = None) -> tuple[dict, dict, int] | None:
+    """:func:`run_area_filter` from the per-bin sums the load's tiles took
+    (``pfm._area_sums``): the rows in order on this thread, a chain walked only for a bin
+    whose soundings reach its threshold. The same redo file and summary, byte for byte, and
+    how many bins it walked; None when a chain is broken (the caller then runs :func:`run_area_filter`, which reports
+    it)."""
+    from .filters import AreaFilterSummary
+    from ._area_rows import RowFilter, pre_stats
+
+    g = f.grid
+    w, h = g.width, g.height
+    touched = touched_bins.reshape(h, w)
+    filt = _make_filter(g, cfg)
+    needed = _needed_rows(touched)
+    summary = AreaFilterSummary(rows=int((~needed).sum()))
+    walked = 0
+    f._sync()
+    view = NdxView(f)
+    if not view.ok:
+        view.close()
+        return None
+    rf = RowFilter(filt, view)
+    none = filt.none_stats(w)
+    fd = os.open(redo_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    acc = {"count": 0, "crc": 0, "size": 0}
+    block = max(2, _SUM_ROWS_BYTES // max(1, w * sums.record_bytes))
+    cache = {"first": 0, "rows": None, "next": None}
+    ahead = ThreadPoolExecutor(1, thread_name_prefix="pfm-sums")
+
+    def read(y: int):
+        n = min(block, h - y)
+        return y, sums.read(y * w, n * w).reshape(n, w)
+
+    def sums_row(y: int):
+        # blocks of rows, the next one read on a thread of its own meanwhile
+        first = cache["first"]
+        if cache["rows"] is None or not first <= y < first + cache["rows"].shape[0]:
+            got = cache["next"].result() if cache["next"] is not None else None
+            if got is None or got[0] != y:
+                got = read(y)
+            cache["first"], cache["rows"] = got
+            end = y + got[1].shape[0]
+            cache["next"] = ahead.submit(read, end) if end < h else None
+        return cache["rows"][y - cache["first"]]
+
+    try:
+        above = none
+        for y in range(h):
+            if not needed[y]:
+                above = none
+                continue
+            row = sums_row(y)
+            pre = pre_stats(row)
+            below = pre_stats(sums_row(y + 1)) if y + 1 < h else none
+            got = rf.row(row, touched[y], above, pre, below)
+            if got is None:
+                return None
+            redo, cols, counts, above = got
+            examined, bad = int(counts[0]), int(counts[1])
+            summary.total += examined
+            summary.good += examined - bad
+            summary.bad += bad
+            summary.cut += int(counts[2])
+            summary.bins_filtered += int(counts[3])
+            summary.bins_sparse += int(counts[4])
+            summary.bins_no_spread += int(counts[5])
+            summary.rows += 1
+            walked += int(counts[8])
+            if cols.size and changed is not None:
+                changed.append(y * w + cols)
+            if redo.shape[0]:
+                raw = redo.astype(_REDO_DTYPE, copy=False).tobytes()
+                pwrite_all(fd, raw, acc["size"])
+                acc["size"] += len(raw)
+                acc["crc"] = zlib.crc32(raw, acc["crc"])
+                acc["count"] += redo.shape[0]
+                crash_point("area-filter-row")
+            view.drop_pages(int(row["n_all"].sum()))
+        os.fsync(fd)
+    finally:
+        ahead.shutdown(wait=True)
+        os.close(fd)
+        view.close()
+    out = summary.as_dict()
+    out["flagged"] = out.get("cut", 0)
+    out = json.loads(json.dumps(out, default=_plain))
+    return out, {"file": J.REDO_NAME, **acc}, walked
+
+
+#: bytes of sums read at once (rows of the grid) by :func:`run_area_filter_sums`
+_SUM_ROWS_BYTES = 16 << 20
+
+
+def _needed_rows(touched: np.ndarray) -> np.ndarray:
+    """The rows the filter reads: a row with bins to filter, or a neighbour of one."""
+    rows_touched = touched.any(axis=1)
+    needed = rows_touched.copy()
+    needed[1:] |= rows_touched[:-1]
+    needed[:-1] |= rows_touched[1:]
+    return needed
+
+
+def _make_filter(g, cfg):
+    """The load's :class:`~pfm_dask.filters.AreaFilter` over grid ``g``."""
+    from .filters import AreaFilter
+
+    # Metre bins: the true diagonal (pfmLoader's 2*sqrt(size) is right only for 2 m);
+    # degree bins: the geodesic diagonal, as pfmLoader computes it.
+    diag = g.bin_diagonal_m() if cfg.bin_size_deg is not None else None
+    return AreaFilter(g.width, g.height,
+                      bin_size_xy=g.bin_size_xy if cfg.bin_size_deg is None else 0.0,
+                      bin_diagonal=diag, cellstd=cfg.cellstd, deep_only=cfg.deep_only,
+                      null_depth=cfg.null_depth)
 
 
 #: rows a band filters before its own, from a guess, when bands run at once (_filter_band)

@@ -276,7 +276,7 @@ class WriterJournal:
                 except OSError:
                     pass
         if remove:
-            for key in ("undo", "undo_alt", "touched", "redo"):
+            for key in ("undo", "undo_alt", "touched", "redo", "sums"):
                 try:
                     os.unlink(self._jp[key])
                 except OSError:

@@ -80,6 +80,7 @@ STATIC_NAME = "load.json"
 UNDO_NAME = "undo.log"
 TOUCHED_NAME = "touched.log"
 REDO_NAME = "filter-redo.bin"
+SUMS_NAME = "area-sums.bin"
 LOCK_NAME = "lock"
 FORMAT = 1
 
@@ -147,7 +148,7 @@ def journal_paths(pfm_path: str | os.PathLike) -> dict:
     return {"data": data, "journal": data / JOURNAL_NAME, "static": data / STATIC_NAME,
             "undo": data / UNDO_NAME, "undo_alt": data / (UNDO_NAME + UNDO_ALT_SUFFIX),
             "touched": data / TOUCHED_NAME,
-            "redo": data / REDO_NAME, "lock": data / LOCK_NAME}
+            "redo": data / REDO_NAME, "sums": data / SUMS_NAME, "lock": data / LOCK_NAME}
 
 
 def _read_json(path: Path) -> dict | None:

@@ -139,7 +139,8 @@ def _dedupe(files: list[str]) -> tuple[list[str], list[str]]:
 #: (and the parts) are ever removed, and only for a load its own journal proves unfinished,
 #: or (``pfm-dask demo``) proves a load of the demo's own survey.
 _OWN_SCRATCH = ("load.json", "journal.json", "journal.json.tmp", "load.json.tmp", "undo.log",
-                "undo.log.b", "touched.log", "filter-redo.bin", "lock", "load-report.json",
+                "undo.log.b", "touched.log", "filter-redo.bin", "area-sums.bin", "lock",
+                "load-report.json",
                 "load-report.json.tmp")
 _PART_SUFFIXES = (".ctl", ".bin", ".ndx", ".lin", ".cvg")
 

@@ -43,7 +43,9 @@ from . import journal as J
 from . import pfm
 from . import _faults
 from ._faults import crash_planned, crash_point
-from ._writer_area import apply_redo, run_area_filter
+from ._writer_area import apply_redo, run_area_filter, run_area_filter_sums
+from .filters._area import _POST_SKIP as AREA_POST_SKIP, _SKIP as AREA_SKIP
+from .pfm._area_sums import AreaSums
 from .pfm._chains import ChainWalk
 from ._writer_journal import WriterJournal
 from .heap import release_code_pages, release_free_heap
@@ -180,6 +182,12 @@ class PfmWriter(WriterJournal):
                 self._tiles = _tiles.TileRecompute(self.pfm, self.touched, self.threads or THREADS)
                 self._tiles.use_cores(self._own_threads())
                 self._tiles.on_written = lambda: crash_point("tiles-write")
+                if cfg.area_filter:
+                    # the tiles take the filter's per-bin sums too: it walks few chains
+                    self._tiles.sum_for_filter(
+                        AreaSums(self._jp["sums"], self.touched.size), skip=AREA_SKIP,
+                        post_skip=AREA_POST_SKIP,
+                        null_depth=np.inf if cfg.null_depth is None else float(cfg.null_depth))
             if self._journal_on:
                 # a new PFM: one checkpoint, after its inputs are listed (an append marks
                 # the state before them: the .ctl it extends is cut back on a resume)
@@ -600,10 +608,24 @@ class PfmWriter(WriterJournal):
             self.phase = "area filter"
             t0 = time.perf_counter()
             if self.jphase == "loaded":
-                changed = [] if self._tiles is not None else None
-                self._filter_stats, self._redo = run_area_filter(
-                    self.pfm, self.touched, self.cfg, self._jp["redo"], self.threads,
-                    changed=changed)
+                got, tiles = None, self._tiles
+                if tiles is not None and tiles.early and tiles.sums is not None:
+                    # every tile recomputed and summed first: the filter from the sums
+                    t1 = time.perf_counter()
+                    tiles.finish_rest()
+                    self.timings["tiles_rest"] = time.perf_counter() - t1
+                    if tiles.sums_ok:
+                        changed = []
+                        got = run_area_filter_sums(self.pfm, self.touched, self.cfg,
+                                                   self._jp["redo"], tiles.sums, changed=changed)
+                        if got is not None:
+                            got, self.timings["area_walked"] = got[:2], got[2]
+                self._drop_sums()
+                if got is None:
+                    changed = [] if tiles is not None else None
+                    got = run_area_filter(self.pfm, self.touched, self.cfg, self._jp["redo"],
+                                          self.threads, changed=changed)
+                self._filter_stats, self._redo = got
                 if changed is not None:
                     self._changed = (np.concatenate(changed) if changed
                                      else np.zeros(0, np.int64))
@@ -702,6 +724,12 @@ class PfmWriter(WriterJournal):
         self.phase = "done"
         return result
 
+    def _drop_sums(self) -> None:
+        """Remove the area filter's sums (scratch: a resumed load does without them)."""
+        if self._tiles is not None and self._tiles.sums is not None:
+            self._tiles.sums.close(remove=True)
+            self._tiles.sums = None
+
     def _close_durable(self) -> None:
         """Close the PFM, fsyncing every part (and the touched-bins log) with the journal on."""
         t_close = time.perf_counter()
@@ -734,6 +762,7 @@ class PfmWriter(WriterJournal):
             self._thread.join(timeout=30)
         if self._tiles is not None:
             self._tiles.close()
+            self._drop_sums()
         try:
             if self.pfm is not None:
                 self.pfm.close()

@@ -261,6 +261,8 @@ def test_with_the_area_filter(lines, tmp_path, monkeypatch, tile, deep_only):
     out = tmp_path / "out.pfm"
     res = _load(lines, out, monkeypatch, early=True, cfg=cfg, tile=tile)
     assert res.timings.get("tiles_early", 0) > 0
+    # the filter ran from the tiles' sums, walking only the chains of bins with a cut
+    assert 0 < res.timings["area_walked"] < res.area_filter["bins_filtered"]
     assert res.area_filter["cut"] > 1000 and res.area_filter == want.area_filter
     assert_same_pfm(out, ref, tmp_path)
 
@@ -274,6 +276,7 @@ def test_real_gsf_files_with_the_area_filter(sample_by_name, tmp_path, monkeypat
     out = tmp_path / "out.pfm"
     res = _load(files, out, monkeypatch, early=True, cfg=cfg, tile=8, lag=0)
     assert res.timings.get("tiles_early", 0) > 0
+    assert 0 < res.timings["area_walked"] < res.area_filter["bins_filtered"]
     assert res.area_filter["cut"] > 0
     assert_same_pfm(out, ref, tmp_path)
 

@@ -192,6 +192,96 @@ def _k_row_stats(col, z, v, skip, null_depth, data, avg, std):
         std[x] = np.sqrt(s[x] / (n[x] - 1)) if n[x] > 1 else 0.0
 
 
+def _block(x, a_data, a_avg, a_std, p_data, p_avg, p_std, b_data, b_avg, b_std, q_data, q_avg,
+           q_std, exact_raster, dxs, cellstd, max_slope, min_cells, c_data, c_avg, c_std,
+           counts):
+    """Bin ``x``'s 3 x 3 block (docs/filters.md §3): whether the bin is filtered (the block
+    has ``min_cells`` cells with data), whether its threshold is usable, the cells' mean and
+    the threshold ``cellstd x spread``; ``counts`` [3], [4], [5] (filtered, sparse, no
+    spread) counted. Rows as :func:`_k_filter_row` names them; ``c_*``: scratch for the nine
+    cells. Shared with the filter's pass over a load's per-bin sums (``pfm._area_sums``),
+    which must decide exactly as this one."""
+    w = p_data.shape[0]
+    # the 3 x 3 block in pfmLoader's order: rows y-1, y, y+1; columns x-1, x, x+1
+    count = 0
+    avgsum = 0.0
+    stdsum = 0.0
+    for k in range(9):
+        dy = k // 3 - 1
+        j = x + k % 3 - 1
+        if j < 0 or j >= w:
+            c_data[k] = False
+        elif dy == -1:
+            c_data[k], c_avg[k], c_std[k] = a_data[j], a_avg[j], a_std[j]
+        elif dy == 1:
+            c_data[k], c_avg[k], c_std[k] = b_data[j], b_avg[j], b_std[j]
+        elif j < x and exact_raster:
+            c_data[k], c_avg[k], c_std[k] = q_data[j], q_avg[j], q_std[j]
+        else:
+            c_data[k], c_avg[k], c_std[k] = p_data[j], p_avg[j], p_std[j]
+        if c_data[k]:
+            count += 1
+            avgsum = avgsum + c_avg[k]
+            stdsum = stdsum + c_std[k]
+    if count < min_cells:
+        counts[4] += 1
+        return False, False, 0.0, 0.0
+    mean = avgsum / count
+    flat = True
+    ss = 0.0
+    for k in range(9):
+        if c_data[k]:
+            if k != 4 and np.abs(c_avg[4] - c_avg[k]) / dxs[k] > max_slope:
+                flat = False
+            d = c_avg[k] - mean
+            ss = ss + d * d
+    if flat:
+        spread = 2.0 * (stdsum / count)
+    else:
+        spread = 2.0 * np.sqrt(ss / max(count - 1, 1))
+    thr = cellstd * spread
+    ok = np.isfinite(thr) and thr > 0
+    counts[3] += 1
+    if not ok:
+        counts[5] += 1
+    return True, ok, mean, thr
+
+
+def _cut_bin(z, v, lo, hi, order, grouped, ok, mean, thr, deep_only, cut_reference, skip,
+             post_skip, cut_bits, ref_bit, null_depth, cut, cut_idx, counts):
+    """A filtered bin's soundings ``lo .. hi - 1`` (through ``order`` unless ``grouped``):
+    the cut ones marked in ``cut`` and listed in ``cut_idx``, the counts (examined, bad,
+    cut) added, and its post-filter statistics (two-pass, in sounding order) returned as
+    (data, mean, std). Shared with ``pfm._area_sums``, which must cut exactly as this."""
+    n = 0
+    s = 0.0
+    for r in range(lo, hi):
+        i = r if grouped else order[r]
+        vi = v[i]
+        if ok and (vi & skip) == 0 and (cut_reference or (vi & ref_bit) == 0):
+            dev = z[i] - mean
+            if (dev >= thr) if deep_only else (np.abs(dev) >= thr):
+                cut[i] = 1
+                vi = vi | cut_bits
+                cut_idx[counts[2]] = i
+                counts[2] += 1
+        counts[0] += 1
+        if (vi & skip) != 0:
+            counts[1] += 1
+        if (vi & post_skip) == 0 and z[i] < null_depth:
+            n += 1
+            s += z[i]
+    avg = s / n if n > 0 else 0.0
+    ss = 0.0
+    for r in range(lo, hi):
+        i = r if grouped else order[r]
+        vi = v[i] | cut_bits if cut[i] else v[i]
+        if (vi & post_skip) == 0 and z[i] < null_depth:
+            d = z[i] - avg
+            ss += d * d
+    return n > 0, avg, (np.sqrt(ss / (n - 1)) if n > 1 else 0.0)
+
+
 def _k_filter_row(col, z, v, active, a_data, a_avg, a_std, p_data, p_avg, p_std,
                   b_data, b_avg, b_std, dxs, cellstd, max_slope, null_depth, deep_only,
                   exact_raster, min_cells, cut_reference, skip, post_skip, cut_bits, ref_bit,
@@ -233,78 +323,15 @@ def _k_filter_row(col, z, v, active, a_data, a_avg, a_std, p_data, p_avg, p_std,
     for x in range(w):
         if not (active[x] and p_data[x]):
             continue
-        # the 3 x 3 block in pfmLoader's order: rows y-1, y, y+1; columns x-1, x, x+1
-        count = 0
-        avgsum = 0.0
-        stdsum = 0.0
-        for k in range(9):
-            dy = k // 3 - 1
-            j = x + k % 3 - 1
-            if j < 0 or j >= w:
-                c_data[k] = False
-            elif dy == -1:
-                c_data[k], c_avg[k], c_std[k] = a_data[j], a_avg[j], a_std[j]
-            elif dy == 1:
-                c_data[k], c_avg[k], c_std[k] = b_data[j], b_avg[j], b_std[j]
-            elif j < x and exact_raster:
-                c_data[k], c_avg[k], c_std[k] = q_data[j], q_avg[j], q_std[j]
-            else:
-                c_data[k], c_avg[k], c_std[k] = p_data[j], p_avg[j], p_std[j]
-            if c_data[k]:
-                count += 1
-                avgsum = avgsum + c_avg[k]
-                stdsum = stdsum + c_std[k]
-        if count < min_cells:
-            counts[4] += 1
+        filtered, ok, mean, thr = _block(x, a_data, a_avg, a_std, p_data, p_avg, p_std,
+                                         b_data, b_avg, b_std, q_data, q_avg, q_std,
+                                         exact_raster, dxs, cellstd, max_slope, min_cells,
+                                         c_data, c_avg, c_std, counts)
+        if not filtered:
             continue
-        mean = avgsum / count
-        flat = True
-        ss = 0.0
-        for k in range(9):
-            if c_data[k]:
-                if k != 4 and np.abs(c_avg[4] - c_avg[k]) / dxs[k] > max_slope:
-                    flat = False
-                d = c_avg[k] - mean
-                ss = ss + d * d
-        if flat:
-            spread = 2.0 * (stdsum / count)
-        else:
-            spread = 2.0 * np.sqrt(ss / max(count - 1, 1))
-        thr = cellstd * spread
-        ok = np.isfinite(thr) and thr > 0
-        counts[3] += 1
-        if not ok:
-            counts[5] += 1
-        # cut, then the bin's post-filter statistics (two-pass, in sounding order)
-        n = 0
-        s = 0.0
-        for r in range(first[x], first[x + 1]):
-            i = r if grouped else order[r]
-            vi = v[i]
-            if ok and (vi & skip) == 0 and (cut_reference or (vi & ref_bit) == 0):
-                dev = z[i] - mean
-                if (dev >= thr) if deep_only else (np.abs(dev) >= thr):
-                    cut[i] = 1
-                    vi = vi | cut_bits
-                    cut_idx[counts[2]] = i
-                    counts[2] += 1
-            counts[0] += 1
-            if (vi & skip) != 0:
-                counts[1] += 1
-            if (vi & post_skip) == 0 and z[i] < null_depth:
-                n += 1
-                s += z[i]
-        avg = s / n if n > 0 else 0.0
-        ss = 0.0
-        for r in range(first[x], first[x + 1]):
-            i = r if grouped else order[r]
-            vi = v[i] | cut_bits if cut[i] else v[i]
-            if (vi & post_skip) == 0 and z[i] < null_depth:
-                d = z[i] - avg
-                ss += d * d
-        q_data[x] = n > 0
-        q_avg[x] = avg
-        q_std[x] = np.sqrt(ss / (n - 1)) if n > 1 else 0.0
+        q_data[x], q_avg[x], q_std[x] = _cut_bin(
+            z, v, first[x], first[x + 1], order, grouped, ok, mean, thr, deep_only,
+            cut_reference, skip, post_skip, cut_bits, ref_bit, null_depth, cut, cut_idx, counts)
 
 
 def _signatures(T) -> dict:
@@ -323,7 +350,8 @@ def _signatures(T) -> dict:
 
 
 #: the compiled ``_k_<name>`` (compiled, or loaded from the on-disk cache, on first use)
-_kernel = CompiledKernels(globals(), _signatures)
+_kernel = CompiledKernels(globals(), _signatures, ("_block", "_cut_bin"),
+                          helper_options={"inline": "always"})
 
 
 def _row_stats(row: "RowSoundings", skip: int, width: int, null_depth: float = np.inf) -> _Stats:

@@ -542,7 +542,7 @@ class BandRecompute:
 
     def __init__(self, pfm_file, view, *, keep_mask: int = 0, clear_mask: int = 0,
                  walking: bool = False, std_max: float | None = None, write_lock=None,
-                 fresh: bool = False):
+                 fresh: bool = False, sums: dict | None = None):
         h = pfm_file.header
         # bands that are not runs of consecutive bins (tiles) write under a lock: a band's
         # read-modify-write of coverage bytes, or the general path's of bin records, spans
@@ -561,6 +561,8 @@ class BandRecompute:
         #: coverage byte set), whatever a recompute before wrote (tiles done early, then
         #: soundings the area filter cut: a bin with no valid one keeps its prior std)
         self.fresh = bool(fresh)
+        #: the area filter's per-bin sums taken in the same walk (``._area_sums``), or None
+        self.sums = sums
         if self.fresh:
             self._no_std = field_mask(pfm_file._bin_layout, "std")
 
@@ -609,7 +611,8 @@ class BandRecompute:
         got = recompute_records(self.view, new, header=h, null32=self.null32,
                                 class_type=int(h.class_type), keep_mask=self.keep_mask,
                                 clear_mask=self.clear_mask, compute_average=self.compute_average,
-                                user_flags=_USER_FLAGS, prior_keep=PRIOR_KEEP, walk=self.walking)
+                                user_flags=_USER_FLAGS, prior_keep=PRIOR_KEEP, walk=self.walking,
+                                sums=self.sums)
         return None if got is None else (new, got)
 
     def write(self, bidx, new, validity) -> None:
@@ -630,6 +633,10 @@ class BandRecompute:
                  "min": f32[:, 3], "max": f32[:, 4]}
         return (bidx, stats, (got[3] if self.walking else None),
                 band_extrema(bidx, stats, self.null32, self.std_max))
+
+    def sums_of(self, got):
+        """The area filter's sums ``(doubles, integers)`` of a band :meth:`kernel` did, or None."""
+        return got[-1] if self.sums is not None else None
 
     def __call__(self, bidx, raw) -> tuple:
         done = self.kernel(bidx, raw)

@@ -136,7 +136,8 @@ def _k_recompute_records(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb,
                          prior_keep, keep_mask, clear_mask, compute_average, off32, scale32,
                          std_scale32, depth_lim, std_lim, count_lim, val_lim, ref_bit, data_bit,
                          del_ref, inval, val_mask, out_cnt, out_val, out32, f_off, f_nb, l_off,
-                         l_nb, rec_out, walk_out):
+                         l_nb, rec_out, walk_out, sum_skip, sum_post_skip, sum_null, zb, vb,
+                         sums_f, sums_i):
     """numba kernel: recompute every record of ``recs`` (n, record bytes) in place.
 
     Per bin, as ``_k_group_pass`` and ``grouped_bin_stats`` then ``write_bin_records``: the
@@ -151,9 +152,14 @@ def _k_recompute_records(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb,
     records reached go to ``rec_out`` (record numbers, (bin, step) order), and
     ``walk_out`` gets 0 in ``[0]`` when a chain's last record is not its ``tail`` or
     continues, and the largest file (``[1]``) and line (``[2]``) number of a sounding.
+
+    With ``sums_f`` not empty, each bin's sums for the area filter go there and to
+    ``sums_i`` (:func:`_filter_sums`, from the soundings kept in ``zb``/``vb``, which hold
+    the largest bin's): the same walk gives them.
     """
     n_rec = out_cnt.size
     collect = rec_out.size > 0
+    summing = sums_f.shape[0] > 0
     kr = 0
     rb = recs.size // max(1, n_rec)
     rn = recs.size
@@ -200,6 +206,9 @@ def _k_recompute_records(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb,
                         if lnum > walk_out[2]:
                             walk_out[2] = lnum
                 x = np.float64(code) / dscale - doff
+                if summing:
+                    zb[s * L + j] = x
+                    vb[s * L + j] = np.uint32(w)
                 s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags = _step(
                     x, w, null64, user_flag, or_mask, ref_bit, del_ref, inval,
                     s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags)
@@ -278,7 +287,61 @@ def _k_recompute_records(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb,
         out32[g, 2] = maxf32
         out32[g, 3] = min32
         out32[g, 4] = max32
+        if summing:
+            _filter_sums(zb, vb, cnt, head, sum_skip, sum_post_skip, sum_null, sums_f, sums_i, g)
     return _OK
+
+
+def _filter_sums(zb, vb, cnt, head, skip, post_skip, null_depth, out_f, out_i, g):
+    """A bin's sums for the area filter (``._area_sums.SUM_DTYPE``) from its ``cnt``
+    soundings in chain order (``zb`` depths, ``vb`` validity): the pre-filter mean and std of
+    ``_k_band_soundings`` (no bit of ``skip``), the deepest and shallowest of those, and the
+    post statistics of ``filters._area._k_filter_row`` when nothing is cut (no bit of
+    ``post_skip``, shallower than ``null_depth``): the same sums in the same order."""
+    n = 0
+    sm = 0.0
+    zmax = -np.inf
+    zmin = np.inf
+    for i in range(cnt):
+        if (vb[i] & skip) == 0:
+            if zb[i] > zmax:
+                zmax = zb[i]
+            if zb[i] < zmin:
+                zmin = zb[i]
+            if zb[i] < np.inf:
+                n += 1
+                sm += zb[i]
+    m = sm / n if n > 0 else 0.0
+    sd = 0.0
+    if n > 1:
+        ss = 0.0
+        for i in range(cnt):
+            if (vb[i] & skip) == 0 and zb[i] < np.inf:
+                d = zb[i] - m
+                ss += d * d
+        sd = np.sqrt(ss / (n - 1))
+    n2 = 0
+    s2 = 0.0
+    for i in range(cnt):
+        if (vb[i] & post_skip) == 0 and zb[i] < null_depth:
+            n2 += 1
+            s2 += zb[i]
+    m2 = s2 / n2 if n2 > 0 else 0.0
+    ss2 = 0.0
+    for i in range(cnt):
+        if (vb[i] & post_skip) == 0 and zb[i] < null_depth:
+            d = zb[i] - m2
+            ss2 += d * d
+    out_f[g, 0] = m
+    out_f[g, 1] = sd
+    out_f[g, 2] = zmax
+    out_f[g, 3] = zmin
+    out_f[g, 4] = m2
+    out_f[g, 5] = np.sqrt(ss2 / (n2 - 1)) if n2 > 1 else 0.0
+    out_i[g, 0] = head
+    out_i[g, 1] = cnt
+    out_i[g, 2] = n
+    out_i[g, 3] = n2
 
 
 
@@ -351,6 +414,32 @@ def _k_check_sums(ndx, rsize, L, slot_bits, head, tail, wstart, wshift, pmask, c
     return _OK
 
 
+def _chain_into(ndx, nbytes, head, cnt, rsize, L, slot_bits, d_off, d_nb, v_off, v_nb, wstart,
+                wshift, pmask, dscale, doff, depth, val, rec, slot, k0):
+    """The ``cnt`` soundings of the chain from ``head`` into ``depth`` (decoded), ``val``
+    (validity), ``rec`` (the record's byte address) and ``slot`` from index ``k0`` on;
+    False when the chain leaves the file or ends early."""
+    nrec = (cnt + L - 1) // L
+    cur = head
+    k = k0
+    for s in range(nrec):
+        if cur < 0 or (cur == 0 and s > 0) or cur % rsize != 0 or cur + rsize > nbytes:
+            return False
+        base = cur * 8
+        here = cur
+        if s + 1 < nrec:
+            cur = np.int64((_be64(ndx, cur + wstart, nbytes) >> np.uint64(wshift)) & pmask)
+        m = min(L, cnt - s * L)
+        for j in range(m):
+            p = base + j * slot_bits
+            depth[k] = np.float64(_fld(ndx, nbytes, p + d_off, d_nb)) / dscale - doff
+            val[k] = np.uint32(_fld(ndx, nbytes, p + v_off, v_nb))
+            rec[k] = here
+            slot[k] = j
+            k += 1
+    return True
+
+
 def _k_band_soundings(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb, v_off, v_nb,
                       wstart, wshift, pmask, dscale, doff, bstart, col_of, col, depth, val, rec,
                       slot, skip, b_data, b_avg, b_std):
@@ -372,23 +461,12 @@ def _k_band_soundings(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb, v_
         cur = np.int64(_fld(recs, rn, r0 + foff[_F_HEAD], fnb[_F_HEAD]))
         k = bstart[g]
         c = col_of[g]
-        nrec = (cnt + L - 1) // L
-        for s in range(nrec):
-            if cur < 0 or (cur == 0 and s > 0) or cur % rsize != 0 or cur + rsize > nbytes:
-                return _GAVE_UP
-            base = cur * 8
-            here = cur
-            if s + 1 < nrec:
-                cur = np.int64((_be64(ndx, cur + wstart, nbytes) >> np.uint64(wshift)) & pmask)
-            m = min(L, cnt - s * L)
-            for j in range(m):
-                p = base + j * slot_bits
-                col[k] = c
-                depth[k] = np.float64(_fld(ndx, nbytes, p + d_off, d_nb)) / dscale - doff
-                val[k] = np.uint32(_fld(ndx, nbytes, p + v_off, v_nb))
-                rec[k] = here
-                slot[k] = j
-                k += 1
+        if not _chain_into(ndx, nbytes, cur, cnt, rsize, L, slot_bits, d_off, d_nb, v_off, v_nb,
+                           wstart, wshift, pmask, dscale, doff, depth, val, rec, slot, k):
+            return _GAVE_UP
+        for i in range(k, k + cnt):
+            col[i] = c
+        k += cnt
         n = 0
         sm = 0.0
         for i in range(bstart[g], k):
@@ -507,7 +585,8 @@ def _signatures(T) -> dict:
         f8, f8, f8, f4, i8, i8, i8, i8, i8, T.boolean, f4, f4, f4, i8, i8, i8, i8, i8, i8,
         i8, i8, i8, T.Array(T.int64, 1, "C"), T.Array(T.int64, 1, "C"),
         T.Array(T.float32, 2, "C"), i8, i8, i8, i8, T.Array(T.int64, 1, "C"),
-        T.Array(T.int64, 1, "C")),
+        T.Array(T.int64, 1, "C"), T.uint32, T.uint32, f8, T.Array(T.float64, 1, "C"),
+        T.Array(T.uint32, 1, "C"), T.Array(T.float64, 2, "C"), T.Array(T.int64, 2, "C")),
         "band_soundings": T.int64(
             T.Array(T.uint8, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro),
             T.Array(T.int64, 1, "C", **ro), T.Array(T.uint8, 1, "C", **ro), i8, i8, i8, i8, i8,
@@ -537,7 +616,8 @@ def _signatures(T) -> dict:
 #: they allocate nothing, and the counts numba keeps on the arrays its helpers take cost more
 #: than the helpers' own work (the band pass ran 2.2x slower with them); the helpers are
 #: inlined into each kernel.
-_kernel = CompiledKernels(globals(), _signatures, ("_fld", "_put", "_nint", "_step"),
+_kernel = CompiledKernels(globals(), _signatures, ("_fld", "_put", "_nint", "_step",
+                                                  "_filter_sums", "_chain_into"),
                           prepare=_shared_helpers, helper_options={"inline": "always"},
                           refcounts=False)
 
@@ -634,16 +714,32 @@ class NdxView:
 
 def recompute_records(view: NdxView, recs: np.ndarray, *, header, null32, class_type: int,
                       keep_mask: int, clear_mask: int, compute_average: bool,
-                      user_flags: tuple, prior_keep: int, walk: bool = False):
+                      user_flags: tuple, prior_keep: int, walk: bool = False,
+                      sums: dict | None = None):
     """Recompute the (n, record bytes) bin records ``recs`` in place (see the module doc).
 
     Returns ``(counts, validity, floats)`` for the header extrema (floats: std, min
     filtered, max filtered, min, max as float32 columns), or ``None`` when the kernel gave
     up on the band (``recs`` is then partly changed: pass it a copy). With ``walk``, a fourth
     item: the check's view of the same walk, ``(record numbers reached in (bin, step) order,
-    every chain ends at its tail, largest file number, largest line number)``.
+    every chain ends at its tail, largest file number, largest line number)``. With ``sums``
+    (``skip``, ``post_skip``, ``null_depth``: the area filter's), the last item is each bin's
+    sums for the filter, ``(doubles (n, 6), integers (n, 4))`` (``._area_sums``).
     """
     n = recs.shape[0]
+    if sums is not None:
+        cnt = np.empty((1, n), dtype=np.uint64)
+        _kernel("record_fields")(recs.reshape(-1), view.foff[_F_COUNT:_F_COUNT + 1],
+                                 view.fnb[_F_COUNT:_F_COUNT + 1], cnt)
+        big = max(1, int(cnt.max(initial=1)))
+        zb, vb = np.empty(big, np.float64), np.empty(big, np.uint32)
+        sums_f, sums_i = np.empty((n, 6), np.float64), np.empty((n, 4), np.int64)
+        sum_args = (np.uint32(sums["skip"]), np.uint32(sums["post_skip"]),
+                    float(sums["null_depth"]))
+    else:
+        zb, vb = np.empty(0, np.float64), np.empty(0, np.uint32)
+        sums_f, sums_i = np.empty((0, 6), np.float64), np.empty((0, 4), np.int64)
+        sum_args = (np.uint32(0), np.uint32(0), 0.0)
     if walk:
         cnt = np.empty((1, n), dtype=np.uint64)
         _kernel("record_fields")(recs.reshape(-1), view.foff[_F_COUNT:_F_COUNT + 1],
@@ -668,13 +764,16 @@ def recompute_records(view: NdxView, recs: np.ndarray, *, header, null32, class_
         bool(compute_average), np.float32(h.depth_offset), np.float32(h.depth_scale),
         np.float32(h.std_scale), depth_lim, std_lim, count_lim, val_lim, int(V.REFERENCE),
         int(V.DATA), int(V.DELETED | V.REFERENCE), int(V.INVAL), int(V.VAL_MASK),
-        out_cnt, out_val, out32, *view.file_line[0], *view.file_line[1], rec_out, walk_out)
+        out_cnt, out_val, out32, *view.file_line[0], *view.file_line[1], rec_out, walk_out,
+        *sum_args, zb, vb, sums_f, sums_i)
     if r != _OK:
         return None
+    out = (out_cnt, out_val, out32)
     if walk:
-        return out_cnt, out_val, out32, (rec_out[:total], bool(walk_out[0]),
-                                         int(walk_out[1]), int(walk_out[2]))
-    return out_cnt, out_val, out32
+        out += ((rec_out[:total], bool(walk_out[0]), int(walk_out[1]), int(walk_out[2])),)
+    if sums is not None:
+        out += ((sums_f, sums_i),)
+    return out
 
 
 def check_sums(buf: np.ndarray, rsize: int, L: int, slot_bits: int, cnt: np.ndarray,

@@ -49,6 +49,7 @@ from .._numeric import nint
 from ._extrema import KEYS, Candidates, _Extrema
 from ._io import RMW_GAP, Spans
 from ._recompute import BAND_SOUNDINGS, BandRecompute, _cuts, _raw_jobs, ordered_imap
+from ._area_sums import as_sums
 from ._recompute_kernel import NdxView, record_fields
 
 __all__ = ["EARLY", "TILE", "LAG", "RUN_TILES", "TileRecompute"]
@@ -129,6 +130,28 @@ class TileRecompute:
         #: called by the thread after each write of tiles, under the lock (the crash tests'
         #: hook: ``PfmWriter`` sets it to its ``tiles-write`` crash point)
         self.on_written = None
+        #: the area filter's per-bin sums (``._area_sums.AreaSums``), taken with each tile
+        #: when set (:meth:`sum_for_filter`); ``sums_ok``: every bin done has its sums
+        self.sums = None
+        self.sums_ok = False
+        self._sum_args: dict = {}
+
+    def sum_for_filter(self, sums, *, skip: int, post_skip: int, null_depth: float) -> None:
+        """Take the area filter's sums (``._area_sums.bin_sums``) of each tile's bins into
+        ``sums`` as the tile is recomputed (before any is handed to the thread)."""
+        self.sums, self.sums_ok = sums, True
+        self._sum_args = {"skip": int(skip), "post_skip": int(post_skip),
+                          "null_depth": float(null_depth)}
+
+    def _keep_sums(self, bp: BandRecompute, bidx, got) -> None:
+        """Write a band's sums for the area filter (``got``: :meth:`BandRecompute.kernel`'s
+        results, None when it gave up: the filter then reads every chain itself)."""
+        if self.sums is None:
+            return
+        if got is None:
+            self.sums_ok = False
+            return
+        self.sums.write(bidx, as_sums(bp.sums_of(got)))
 
     # ------------------------------------------------------------- the writer's calls
     def tiles_of(self, bins: np.ndarray) -> np.ndarray:
@@ -194,6 +217,14 @@ class TileRecompute:
             self._q.put(None)
             self._thread.join()
             self._thread = None
+
+    def finish_rest(self) -> None:
+        """Stop the thread and recompute every tile not done (before the area filter, which
+        then has every bin's sums); :meth:`finish` then refreshes every bin it changed."""
+        self.close()
+        rest = np.flatnonzero(~self.done & (self.last >= 0))
+        if rest.size:
+            self._run(rest)
 
     def finish(self, extrema: dict | None = None, changed: np.ndarray | None = None) -> dict:
         """Recompute every tile not done; the header extrema of all, as :func:`recompute`.
@@ -436,7 +467,8 @@ class TileRecompute:
         # its pages resident beside the load's own memory: a few MB of them at most
         view.drop_every = BESIDE_DROP_SOUNDINGS
         try:
-            bp = BandRecompute(pfm_file, view, walking=self.walk.clean, fresh=True)
+            bp = BandRecompute(pfm_file, view, walking=self.walk.clean, fresh=True,
+                               sums=self._sum_args or None)
             fd, layout = pfm_file._fd("bin"), pfm_file._bin_layout
             done = []       # (first tile, tiles, [(bins, new records, kernel results)])
             for t0, k in self._rects(tiles):
@@ -474,6 +506,7 @@ class TileRecompute:
                     continue
                 for bidx, new, got in bands:
                     bp.write(bidx, new, got[1])
+                    self._keep_sums(bp, bidx, got)
                     _, _, walked, found = bp.results(bidx, got)
                     self.cands.put(t0, found)
                     if walking and walked is not None:
@@ -494,15 +527,24 @@ class TileRecompute:
         try:
             walking = self.walk.clean and view is not None
             bp = BandRecompute(pfm_file, view, walking=walking, write_lock=self.lock,
-                               fresh=True)
+                               fresh=True, sums=self._sum_args or None)
             fd, layout = pfm_file._fd("bin"), pfm_file._bin_layout
 
             def work(rect):
                 out = []
                 for bidx, raw, n_snd in self._bands(*rect, fd, layout):
-                    out.append(bp(bidx, raw) if view is not None
-                               else bp.general(pfm_file._decode_bins(bidx, raw,
-                                                                     fields=bp.rec_fields)))
+                    done = bp.kernel(bidx, raw) if view is not None else None
+                    if done is None:    # the general path (which says what it finds)
+                        out.append(bp.general(pfm_file._decode_bins(bidx, raw,
+                                                                    fields=bp.rec_fields)))
+                        self._keep_sums(bp, bidx, None)
+                    else:
+                        new, got = done
+                        pfm_file._sync()
+                        with self.lock:
+                            bp.write(bidx, new, got[1])
+                        out.append(bp.results(bidx, got))
+                        self._keep_sums(bp, bidx, got)
                     if view is not None:
                         view.drop_pages(n_snd)
                 return out
