@@ -117,7 +117,7 @@ def _k_filter_row(sf, si, active, a_data, a_avg, a_std, p_data, p_avg, p_std, b_
 def _signatures(T) -> dict:
     ro = dict(readonly=True)
     i8, f8, u8, u4, b = T.int64, T.float64, T.uint64, T.uint32, T.boolean
-    a_i8r, a_f8r = T.Array(T.int64, 1, "C", **ro), T.Array(T.float64, 1, "C", **ro)
+    a_f8r = T.Array(T.float64, 1, "C", **ro)
     a_br, a_u1r = T.Array(T.bool_, 1, "C", **ro), T.Array(T.uint8, 1, "C", **ro)
     a_i8, a_f8, a_u4 = T.Array(T.int64, 1, "C"), T.Array(T.float64, 1, "C"), T.Array(T.uint32, 1, "C")
     a_i4, a_u1, a_b = T.Array(T.int32, 1, "C"), T.Array(T.uint8, 1, "C"), T.Array(T.bool_, 1, "C")
