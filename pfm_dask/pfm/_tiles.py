@@ -156,11 +156,8 @@ class TileRecompute:
     # ------------------------------------------------------------- the writer's calls
     def tiles_of(self, bins: np.ndarray) -> np.ndarray:
         """The tiles holding ``bins``, each once, ascending."""
-        b = np.asarray(bins, dtype=np.int64)
-        r = b // self.W
-        t = (r // self.tile) * self.ntc + (b - r * self.W) // self.tile
         mark = np.zeros(self.last.size, dtype=bool)
-        mark[t] = True
+        mark[self.tiles_at(bins)] = True
         return np.flatnonzero(mark)
 
     def after_write(self, bins: np.ndarray) -> None:
