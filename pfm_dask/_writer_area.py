@@ -10,7 +10,6 @@ first's flags): that split is what makes the step safe to resume. No Dask here.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -21,12 +20,11 @@ from . import journal as J
 from . import validity as V
 from . import pfm
 from ._faults import crash_point
-from ._fileio import pwrite_all
 from .errors import LoadError
 from .pfm._recompute_kernel import NdxView, band_soundings, record_fields
 
-__all__ = ["run_area_filter", "run_area_filter_sums", "area_bands", "apply_redo", "AREA_BAND_SOUNDINGS",
-           "AREA_HALO_ROWS"]
+__all__ = ["run_area_filter", "run_area_filter_sums", "area_bands", "apply_redo",
+           "AREA_BAND_SOUNDINGS", "AREA_HALO_ROWS"]
 
 _REDO_DTYPE = np.dtype("<i8")    # redo entries: (record offset, slot, validity) as int64
 _REDO_CHUNK = 1 << 20            # redo entries applied per set_validity call
@@ -67,8 +65,7 @@ def run_area_filter(f, touched_bins: np.ndarray, cfg, redo_path,
     # The result goes to a redo file, applied afterwards (apply_redo): applying it twice
     # is harmless, while filtering twice is not (the second pass sees the first's flags).
     # Deferring the writes is exact: no row is read after its neighbour is written.
-    fd = os.open(redo_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    acc = {"count": 0, "crc": 0, "size": 0}
+    redo = _RedoFile(redo_path)
     # the .ndx mapped once for the bands' compiled reads (its pages handed back band by band)
     f._sync()
     view = NdxView(f)
@@ -90,27 +87,19 @@ def run_area_filter(f, touched_bins: np.ndarray, cfg, redo_path,
             if changed is not None and out["changed"].size:
                 changed.append(out["changed"])
             for rec in out["redo"]:
-                raw = rec.tobytes()
-                pwrite_all(fd, raw, acc["size"])
-                acc["size"] += len(raw)
-                acc["crc"] = zlib.crc32(raw, acc["crc"])
-                acc["count"] += rec.shape[0]
-                crash_point("area-filter-row")
+                redo.add(rec)
             truth["end"], truth["post"] = y1, out["post"]
             if view is not None:
                 view.drop_pages(out["soundings"])
-        os.fsync(fd)
+        redo.sync()
     finally:
         bands.close()
-        os.close(fd)
+        redo.close()
         if view is not None:
             view.close()
         _BUFFERS.__dict__.clear()    # this thread's; the pool's threads are gone
     filt.summary = summary
-    out = summary.as_dict()
-    out["flagged"] = out.get("cut", 0)
-    out = json.loads(json.dumps(out, default=_plain))
-    return out, {"file": J.REDO_NAME, **acc}
+    return _report(summary), redo.record()
 
 
 def run_area_filter_sums(f, touched_bins: np.ndarray, cfg, redo_path, sums,
@@ -118,8 +107,8 @@ def run_area_filter_sums(f, touched_bins: np.ndarray, cfg, redo_path, sums,
     """:func:`run_area_filter` from the per-bin sums the load's tiles took
     (``pfm._area_sums``): the rows in order on this thread, a chain walked only for a bin
     whose soundings reach its threshold. The same redo file and summary, byte for byte, and
-    how many bins it walked; None when a chain is broken (the caller then runs :func:`run_area_filter`, which reports
-    it)."""
+    how many bins it walked; None when a chain is broken (the caller then runs
+    :func:`run_area_filter`, which reports it)."""
     from .filters import AreaFilterSummary
     from ._area_rows import RowFilter, pre_stats
 
@@ -137,8 +126,7 @@ def run_area_filter_sums(f, touched_bins: np.ndarray, cfg, redo_path, sums,
         return None
     rf = RowFilter(filt, view)
     none = filt.none_stats(w)
-    fd = os.open(redo_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    acc = {"count": 0, "crc": 0, "size": 0}
+    redo = _RedoFile(redo_path)
     block = max(2, _SUM_ROWS_BYTES // max(1, w * sums.record_bytes))
     cache = {"first": 0, "rows": None, "next": None}
     ahead = ThreadPoolExecutor(1, thread_name_prefix="pfm-sums")
@@ -171,36 +159,46 @@ def run_area_filter_sums(f, touched_bins: np.ndarray, cfg, redo_path, sums,
             got = rf.row(row, touched[y], above, pre, below)
             if got is None:
                 return None
-            redo, cols, counts, above = got
-            examined, bad = int(counts[0]), int(counts[1])
-            summary.total += examined
-            summary.good += examined - bad
-            summary.bad += bad
-            summary.cut += int(counts[2])
-            summary.bins_filtered += int(counts[3])
-            summary.bins_sparse += int(counts[4])
-            summary.bins_no_spread += int(counts[5])
-            summary.rows += 1
+            rec, cols, counts, above = got
+            summary.count_row(counts)
             walked += int(counts[8])
             if cols.size and changed is not None:
                 changed.append(y * w + cols)
-            if redo.shape[0]:
-                raw = redo.astype(_REDO_DTYPE, copy=False).tobytes()
-                pwrite_all(fd, raw, acc["size"])
-                acc["size"] += len(raw)
-                acc["crc"] = zlib.crc32(raw, acc["crc"])
-                acc["count"] += redo.shape[0]
-                crash_point("area-filter-row")
+            if rec.shape[0]:
+                redo.add(rec)
             view.drop_pages(int(row["n_all"].sum()))
-        os.fsync(fd)
+        redo.sync()
     finally:
         ahead.shutdown(wait=True)
-        os.close(fd)
+        redo.close()
         view.close()
+    return _report(summary), redo.record(), walked
+
+
+class _RedoFile(J.Int64Log):
+    """The area filter's redo file as it is written: its entries appended, with their count
+    and CRC for the journal (:meth:`record`); a crash point after each row's."""
+
+    def __init__(self, path):
+        super().__init__(path, size=0)
+        self.count, self.crc = 0, 0
+
+    def add(self, rec: np.ndarray) -> None:
+        """Append ``rec`` ((n, 3) entries: record offset, slot, validity)."""
+        self.crc = zlib.crc32(self.append(rec), self.crc)
+        self.count += rec.shape[0]
+        crash_point("area-filter-row")
+
+    def record(self) -> dict:
+        """The redo file's record for the journal."""
+        return {"file": J.REDO_NAME, "count": self.count, "crc": self.crc, "size": self.size}
+
+
+def _report(summary) -> dict:
+    """The filter's summary as the load report gives it (plain JSON values)."""
     out = summary.as_dict()
     out["flagged"] = out.get("cut", 0)
-    out = json.loads(json.dumps(out, default=_plain))
-    return out, {"file": J.REDO_NAME, **acc}, walked
+    return json.loads(json.dumps(out, default=_plain))
 
 
 #: bytes of sums read at once (rows of the grid) by :func:`run_area_filter_sums`

@@ -57,6 +57,7 @@ __all__ = [
     "read_static",
     "journal_paths",
     "UndoLog",
+    "Int64Log",
     "TouchedLog",
     "PfmLock",
     "lock_holder",
@@ -197,8 +198,8 @@ def mark_append(pfm_path: str | os.PathLike, given: list[str], cfg: dict,
     atomic_write(paths["journal"], json.dumps(state).encode())
 
 
-class TouchedLog:
-    """The bins that received soundings, each appended once (int64), durable at checkpoints."""
+class Int64Log:
+    """A file of int64 values appended in order (``size`` bytes so far), fsynced on demand."""
 
     def __init__(self, path: str | os.PathLike, *, size: int | None = None):
         self.path = Path(path)
@@ -213,14 +214,16 @@ class TouchedLog:
         raw = os.pread(self.fd, n * 8, 0)
         return np.frombuffer(raw, dtype="<i8").astype(np.int64)
 
-    def append(self, bins: np.ndarray) -> None:
-        if bins.size == 0:
-            return
+    def append(self, values: np.ndarray) -> bytes:
+        """Append ``values`` (any shape, as int64 in C order); returns the bytes written."""
+        if values.size == 0:
+            return b""
         t0 = time.perf_counter()
-        data = np.ascontiguousarray(bins, dtype="<i8").tobytes()
+        data = np.ascontiguousarray(values, dtype="<i8").tobytes()
         pwrite_all(self.fd, data, self.size)
         self.size += len(data)
         self.seconds += time.perf_counter() - t0
+        return data
 
     def sync(self) -> None:
         os.fsync(self.fd)
@@ -229,6 +232,10 @@ class TouchedLog:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+class TouchedLog(Int64Log):
+    """The bins that received soundings, each appended once (int64), durable at checkpoints."""
 
 
 # ---------------------------------------------------------------- lock

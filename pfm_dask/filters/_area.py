@@ -109,6 +109,18 @@ class AreaFilterSummary:
         for k, v in asdict(other).items():
             setattr(self, k, getattr(self, k) + v)
 
+    def count_row(self, counts) -> None:
+        """Add a row's kernel counts: examined, bad, cut, bins filtered, sparse, no spread."""
+        examined, bad, n_cut, filtered, sparse, no_spread = (int(c) for c in counts[:6])
+        self.total += examined
+        self.good += examined - bad
+        self.bad += bad
+        self.cut += n_cut
+        self.bins_filtered += filtered
+        self.bins_sparse += sparse
+        self.bins_no_spread += no_spread
+        self.rows += 1
+
 
 class _Stats:
     """Per-bin statistics of one row as the filter sees them (no data => avg = std = 0)."""
@@ -542,19 +554,12 @@ class AreaFilter:
             self.min_cells, self.cut_reference, _SKIP, _POST_SKIP, _CUT, np.uint32(V.REFERENCE),
             cut, cut_idx, post.data, post.avg, post.std, counts)
         idx = np.sort(cut_idx[:counts[2]])      # as np.flatnonzero(cut), without its pass
-        examined, bad, n_cut, filtered, sparse, no_spread = (int(c) for c in counts)
+        examined, bad = int(counts[0]), int(counts[1])
         addr = row.address
         if isinstance(addr, np.ndarray) and addr.shape[:1] == col.shape:
             addr = addr[idx]
         res = RowResult(row=y, index=idx, validity=row.validity[idx] | _CUT, address=addr,
                         changed_cols=np.unique(col[idx]), examined=examined,
                         good=examined - bad, bad=bad)
-        s.total += examined
-        s.good += examined - bad
-        s.bad += bad
-        s.cut += n_cut
-        s.bins_filtered += filtered
-        s.bins_sparse += sparse
-        s.bins_no_spread += no_spread
-        s.rows += 1
+        s.count_row(counts)
         return res, post

@@ -542,7 +542,7 @@ class BandRecompute:
 
     def __init__(self, pfm_file, view, *, keep_mask: int = 0, clear_mask: int = 0,
                  walking: bool = False, std_max: float | None = None, write_lock=None,
-                 fresh: bool = False, sums: dict | None = None):
+                 fresh: bool = False, sums: dict | None = None, on_sums=None):
         h = pfm_file.header
         # bands that are not runs of consecutive bins (tiles) write under a lock: a band's
         # read-modify-write of coverage bytes, or the general path's of bin records, spans
@@ -561,8 +561,10 @@ class BandRecompute:
         #: coverage byte set), whatever a recompute before wrote (tiles done early, then
         #: soundings the area filter cut: a bin with no valid one keeps its prior std)
         self.fresh = bool(fresh)
-        #: the area filter's per-bin sums taken in the same walk (``._area_sums``), or None
-        self.sums = sums
+        #: the area filter's per-bin sums taken in the same walk (``._area_sums``: its
+        #: skip masks and null depth), handed to ``on_sums(bins, sums or None)`` with each
+        #: band's results (None: the general path took the band, without them)
+        self.sums, self.on_sums = sums, on_sums
         if self.fresh:
             self._no_std = field_mask(pfm_file._bin_layout, "std")
 
@@ -599,6 +601,8 @@ class BandRecompute:
         # take the lock.
         with self.lock:
             pfm_file.write_bin_records(ub, fresh=self.fresh, **fields)
+        if self.on_sums is not None:
+            self.on_sums(ub, None)
         return ub, stats, None, band_extrema(ub, stats, null32, self.std_max)
 
     def kernel(self, bidx, raw):
@@ -627,16 +631,14 @@ class BandRecompute:
 
     def results(self, bidx, got) -> tuple:
         """``(bins, stats, walk or None, extrema candidates)`` of a band :meth:`kernel` did."""
+        if self.on_sums is not None:
+            self.on_sums(bidx, got[-1])
         cnt, val, f32 = got[:3]
         stats = {"num_soundings": cnt, "validity": val, "std": f32[:, 0],
                  "min_filtered": f32[:, 1], "max_filtered": f32[:, 2],
                  "min": f32[:, 3], "max": f32[:, 4]}
         return (bidx, stats, (got[3] if self.walking else None),
                 band_extrema(bidx, stats, self.null32, self.std_max))
-
-    def sums_of(self, got):
-        """The area filter's sums ``(doubles, integers)`` of a band :meth:`kernel` did, or None."""
-        return got[-1] if self.sums is not None else None
 
     def __call__(self, bidx, raw) -> tuple:
         done = self.kernel(bidx, raw)

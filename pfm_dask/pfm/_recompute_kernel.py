@@ -727,11 +727,13 @@ def recompute_records(view: NdxView, recs: np.ndarray, *, header, null32, class_
     sums for the filter, ``(doubles (n, 6), integers (n, 4))`` (``._area_sums``).
     """
     n = recs.shape[0]
-    if sums is not None:
+    if walk or sums is not None:
         cnt = np.empty((1, n), dtype=np.uint64)
         _kernel("record_fields")(recs.reshape(-1), view.foff[_F_COUNT:_F_COUNT + 1],
                                  view.fnb[_F_COUNT:_F_COUNT + 1], cnt)
-        big = max(1, int(cnt.max(initial=1)))
+        c = cnt[0].astype(np.int64)
+    if sums is not None:
+        big = max(1, int(c.max(initial=1)))
         zb, vb = np.empty(big, np.float64), np.empty(big, np.uint32)
         sums_f, sums_i = np.empty((n, 6), np.float64), np.empty((n, 4), np.int64)
         sum_args = (np.uint32(sums["skip"]), np.uint32(sums["post_skip"]),
@@ -741,10 +743,6 @@ def recompute_records(view: NdxView, recs: np.ndarray, *, header, null32, class_
         sums_f, sums_i = np.empty((0, 6), np.float64), np.empty((0, 4), np.int64)
         sum_args = (np.uint32(0), np.uint32(0), 0.0)
     if walk:
-        cnt = np.empty((1, n), dtype=np.uint64)
-        _kernel("record_fields")(recs.reshape(-1), view.foff[_F_COUNT:_F_COUNT + 1],
-                                 view.fnb[_F_COUNT:_F_COUNT + 1], cnt)
-        c = cnt[0].astype(np.int64)
         total = int(((c + view.L - 1) // view.L).sum())
         rec_out = np.empty(max(1, total), dtype=np.int64)
     else:

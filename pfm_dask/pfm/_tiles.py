@@ -137,21 +137,27 @@ class TileRecompute:
         self._sum_args: dict = {}
 
     def sum_for_filter(self, sums, *, skip: int, post_skip: int, null_depth: float) -> None:
-        """Take the area filter's sums (``._area_sums.bin_sums``) of each tile's bins into
-        ``sums`` as the tile is recomputed (before any is handed to the thread)."""
+        """Take the area filter's sums (``._recompute_kernel._filter_sums``) of each tile's
+        bins into ``sums`` (an ``._area_sums.AreaSums``) as the tile is recomputed (before
+        any is handed to the thread)."""
         self.sums, self.sums_ok = sums, True
         self._sum_args = {"skip": int(skip), "post_skip": int(post_skip),
                           "null_depth": float(null_depth)}
 
-    def _keep_sums(self, bp: BandRecompute, bidx, got) -> None:
-        """Write a band's sums for the area filter (``got``: :meth:`BandRecompute.kernel`'s
-        results, None when it gave up: the filter then reads every chain itself)."""
+    def _recompute(self, view, **options) -> BandRecompute:
+        """The band pass of a new PFM's tiles, taking the filter's sums when asked."""
         if self.sums is None:
-            return
+            return BandRecompute(self.pfm, view, fresh=True, **options)
+        return BandRecompute(self.pfm, view, fresh=True, sums=self._sum_args,
+                             on_sums=self._keep_sums, **options)
+
+    def _keep_sums(self, bidx, got) -> None:
+        """Write a band's sums for the area filter (None: the band took the general path,
+        without them, and the filter reads every chain itself)."""
         if got is None:
             self.sums_ok = False
-            return
-        self.sums.write(bidx, as_sums(bp.sums_of(got)))
+        else:
+            self.sums.write(bidx, as_sums(got))
 
     # ------------------------------------------------------------- the writer's calls
     def tiles_of(self, bins: np.ndarray) -> np.ndarray:
@@ -231,9 +237,7 @@ class TileRecompute:
         (:meth:`_refresh`)."""
         self.close()
         early = self.done.copy()
-        rest = np.flatnonzero(~self.done & (self.last >= 0))
-        if rest.size:
-            self._run(rest)
+        self.finish_rest()
         extra = None
         if changed is not None and changed.size:
             changed = np.asarray(changed, dtype=np.int64)
@@ -275,7 +279,7 @@ class TileRecompute:
             view.scattered()      # the changed bins are few, all over the grid
         extra = Candidates(1)
         try:
-            bp = BandRecompute(pfm_file, view, write_lock=self.lock, fresh=True)
+            bp = BandRecompute(pfm_file, view, write_lock=self.lock, fresh=True)   # no sums
             jobs = list(_raw_jobs(pfm_file, changed, self.budget))
 
             def work(job):
@@ -296,8 +300,7 @@ class TileRecompute:
             cb = self.cands.bin[slots]
             stale = np.isin(cb, changed) & (cb >= 0)
             stale[:, ~FILTERED_KEYS] = False
-            redo = np.zeros(slots.size, dtype=bool)
-            redone_keys = np.zeros(stale.shape, dtype=bool)
+            again = np.zeros(stale.shape, dtype=bool)    # (rectangle, key) to find again
             for i, (_, _, lower) in enumerate(KEYS):
                 st = stale[:, i]
                 if not st.any():
@@ -316,14 +319,13 @@ class TileRecompute:
                     best = v.min() if lower else v.max()
                     bb = b[v == best].min()
                     beats = ((sv < best) if lower else (sv > best)) | ((sv == best) & (sb < bb))
-                redo[np.flatnonzero(st)[beats]] = True
-                redone_keys[np.flatnonzero(st)[beats], i] = True
+                again[np.flatnonzero(st)[beats], i] = True
                 # the others cannot be the best: their candidate for this key goes
                 self.cands.bin[slots[np.flatnonzero(st)[~beats]], i] = -1
-            for j in np.flatnonzero(redo).tolist():
-                keys = np.flatnonzero(stale[j] & redone_keys[j])
-                self._best_again(int(slots[j]), keys, bp)
-            self.tiles_refreshed = int(redo.sum())
+            redo = np.flatnonzero(again.any(axis=1))
+            for j in redo.tolist():
+                self._best_again(int(slots[j]), np.flatnonzero(again[j]), bp)
+            self.tiles_refreshed = int(redo.size)
         finally:
             if view is not None:
                 view.close()
@@ -464,8 +466,7 @@ class TileRecompute:
         # its pages resident beside the load's own memory: a few MB of them at most
         view.drop_every = BESIDE_DROP_SOUNDINGS
         try:
-            bp = BandRecompute(pfm_file, view, walking=self.walk.clean, fresh=True,
-                               sums=self._sum_args or None)
+            bp = self._recompute(view, walking=self.walk.clean)
             fd, layout = pfm_file._fd("bin"), pfm_file._bin_layout
             done = []       # (first tile, tiles, [(bins, new records, kernel results)])
             for t0, k in self._rects(tiles):
@@ -503,7 +504,6 @@ class TileRecompute:
                     continue
                 for bidx, new, got in bands:
                     bp.write(bidx, new, got[1])
-                    self._keep_sums(bp, bidx, got)
                     _, _, walked, found = bp.results(bidx, got)
                     self.cands.put(t0, found)
                     if walking and walked is not None:
@@ -523,25 +523,15 @@ class TileRecompute:
         view = self._begin()
         try:
             walking = self.walk.clean and view is not None
-            bp = BandRecompute(pfm_file, view, walking=walking, write_lock=self.lock,
-                               fresh=True, sums=self._sum_args or None)
+            bp = self._recompute(view, walking=walking, write_lock=self.lock)
             fd, layout = pfm_file._fd("bin"), pfm_file._bin_layout
 
             def work(rect):
                 out = []
                 for bidx, raw, n_snd in self._bands(*rect, fd, layout):
-                    done = bp.kernel(bidx, raw) if view is not None else None
-                    if done is None:    # the general path (which says what it finds)
-                        out.append(bp.general(pfm_file._decode_bins(bidx, raw,
-                                                                    fields=bp.rec_fields)))
-                        self._keep_sums(bp, bidx, None)
-                    else:
-                        new, got = done
-                        pfm_file._sync()
-                        with self.lock:
-                            bp.write(bidx, new, got[1])
-                        out.append(bp.results(bidx, got))
-                        self._keep_sums(bp, bidx, got)
+                    out.append(bp(bidx, raw) if view is not None
+                               else bp.general(pfm_file._decode_bins(bidx, raw,
+                                                                     fields=bp.rec_fields)))
                     if view is not None:
                         view.drop_pages(n_snd)
                 return out
