@@ -44,7 +44,7 @@ LOAD_KERNELS = (
     ("pfm_dask.pfm._recompute_kernel", "record_fields"),
     ("pfm_dask.pfm._recompute_kernel", "recompute_records"),
     ("pfm_dask.pfm._sparse", "nonzero_records"),
-    ("pfm_dask.pfm._recompute_kernel", "check_sums"),
+    ("pfm_dask.pfm._check_kernel", "check_sums"),
     ("pfm_dask.pfm._chains", "visit"),
 )
 

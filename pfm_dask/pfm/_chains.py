@@ -12,7 +12,7 @@ tests and sets one visited map in band order, and cannot run on several
 threads. Almost every band of a sound file has nothing to report, though, so
 the check first follows each band's chains on its thread pool, without the
 visited map, in the same compiled pass that reads their soundings
-(``_recompute_kernel.check_sums``), and gives up on the band at the first
+(``_check_kernel.check_sums``), and gives up on the band at the first
 thing the exact walk would report. The main thread then visits (:func:`visit`) the
 records a clean band reached, in band order: if none was reached before, the
 band's answer is the exact walk's answer (no problem, the same records, in the

@@ -14,7 +14,8 @@ from .._numeric import nint, scaled_code_f32
 from .. import validity as V
 from ._header import PfmHeader
 from ._recompute import _USER_FLAGS, grouped_bin_stats
-from ._recompute_kernel import WALKED_FIELDS, check_sums, record_fields, walked_summary
+from ._check_kernel import WALKED_FIELDS, check_sums, walked_summary
+from ._recompute_kernel import record_fields
 from ._check_parts import _Layout
 from ._check_walk import _Walker
 from ._problems import _Problems, _bin_where
@@ -165,7 +166,7 @@ def _fast_band(bidx, recs, cover, ctx: _BandContext, pr: _Problems):
 
     Returns ``(records reached, the band's extrema arguments)`` when the bin
     record checks of :func:`_walk_band` and the chain walk with the sums
-    (:func:`._recompute_kernel.check_sums`) find nothing, with the sounding checks'
+    (:func:`._check_kernel.check_sums`) find nothing, with the sounding checks'
     problems in ``pr``; ``None`` whenever the exact walk has anything to say
     (or this fast path cannot tell), and then the caller runs the exact one.
     The records reached are still to be visited (:func:`._chains.visit`) in band order.

@@ -144,7 +144,7 @@ def test_the_check_without_the_walk_is_unchanged(monkeypatch, sound):
 
 def test_the_compiled_band_summary_equals_the_numpy_path(sound, tmp_path, monkeypatch):
     """A walked band with nothing to report is checked in one compiled pass
-    (``_recompute_kernel.walked_summary``): its header extrema candidates, band by band,
+    (``_check_kernel.walked_summary``): its header extrema candidates, band by band,
     are those of the numpy path; a band whose coverage byte disagrees with its bin goes to
     the numpy path, which reports it."""
     p = _copy_t(sound, tmp_path)
