@@ -33,8 +33,17 @@ def tiny_survey(tmp_path_factory):
     return expand_inputs([out])
 
 
-def test_serial_run_spends_cpu_in_this_process_only(tiny_survey, tmp_path):
-    one = bench_load.run_once(tiny_survey, "serial", 1, LoadConfig(bin_size_m=25.0), "serial",
+@pytest.fixture(scope="module")
+def serial_survey(tmp_path_factory):
+    """Enough pings for a ``--serial`` run to spend several of ``os.times()``' 10 ms ticks of
+    user CPU (40 pings a file took 40 ms, and once counted none)."""
+    out = tmp_path_factory.mktemp("serial-survey")
+    synth.generate(out, files=3, pings=400, beams=64, seed=5)
+    return expand_inputs([out])
+
+
+def test_serial_run_spends_cpu_in_this_process_only(serial_survey, tmp_path):
+    one = bench_load.run_once(serial_survey, "serial", 1, LoadConfig(bin_size_m=25.0), "serial",
                               work=tmp_path)
     cpu = one["cpu_s"]
     assert cpu["driver_user"] > 0
