@@ -8,10 +8,11 @@ the writer's redo file all use it.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 
-__all__ = ["pwrite_all", "WRITE_CHUNK"]
+__all__ = ["pwrite_all", "punch_hole", "WRITE_CHUNK"]
 
 WRITE_CHUNK = 4 << 20            # bytes per os.pwrite
 
@@ -33,3 +34,18 @@ def pwrite_all(fd: int, data, offset: int) -> None:
         if n <= 0:
             raise OSError(errno.EIO, f"short write at byte {offset + done}")
         done += n
+
+
+_FALLOC_PUNCH = 0x02 | 0x01      # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE (linux/falloc.h)
+
+
+def punch_hole(fd: int, offset: int, length: int) -> bool:
+    """Free ``length`` bytes of ``fd`` from ``offset`` (they read as zeros after), cached pages
+    included, dirty or not, without writing them; False where the system cannot (then
+    nothing changed). For scratch data read once: freeing it as it is read, on the reading
+    thread, spares whoever deletes the file the work."""
+    from .heap import _libc
+
+    fn = _libc("fallocate", [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long],
+               ctypes.c_int)
+    return fn is not None and length > 0 and fn(fd, _FALLOC_PUNCH, offset, length) == 0

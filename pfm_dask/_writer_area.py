@@ -133,17 +133,19 @@ def run_area_filter_sums(f, touched_bins: np.ndarray, cfg, redo_path, sums,
 
     def read(y: int):
         n = min(block, h - y)
-        return y, sums.read(y * w, n * w).reshape(n, w)
+        return y, sums.read(y * w, n * w, once=True).reshape(n, w)
 
     def sums_row(y: int):
-        # blocks of rows, the next one read on a thread of its own meanwhile
+        # blocks of rows, the next one read on a thread of its own meanwhile; rows come in
+        # increasing order and each block's bytes are freed once read, so a block read
+        # ahead that ends before y is not needed, and one that holds y is the only copy
         first = cache["first"]
         if cache["rows"] is None or not first <= y < first + cache["rows"].shape[0]:
             got = cache["next"].result() if cache["next"] is not None else None
-            if got is None or got[0] != y:
+            if got is None or not got[0] <= y < got[0] + got[1].shape[0]:
                 got = read(y)
             cache["first"], cache["rows"] = got
-            end = y + got[1].shape[0]
+            end = got[0] + got[1].shape[0]
             cache["next"] = ahead.submit(read, end) if end < h else None
         return cache["rows"][y - cache["first"]]
 

@@ -147,6 +147,7 @@ class PfmWriter(WriterJournal):
         self._walk: ChainWalk | None = None   # the recompute's chain walk, for the check
         self._tiles: _tiles.TileRecompute | None = None   # bins recomputed while loading
         self._changed: np.ndarray | None = None   # bins the area filter changed (the tiles')
+        self._sums_gone: _Beside | None = None     # the filter's sums being removed
         self._check_only = None   # the bins the final check reads, when the load wrote few
         self._result: dict | None = None
         self._finished: dict | None = None   # what finish() returned (a repeated call gets it)
@@ -620,7 +621,7 @@ class PfmWriter(WriterJournal):
                                                    self._jp["redo"], tiles.sums, changed=changed)
                         if got is not None:
                             got, self.timings["area_walked"] = got[:2], got[2]
-                self._drop_sums()
+                self._drop_sums(beside=True)
                 if got is None:
                     changed = [] if tiles is not None else None
                     got = run_area_filter(self.pfm, self.touched, self.cfg, self._jp["redo"],
@@ -700,6 +701,9 @@ class PfmWriter(WriterJournal):
                                  walked=self._walk, only=self._check_only)
         finally:
             syncing.join()
+            if self._sums_gone is not None:
+                self._sums_gone.join()
+                self._sums_gone = None
         self.timings["check"] = time.perf_counter() - t0
         self._check = {"sound": not problems, "problems": [str(p) for p in problems]}
         result = {
@@ -724,11 +728,16 @@ class PfmWriter(WriterJournal):
         self.phase = "done"
         return result
 
-    def _drop_sums(self) -> None:
-        """Remove the area filter's sums (scratch: a resumed load does without them)."""
+    def _drop_sums(self, beside: bool = False) -> None:
+        """Remove the area filter's sums (scratch: a resumed load does without them);
+        ``beside``: on a thread of its own, joined at the end of the final step (freeing the
+        74-file survey's 560 MB of cached sums took 0.4-0.5 s)."""
         if self._tiles is not None and self._tiles.sums is not None:
-            self._tiles.sums.close(remove=True)
-            self._tiles.sums = None
+            sums, self._tiles.sums = self._tiles.sums, None
+            if beside:
+                self._sums_gone = _Beside(lambda: sums.close(remove=True))
+            else:
+                sums.close(remove=True)
 
     def _close_durable(self) -> None:
         """Close the PFM, fsyncing every part (and the touched-bins log) with the journal on."""

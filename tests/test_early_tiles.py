@@ -338,3 +338,68 @@ def test_scattered_bins_are_recomputed_in_small_bands(lines, tmp_path, monkeypat
         view.close()
     finally:
         f.close()
+
+
+def test_the_filter_from_sums_skips_rows_across_blocks(lines, tmp_path, monkeypatch):
+    """``run_area_filter_sums`` reads the sums by blocks of rows, the next ahead on a thread,
+    and frees each block's bytes once read: with blocks of 2 rows and rows it does not read
+    (no bin to filter in them or next to them) inside and across blocks, its redo file and
+    summary are the plain pass's."""
+    from pfm_dask import _writer_area
+    from pfm_dask.filters._area import _POST_SKIP, _SKIP
+    from pfm_dask.pfm._area_sums import AreaSums
+
+    out = tmp_path / "out.pfm"
+    _load(lines, out, monkeypatch, early=False)
+    cfg = LoadConfig(bin_size_m=25.0, area_filter=True, cellstd=1.0)
+    f = pfm.open_pfm(out, "r+")
+    try:
+        touched = np.zeros(f.width * f.height, dtype=bool)
+        for bidx, _ in f.raw_records_with_data([(0, touched.size)]):
+            touched[bidx] = True
+        sums = AreaSums(tmp_path / "sums.bin", touched.size)
+        tr = _tiles.TileRecompute(f, touched, tile=4)
+        tr.sum_for_filter(sums, skip=int(_SKIP), post_skip=int(_POST_SKIP),
+                          null_depth=float(cfg.null_depth))
+        tr.last[tr.tiles_of(np.flatnonzero(touched))] = 0
+        tr._run(np.flatnonzero(tr.last >= 0))
+        assert tr.sums_ok
+        rows = touched.reshape(f.height, f.width).copy()
+        # rows not read: 6-10 (the blocks start on odd rows after them), then 22-23, the
+        # first of a block and the last of the one after, which ahead was read already
+        rows[5:12] = False
+        rows[21:25] = False
+        rows[40:45] = False
+        monkeypatch.setattr(_writer_area, "_SUM_ROWS_BYTES", 1)     # blocks of 2 rows
+        got = _writer_area.run_area_filter_sums(f, rows.reshape(-1), cfg, tmp_path / "a.redo",
+                                                sums)
+        want = _writer_area.run_area_filter(f, rows.reshape(-1), cfg, tmp_path / "b.redo", 1)
+        sums.close()
+    finally:
+        f.close()
+    assert got is not None and got[2] > 0
+    assert got[0] == want[0] and got[0]["cut"] > 100
+    assert {k: v for k, v in got[1].items()} == want[1]
+    assert (tmp_path / "a.redo").read_bytes() == (tmp_path / "b.redo").read_bytes()
+
+
+def test_punch_hole_frees_bytes_that_then_read_as_zeros(tmp_path):
+    """The filter frees its sums as it reads them (``_fileio.punch_hole``); where the file
+    system cannot, nothing changes and it says so."""
+    import os
+
+    from pfm_dask._fileio import punch_hole, pwrite_all
+
+    path = tmp_path / "scratch.bin"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        pwrite_all(fd, b"\x07" * (64 << 10), 0)
+        done = punch_hole(fd, 16 << 10, 32 << 10)
+        data = os.pread(fd, 64 << 10, 0)
+    finally:
+        os.close(fd)
+    assert len(data) == 64 << 10          # the size is kept
+    if done:
+        assert data == b"\x07" * (16 << 10) + bytes(32 << 10) + b"\x07" * (16 << 10)
+    else:
+        assert data == b"\x07" * (64 << 10)

@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from .._fileio import pwrite_all
+from .._fileio import punch_hole, pwrite_all
 from ..errors import PfmFormatError
 
 __all__ = ["SUM_DTYPE", "AreaSums", "as_sums"]
@@ -62,13 +62,18 @@ class AreaSums:
         for a, b in zip(np.r_[0, brk].tolist(), np.r_[brk, bins.size].tolist()):
             pwrite_all(self.fd, sums[a:b].tobytes(), int(bins[a]) * SUM_DTYPE.itemsize)
 
-    def read(self, first: int, n: int) -> np.ndarray:
-        """The sums of bins ``first .. first + n - 1``."""
-        size = n * SUM_DTYPE.itemsize
-        raw = os.pread(self.fd, size, first * SUM_DTYPE.itemsize)
+    def read(self, first: int, n: int, *, once: bool = False) -> np.ndarray:
+        """The sums of bins ``first .. first + n - 1``; ``once``: their bytes are freed in
+        the file right after (``punch_hole``): the filter reads each once, and freeing the
+        74-file survey's 560 MB of cached sums when the file went took 0.4-0.5 s of the final
+        step; its reading thread does it on a core the filter leaves idle."""
+        size, at = n * SUM_DTYPE.itemsize, first * SUM_DTYPE.itemsize
+        raw = os.pread(self.fd, size, at)
         if len(raw) != size:
             raise PfmFormatError(f"the area filter's sums end early: wanted {size:,} bytes",
-                                 path=self.path, offset=first * SUM_DTYPE.itemsize)
+                                 path=self.path, offset=at)
+        if once:
+            punch_hole(self.fd, at, size)
         return np.frombuffer(raw, SUM_DTYPE)
 
     def close(self, remove: bool = True) -> None:
