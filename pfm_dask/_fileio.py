@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
+import sys
 
 __all__ = ["pwrite_all", "punch_hole", "WRITE_CHUNK"]
 
@@ -44,8 +46,20 @@ def punch_hole(fd: int, offset: int, length: int) -> bool:
     included, dirty or not, without writing them; False where the system cannot (then
     nothing changed). For scratch data read once: freeing it as it is read, on the reading
     thread, spares whoever deletes the file the work."""
-    from .heap import _libc
-
-    fn = _libc("fallocate", [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long],
-               ctypes.c_int)
+    fn = _fallocate()
     return fn is not None and length > 0 and fn(fd, _FALLOC_PUNCH, offset, length) == 0
+
+
+@functools.lru_cache(maxsize=1)
+def _fallocate():
+    """The C library's ``fallocate`` (Linux only; this process's own symbols, libc among
+    them), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None).fallocate
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+    fn.restype = ctypes.c_int
+    return fn
