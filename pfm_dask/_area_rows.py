@@ -23,7 +23,7 @@ from .pfm._area_sums import SUM_DTYPE
 
 __all__ = ["RowFilter", "pre_stats"]
 
-_chain_into = _block = _cut_bin = None      # compiled helpers, put here by _prepare
+_chain_into = _bin_steps = _block = _cut_bin = None      # compiled helpers, put by _prepare
 
 
 def _prepare(numba) -> dict:
@@ -33,7 +33,8 @@ def _prepare(numba) -> dict:
     for mod in (R, A):
         with mod._kernel._lock:
             mod._kernel._ready(numba)
-    return {"_chain_into": R._chain_into, "_block": A._block, "_cut_bin": A._cut_bin}
+    return {"_chain_into": R._chain_into, "_bin_steps": R._bin_steps, "_block": A._block,
+            "_cut_bin": A._cut_bin}
 
 
 _OK = -1
@@ -44,7 +45,8 @@ def _k_filter_row(sf, si, active, a_data, a_avg, a_std, p_data, p_avg, p_std, b_
                   b_std, dxs, cellstd, max_slope, null_depth, deep_only, exact_raster,
                   min_cells, skip, post_skip, cut_bits, ndx, rsize, L, slot_bits, d_off, d_nb,
                   v_off, v_nb, wstart, wshift, pmask, dscale, doff, zb, vb, ob, sb, cutb, r_off,
-                  r_slot, r_val, changed, q_data, q_avg, q_std, counts):
+                  r_slot, r_val, changed, q_data, q_avg, q_std, counts, null64, user_flag,
+                  or_mask, ref_bit, del_ref, inval, pre_f, pre_i):
     """numba kernel: one row of ``filters._area._k_filter_row`` (REFERENCE soundings cut as
     pfmLoader cuts them) from the sums of its bins (``sf``/``si``: the row's
     :data:`SUM_DTYPE` records seen as (width, 10) doubles and integers): a bin whose deepest
@@ -52,8 +54,11 @@ def _k_filter_row(sf, si, active, a_data, a_avg, a_std, p_data, p_avg, p_std, b_
     counted and given its post statistics from the sums; the others have their chain walked
     and every sounding tested, as there. The redo entries of the cuts go to
     ``r_off``/``r_slot``/``r_val`` (record address, slot, new validity) in the order of the
-    row's soundings, the columns with a cut to ``changed``. ``counts``: examined, bad, cut,
-    bins filtered, sparse, no spread, redo entries, changed columns, bins walked."""
+    row's soundings, the columns with a cut to ``changed``, and the recompute's running
+    values of their soundings once cut (``pfm._recompute_kernel._bin_steps``, with its
+    constants ``null64 .. inval``) to ``pre_f``/``pre_i``, a row each: the recompute of the
+    changed bins then walks no chain again. ``counts``: examined, bad, cut, bins filtered,
+    sparse, no spread, redo entries, changed columns, bins walked."""
     w = p_data.shape[0]
     nbytes = ndx.size
     for x in range(w):
@@ -109,6 +114,8 @@ def _k_filter_row(sf, si, active, a_data, a_avg, a_std, p_data, p_avg, p_std, b_
         counts[6] = counts[2]
         cut_here = counts[2] > k0
         if cut_here:
+            _bin_steps(zb, vb, cutb, cut_bits, cnt, null64, user_flag, or_mask, ref_bit,
+                       del_ref, inval, pre_f, pre_i, counts[7])
             changed[counts[7]] = x
             counts[7] += 1
     return _OK
@@ -126,7 +133,9 @@ def _signatures(T) -> dict:
         "filter_row": T.int64(T.Array(T.float64, 2, "C", **ro), T.Array(T.int64, 2, "C", **ro),
                               a_br, a_br, a_f8r, a_f8r, a_br, a_f8r, a_f8r, a_br, a_f8r, a_f8r,
                               a_f8r, f8, f8, f8, b, b, i8, u4, u4, u4, *walk, a_f8, a_u4,
-                              a_i8, a_i4, a_u1, a_i8, a_i8, a_i8, a_i8, a_b, a_f8, a_f8, a_i8),
+                              a_i8, a_i4, a_u1, a_i8, a_i8, a_i8, a_i8, a_b, a_f8, a_f8, a_i8,
+                              f8, i8, i8, i8, i8, i8, T.Array(T.float64, 2, "C"),
+                              T.Array(T.int64, 2, "C")),
     }
 
 
@@ -155,21 +164,25 @@ def _walk_args(view) -> tuple:
 
 
 class RowFilter:
-    """The filter's rows from the sums, one after the other (:func:`filter_row`), with the
-    arrays they reuse."""
+    """The filter's rows from the sums, one after the other (:meth:`row`), with the arrays
+    they reuse; ``steps``: the recompute's constants for the changed bins' running values
+    (``pfm._recompute.BandRecompute.step_args``)."""
 
-    def __init__(self, filt, view):
+    def __init__(self, filt, view, steps: tuple):
         self.filt, self.view = filt, view
+        self.steps = steps
         self.sc = _Scratch()
         self.redo = np.empty((3, 1 << 16), np.int64)
         self.walk = _walk_args(view)
         w = filt.width
         self.changed = np.empty(w, np.int64)
+        self.pre_f, self.pre_i = np.empty((w, 7)), np.empty((w, 4), np.int64)
 
     def row(self, sums_row: np.ndarray, active: np.ndarray, above, pre, below):
         """Row of ``sums_row`` (the sums of its ``width`` bins) from the post statistics of the
         row above (``above``) and the pre statistics of this row and the one below: returns
-        (redo entries (n, 3), changed columns, counts, this row's post statistics)."""
+        (redo entries (n, 3), changed columns, counts, this row's post statistics, the changed
+        bins' running values for the recompute (doubles (k, 7), integers (k, 4)))."""
         from .filters._area import _CUT, _POST_SKIP, _SKIP, _Stats
 
         filt = self.filt
@@ -191,12 +204,15 @@ class RowFilter:
             below.std, filt._dxs, filt.cellstd, filt.max_slope, filt._null, filt.deep_only,
             filt.exact_raster, filt.min_cells, _SKIP, _POST_SKIP, _CUT, *self.walk, sc.zb,
             sc.vb, sc.ob, sc.sb, sc.cutb, self.redo[0], self.redo[1], self.redo[2],
-            self.changed, post.data, post.avg, post.std, counts)
+            self.changed, post.data, post.avg, post.std, counts, *self.steps, self.pre_f,
+            self.pre_i)
         if r != _OK:
             return None
         k = int(counts[6])
         redo = np.ascontiguousarray(self.redo[:, :k].T)
-        return redo, self.changed[:counts[7]].copy(), counts, post
+        k = int(counts[7])
+        return (redo, self.changed[:k].copy(), counts, post,
+                (self.pre_f[:k].copy(), self.pre_i[:k].copy()))
 
 
 def pre_stats(sums_row: np.ndarray):

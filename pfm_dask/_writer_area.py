@@ -21,6 +21,7 @@ from . import validity as V
 from . import pfm
 from ._faults import crash_point
 from .errors import LoadError
+from .pfm._recompute import running_args
 from .pfm._recompute_kernel import NdxView, band_soundings, record_fields
 
 __all__ = ["run_area_filter", "run_area_filter_sums", "area_bands", "apply_redo",
@@ -103,12 +104,14 @@ def run_area_filter(f, touched_bins: np.ndarray, cfg, redo_path,
 
 
 def run_area_filter_sums(f, touched_bins: np.ndarray, cfg, redo_path, sums,
-                         changed: list | None = None) -> tuple[dict, dict, int] | None:
+                         changed: list | None = None,
+                         running: list | None = None) -> tuple[dict, dict, int] | None:
     """:func:`run_area_filter` from the per-bin sums the load's tiles took
     (``pfm._area_sums``): the rows in order on this thread, a chain walked only for a bin
     whose soundings reach its threshold. The same redo file and summary, byte for byte, and
     how many bins it walked; None when a chain is broken (the caller then runs
-    :func:`run_area_filter`, which reports it)."""
+    :func:`run_area_filter`, which reports it). ``changed`` gets the bins with a cut, a row
+    at a time, and ``running`` their recompute's running values (``pfm.running_args``)."""
     from .filters import AreaFilterSummary
     from ._area_rows import RowFilter, pre_stats
 
@@ -124,7 +127,7 @@ def run_area_filter_sums(f, touched_bins: np.ndarray, cfg, redo_path, sums,
     if not view.ok:
         view.close()
         return None
-    rf = RowFilter(filt, view)
+    rf = RowFilter(filt, view, running_args(f))
     none = filt.none_stats(w)
     redo = _RedoFile(redo_path)
     block = max(2, _SUM_ROWS_BYTES // max(1, w * sums.record_bytes))
@@ -161,11 +164,13 @@ def run_area_filter_sums(f, touched_bins: np.ndarray, cfg, redo_path, sums,
             got = rf.row(row, touched[y], above, pre, below)
             if got is None:
                 return None
-            rec, cols, counts, above = got
+            rec, cols, counts, above, run = got
             summary.count_row(counts)
             walked += int(counts[8])
             if cols.size and changed is not None:
                 changed.append(y * w + cols)
+                if running is not None:
+                    running.append(run)
             if rec.shape[0]:
                 redo.add(rec)
             view.drop_pages(int(row["n_all"].sum()))

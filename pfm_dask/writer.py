@@ -147,6 +147,7 @@ class PfmWriter(WriterJournal):
         self._walk: ChainWalk | None = None   # the recompute's chain walk, for the check
         self._tiles: _tiles.TileRecompute | None = None   # bins recomputed while loading
         self._changed: np.ndarray | None = None   # bins the area filter changed (the tiles')
+        self._running: tuple | None = None        # and their recompute's running values
         self._sums_gone: _Beside | None = None     # the filter's sums being removed
         self._check_only = None   # the bins the final check reads, when the load wrote few
         self._result: dict | None = None
@@ -609,27 +610,31 @@ class PfmWriter(WriterJournal):
             self.phase = "area filter"
             t0 = time.perf_counter()
             if self.jphase == "loaded":
-                got, tiles = None, self._tiles
+                got, tiles, running = None, self._tiles, None
                 if tiles is not None and tiles.early and tiles.sums is not None:
                     # every tile recomputed and summed first: the filter from the sums
                     t1 = time.perf_counter()
                     tiles.finish_rest()
                     self.timings["tiles_rest"] = time.perf_counter() - t1
                     if tiles.sums_ok:
-                        changed = []
+                        changed, running = [], []
                         got = run_area_filter_sums(self.pfm, self.touched, self.cfg,
-                                                   self._jp["redo"], tiles.sums, changed=changed)
+                                                   self._jp["redo"], tiles.sums, changed=changed,
+                                                   running=running)
                         if got is not None:
                             got, self.timings["area_walked"] = got[:2], got[2]
                 self._drop_sums(beside=True)
                 if got is None:
-                    changed = [] if tiles is not None else None
+                    changed, running = ([] if tiles is not None else None), None
                     got = run_area_filter(self.pfm, self.touched, self.cfg, self._jp["redo"],
                                           self.threads, changed=changed)
                 self._filter_stats, self._redo = got
                 if changed is not None:
                     self._changed = (np.concatenate(changed) if changed
                                      else np.zeros(0, np.int64))
+                if running:     # the changed bins' running values, for their recompute
+                    self._running = (np.concatenate([r[0] for r in running]),
+                                     np.concatenate([r[1] for r in running]))
                 release_free_heap()    # the filter's bands, before the recompute's
                 self._checkpoint("area-filter")
             if self.jphase == "area-filter":
@@ -671,7 +676,7 @@ class PfmWriter(WriterJournal):
                     and (self._changed is not None or not self.cfg.area_filter)):
                 # most tiles were recomputed while loading: the rest, and their extrema
                 tiles.threads = self.threads or THREADS
-                extrema = tiles.finish(changed=self._changed)
+                extrema = tiles.finish(changed=self._changed, running=self._running)
                 self._walk = tiles.walk
                 self.timings.update(tiles=tiles.seconds, tiles_cpu=tiles.cpu,
                                     tiles_early=tiles.tiles_early,

@@ -156,11 +156,11 @@ def test_a_failing_tiles_thread_leaves_the_bins_to_the_final_step(lines, tmp_pat
     calls = []
     real = _recompute.BandRecompute.kernel
 
-    def fail_on_the_third(self, bidx, raw):
+    def fail_on_the_third(self, bidx, raw, pre=None):
         calls.append(1)
         if len(calls) == 3:
             raise OSError("the disk went away for a moment")
-        return real(self, bidx, raw)
+        return real(self, bidx, raw, pre)
 
     monkeypatch.setattr(_recompute.BandRecompute, "kernel", fail_on_the_third)
     out = tmp_path / "out.pfm"
@@ -259,10 +259,20 @@ def test_with_the_area_filter(lines, tmp_path, monkeypatch, tile, deep_only):
     ref = tmp_path / "ref.pfm"
     want = _load(lines, ref, monkeypatch, early=False, cfg=cfg)
     out = tmp_path / "out.pfm"
+    handed = []
+    real = _tiles.TileRecompute._refresh
+
+    def refresh(self, changed, running=None):
+        handed.append((changed.size, None if running is None else running[0].shape[0]))
+        return real(self, changed, running)
+
+    monkeypatch.setattr(_tiles.TileRecompute, "_refresh", refresh)
     res = _load(lines, out, monkeypatch, early=True, cfg=cfg, tile=tile)
     assert res.timings.get("tiles_early", 0) > 0
-    # the filter ran from the tiles' sums, walking only the chains of bins with a cut
+    # the filter ran from the tiles' sums, walking only the chains of bins with a cut, and
+    # handed their recompute the running values of their soundings
     assert 0 < res.timings["area_walked"] < res.area_filter["bins_filtered"]
+    assert len(handed) == 1 and handed[0][0] > 0 and handed[0][0] == handed[0][1]
     assert res.area_filter["cut"] > 1000 and res.area_filter == want.area_filter
     assert_same_pfm(out, ref, tmp_path)
 
@@ -403,3 +413,53 @@ def test_punch_hole_frees_bytes_that_then_read_as_zeros(tmp_path):
         assert data == b"\x07" * (16 << 10) + bytes(32 << 10) + b"\x07" * (16 << 10)
     else:
         assert data == b"\x07" * (64 << 10)
+
+
+def test_a_recompute_from_running_values_is_the_walks(lines, tmp_path, monkeypatch):
+    """The area filter hands the recompute of the bins it cut their running values, summed
+    from the soundings it holds with the cut bits set (``_recompute_kernel._bin_steps``):
+    the records and results are those of the recompute walking the chains once the cuts are
+    written, with REFERENCE, DELETED and invalid soundings and zero depths among them."""
+    from pfm_dask import validity as V
+
+    out = tmp_path / "out.pfm"
+    _load(lines, out, monkeypatch, early=False)
+    f = pfm.open_pfm(out, "r+")
+    try:
+        bidx, raw = next(iter(f.raw_records_with_data([(0, f.width * f.height)])))
+        bidx, raw = bidx[:400], np.ascontiguousarray(raw[:400])
+        view = _recompute_kernel.NdxView(f)
+        snd = _recompute_kernel.band_soundings(view, raw, bidx % f.width)
+        z, v = snd["depth"].copy(), snd["validity"].copy()
+        ro, sl, start = snd["record_offset"].copy(), snd["slot"].copy(), snd["start"]
+        view.close()
+        rng = np.random.default_rng(5)
+        # validity the recompute treats apart, written before; then the cuts
+        marks = rng.choice([0, V.REFERENCE, V.DELETED, V.FILTER_INVAL, V.MANUALLY_INVAL],
+                           z.size, p=[0.85, 0.04, 0.04, 0.04, 0.03])
+        v = (v | marks).astype(np.uint32)
+        f.set_validity(ro, sl, v)
+        cut_bits = int(V.FILTER_INVAL | V.MODIFIED)
+        cut = (rng.random(z.size) < 0.2).astype(np.uint8)
+        bp = _recompute.BandRecompute(f, None, fresh=True)
+        args = _recompute.running_args(f)
+        R = _recompute_kernel
+        pre_f, pre_i = np.empty((bidx.size, 7)), np.empty((bidx.size, 4), np.int64)
+        for g in range(bidx.size):
+            a, b = int(start[g]), int(start[g + 1])
+            R._bin_steps(z[a:b], v[a:b], cut[a:b], np.uint32(cut_bits), b - a, *args,
+                         pre_f, pre_i, g)
+        f.set_validity(ro[cut == 1], sl[cut == 1], v[cut == 1] | cut_bits)
+        f.flush()
+        view = R.NdxView(f)
+        bp.view = view
+        got = bp.kernel(bidx, raw, (pre_f, pre_i))
+        want = bp.kernel(bidx, raw)
+        view.close()
+    finally:
+        f.close()
+    assert got is not None and want is not None
+    assert np.array_equal(got[0], want[0])
+    for a, b in zip(got[1], want[1]):
+        assert np.array_equal(a, b)
+    assert np.count_nonzero(pre_i[:, 3] & 1) > 0     # bins with a REFERENCE sounding

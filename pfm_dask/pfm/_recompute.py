@@ -48,7 +48,7 @@ from ..errors import PfmFormatError
 from .. import validity as V
 from ._extrema import EXTREMA_START, _Extrema, band_extrema, std_limit
 from ._recompute_kernel import (SCATTERED_DROP_SOUNDINGS, NdxView, _step, record_fields,
-                                recompute_records)
+                                recompute_records, step_args)
 from ._coverage import update_coverage
 from ._io import RMW_GAP, ZERO_GAP, Spans, zero_gaps
 
@@ -533,6 +533,14 @@ def recompute(pfm_file, bin_index=None, *, rows=None, keep_mask: int = 0, clear_
     return ext.result()
 
 
+def running_args(pfm_file, keep_mask: int = 0) -> tuple:
+    """The per-sounding rule's constants of :class:`BandRecompute` over ``pfm_file``
+    (:func:`._recompute_kernel.step_args`), for the bins' running values summed elsewhere
+    (``pre`` of :meth:`BandRecompute.__call__`)."""
+    return step_args(np.float32(pfm_file.null_depth), int(pfm_file.header.class_type),
+                     _USER_FLAGS, keep_mask)
+
+
 class BandRecompute:
     """A band of bin records recomputed and written back, on any thread: the compiled pass
     over their bytes (:func:`._recompute_kernel.recompute_records`) when ``view`` is given
@@ -605,9 +613,10 @@ class BandRecompute:
             self.on_sums(ub, None)
         return ub, stats, None, band_extrema(ub, stats, null32, self.std_max)
 
-    def kernel(self, bidx, raw):
+    def kernel(self, bidx, raw, pre=None):
         """The band's new records (a copy of ``raw`` recomputed) and the compiled pass's
-        results, or None when it gave up on the band (nothing written either way)."""
+        results, or None when it gave up on the band (nothing written either way); ``pre``:
+        the bins' running values, summed already (:func:`._recompute_kernel._bin_steps`)."""
         h = self.h
         new = raw.copy()
         if self.fresh:
@@ -616,7 +625,7 @@ class BandRecompute:
                                 class_type=int(h.class_type), keep_mask=self.keep_mask,
                                 clear_mask=self.clear_mask, compute_average=self.compute_average,
                                 user_flags=_USER_FLAGS, prior_keep=PRIOR_KEEP, walk=self.walking,
-                                sums=self.sums)
+                                sums=self.sums, pre=pre)
         return None if got is None else (new, got)
 
     def write(self, bidx, new, validity) -> None:
@@ -640,8 +649,8 @@ class BandRecompute:
         return (bidx, stats, (got[3] if self.walking else None),
                 band_extrema(bidx, stats, self.null32, self.std_max))
 
-    def __call__(self, bidx, raw) -> tuple:
-        done = self.kernel(bidx, raw)
+    def __call__(self, bidx, raw, pre=None) -> tuple:
+        done = self.kernel(bidx, raw, pre)
         if done is None:     # something out of the ordinary: the general path says what
             return self.general(self.pfm._decode_bins(bidx, raw, fields=self.rec_fields))
         new, got = done

@@ -22,7 +22,8 @@ import numpy as np
 from .. import validity as V
 from .._numeric import CompiledKernels
 
-__all__ = ["NdxView", "BAND_FIELDS", "recompute_records", "band_soundings", "record_fields"]
+__all__ = ["NdxView", "BAND_FIELDS", "recompute_records", "step_args", "band_soundings",
+           "record_fields"]
 
 #: Bin record fields the kernel reads or writes, in the order of its offset/width arrays.
 BAND_FIELDS = ("num_soundings", "std", "avg_filtered", "min_filtered", "max_filtered", "avg",
@@ -130,13 +131,33 @@ def _step(x, w, null64, user_flag, or_mask, ref_bit, del_ref, inval,
     return s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags
 
 
+def _bin_steps(z, v, cut, cut_bits, cnt, null64, user_flag, or_mask, ref_bit, del_ref, inval,
+               out_f, out_i, k):
+    """A bin's running values of :func:`_step` (``out_f[k]``: the sums and extrema,
+    ``out_i[k]``: the counts, flag bits and flags) from its ``cnt`` soundings in chain order
+    (``z`` depths, ``v`` validity, ``cut[i]``: ``cut_bits`` to be set on sounding i): what the
+    recompute's walk sums once those bits are written, handed to it as ``pre_f``/``pre_i``."""
+    s_f = s_f2 = s_u = 0.0
+    min_f = min_u = np.inf
+    max_f = max_u = -np.inf
+    n_f = n_u = bits = flags = 0
+    for i in range(cnt):
+        w = np.int64(v[i] | cut_bits) if cut[i] else np.int64(v[i])
+        s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags = _step(
+            z[i], w, null64, user_flag, or_mask, ref_bit, del_ref, inval,
+            s_f, s_f2, s_u, min_f, max_f, min_u, max_u, n_f, n_u, bits, flags)
+    out_f[k, 0], out_f[k, 1], out_f[k, 2] = s_f, s_f2, s_u
+    out_f[k, 3], out_f[k, 4], out_f[k, 5], out_f[k, 6] = min_f, max_f, min_u, max_u
+    out_i[k, 0], out_i[k, 1], out_i[k, 2], out_i[k, 3] = n_f, n_u, bits, flags
+
+
 def _k_recompute_records(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb, v_off, v_nb,
                          wstart, wshift, pmask, dscale, doff, null64, null32, user_flag, or_mask,
                          prior_keep, keep_mask, clear_mask, compute_average, off32, scale32,
                          std_scale32, depth_lim, std_lim, count_lim, val_lim, ref_bit, data_bit,
                          del_ref, inval, val_mask, out_cnt, out_val, out32, f_off, f_nb, l_off,
                          l_nb, rec_out, walk_out, sum_skip, sum_post_skip, sum_null, zb, vb,
-                         sums_f, sums_i):
+                         sums_f, sums_i, pre_f, pre_i):
     """numba kernel: recompute every record of ``recs`` (n, record bytes) in place.
 
     Per bin, as ``_k_group_pass`` and ``grouped_bin_stats`` then ``write_bin_records``: the
@@ -155,10 +176,15 @@ def _k_recompute_records(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb,
     With ``sums_f`` not empty, each bin's sums for the area filter go there and to
     ``sums_i`` (:func:`_filter_sums`, from the soundings kept in ``zb``/``vb``, which hold
     the largest bin's): the same walk gives them.
+
+    With ``pre_f`` not empty, no chain is walked: bin g's running values (:func:`_step`'s,
+    which :func:`_bin_steps` took from its soundings in chain order) are ``pre_f[g]`` (sums,
+    extrema) and ``pre_i[g]`` (counts, flag bits, flags).
     """
     n_rec = out_cnt.size
     collect = rec_out.size > 0
     summing = sums_f.shape[0] > 0
+    given = pre_f.shape[0] > 0
     kr = 0
     rb = recs.size // max(1, n_rec)
     rn = recs.size
@@ -173,7 +199,11 @@ def _k_recompute_records(recs, foff, fnb, ndx, rsize, L, slot_bits, d_off, d_nb,
         min_f = min_u = np.inf
         max_f = max_u = -np.inf
         n_f = n_u = bits = flags = 0
-        nrec = (cnt + L - 1) // L
+        nrec = 0 if given else (cnt + L - 1) // L
+        if given:
+            s_f, s_f2, s_u = pre_f[g, 0], pre_f[g, 1], pre_f[g, 2]
+            min_f, max_f, min_u, max_u = pre_f[g, 3], pre_f[g, 4], pre_f[g, 5], pre_f[g, 6]
+            n_f, n_u, bits, flags = pre_i[g, 0], pre_i[g, 1], pre_i[g, 2], pre_i[g, 3]
         cur = head
         for s in range(nrec):
             if cur < 0 or (cur == 0 and s > 0) or cur % rsize != 0 or cur + rsize > nbytes:
@@ -439,7 +469,8 @@ def _signatures(T) -> dict:
         i8, i8, i8, T.Array(T.int64, 1, "C"), T.Array(T.int64, 1, "C"),
         T.Array(T.float32, 2, "C"), i8, i8, i8, i8, T.Array(T.int64, 1, "C"),
         T.Array(T.int64, 1, "C"), T.uint32, T.uint32, f8, T.Array(T.float64, 1, "C"),
-        T.Array(T.uint32, 1, "C"), T.Array(T.float64, 2, "C"), T.Array(T.int64, 2, "C")),
+        T.Array(T.uint32, 1, "C"), T.Array(T.float64, 2, "C"), T.Array(T.int64, 2, "C"),
+        T.Array(T.float64, 2, "C", **ro), T.Array(T.int64, 2, "C", **ro)),
         "band_soundings": T.int64(
             T.Array(T.uint8, 1, "C", **ro), T.Array(T.int64, 1, "C", **ro),
             T.Array(T.int64, 1, "C", **ro), T.Array(T.uint8, 1, "C", **ro), i8, i8, i8, i8, i8,
@@ -458,7 +489,7 @@ def _signatures(T) -> dict:
 #: than the helpers' own work (the band pass ran 2.2x slower with them); the helpers are
 #: inlined into each kernel.
 _kernel = CompiledKernels(globals(), _signatures, ("_fld", "_put", "_nint", "_step",
-                                                  "_filter_sums", "_chain_into"),
+                                                  "_filter_sums", "_chain_into", "_bin_steps"),
                           prepare=_shared_helpers, helper_options={"inline": "always"},
                           refcounts=False)
 
@@ -553,10 +584,19 @@ class NdxView:
                 pass
 
 
+def step_args(null32, class_type: int, user_flags: tuple, keep_mask: int = 0) -> tuple:
+    """The constants of :func:`_step` (and :func:`_bin_steps`) for a PFM's null depth, class
+    type and the recompute's ``keep_mask``: ``(null depth as double, user flag, OR mask,
+    REFERENCE, DELETED | REFERENCE, INVAL)``."""
+    user_flag = user_flags[class_type - 1] if class_type else 0
+    return (float(np.float32(null32)), int(user_flag), int(V.VAL_MASK ^ keep_mask),
+            int(V.REFERENCE), int(V.DELETED | V.REFERENCE), int(V.INVAL))
+
+
 def recompute_records(view: NdxView, recs: np.ndarray, *, header, null32, class_type: int,
                       keep_mask: int, clear_mask: int, compute_average: bool,
                       user_flags: tuple, prior_keep: int, walk: bool = False,
-                      sums: dict | None = None):
+                      sums: dict | None = None, pre: tuple | None = None):
     """Recompute the (n, record bytes) bin records ``recs`` in place (see the module doc).
 
     Returns ``(counts, validity, floats)`` for the header extrema (floats: std, min
@@ -565,9 +605,13 @@ def recompute_records(view: NdxView, recs: np.ndarray, *, header, null32, class_
     item: the check's view of the same walk, ``(record numbers reached in (bin, step) order,
     every chain ends at its tail, largest file number, largest line number)``. With ``sums``
     (``skip``, ``post_skip``, ``null_depth``: the area filter's), the last item is each bin's
-    sums for the filter, ``(doubles (n, 6), integers (n, 4))`` (``._area_sums``).
+    sums for the filter, ``(doubles (n, 6), integers (n, 4))`` (``._area_sums``). With
+    ``pre`` (``(doubles (n, 7), integers (n, 4))`` of :func:`_bin_steps`, from
+    :func:`step_args`), no chain is walked: the bins' soundings were summed already.
     """
     n = recs.shape[0]
+    if pre is not None and (walk or sums is not None):
+        raise ValueError("a recompute from running values walks no chain")
     if walk or sums is not None:
         cnt = np.empty((1, n), dtype=np.uint64)
         _kernel("record_fields")(recs.reshape(-1), view.foff[_F_COUNT:_F_COUNT + 1],
@@ -593,18 +637,21 @@ def recompute_records(view: NdxView, recs: np.ndarray, *, header, null32, class_
     out_val = np.empty(n, dtype=np.int64)
     out32 = np.empty((n, 5), dtype=np.float32)
     h = header
-    user_flag = user_flags[class_type - 1] if class_type else 0
+    null64, user_flag, or_mask, ref_bit, del_ref, inval = step_args(null32, class_type,
+                                                                    user_flags, keep_mask)
     depth_lim, std_lim, count_lim, val_lim = view.limits
+    pre_f, pre_i = pre if pre is not None else (np.empty((0, 7)), np.empty((0, 4), np.int64))
     r = _kernel("recompute_records")(
         recs.reshape(-1), view.foff, view.fnb, view.buf, view.rsize, view.L, view.slot_bits,
         view.depth[0], view.depth[1], view.validity[0], view.validity[1], *view.word,
-        view.dscale, view.doff, float(np.float32(null32)), np.float32(null32), int(user_flag),
-        int(V.VAL_MASK ^ keep_mask), int(prior_keep), int(keep_mask), int(clear_mask),
+        view.dscale, view.doff, null64, np.float32(null32), user_flag, or_mask,
+        int(prior_keep), int(keep_mask), int(clear_mask),
         bool(compute_average), np.float32(h.depth_offset), np.float32(h.depth_scale),
-        np.float32(h.std_scale), depth_lim, std_lim, count_lim, val_lim, int(V.REFERENCE),
-        int(V.DATA), int(V.DELETED | V.REFERENCE), int(V.INVAL), int(V.VAL_MASK),
+        np.float32(h.std_scale), depth_lim, std_lim, count_lim, val_lim, ref_bit,
+        int(V.DATA), del_ref, inval, int(V.VAL_MASK),
         out_cnt, out_val, out32, *view.file_line[0], *view.file_line[1], rec_out, walk_out,
-        *sum_args, zb, vb, sums_f, sums_i)
+        *sum_args, zb, vb, sums_f, sums_i, np.ascontiguousarray(pre_f, np.float64),
+        np.ascontiguousarray(pre_i, np.int64))
     if r != _OK:
         return None
     out = (out_cnt, out_val, out32)

@@ -229,21 +229,26 @@ class TileRecompute:
         if rest.size:
             self._run(rest)
 
-    def finish(self, extrema: dict | None = None, changed: np.ndarray | None = None) -> dict:
+    def finish(self, extrema: dict | None = None, changed: np.ndarray | None = None,
+               running: tuple | None = None) -> dict:
         """Recompute every tile not done; the header extrema of all, as :func:`recompute`.
 
         ``changed``: bins whose soundings changed since their tile was recomputed (the area
         filter's cuts, ascending): recomputed again, and the extrema set right
-        (:meth:`_refresh`)."""
+        (:meth:`_refresh`); ``running``: their recompute's running values, when the filter
+        summed them (``BandRecompute``'s ``pre``: then no chain is walked again)."""
         self.close()
         early = self.done.copy()
         self.finish_rest()
         extra = None
         if changed is not None and changed.size:
             changed = np.asarray(changed, dtype=np.int64)
-            changed = changed[early[self.tiles_at(changed)]]   # the rest was just recomputed
+            keep = early[self.tiles_at(changed)]     # the rest was just recomputed
+            changed = changed[keep]
+            if running is not None:
+                running = (running[0][keep], running[1][keep])
             if changed.size:
-                extra = self._refresh(changed)
+                extra = self._refresh(changed, running)
         ext = _Extrema(extrema, self.W)
         self.cands.fold_into(ext, np.unique(self.owner[self.done]))
         if extra is not None:
@@ -258,7 +263,7 @@ class TileRecompute:
         r = b // self.W
         return (r // self.tile) * self.ntc + (b - r * self.W) // self.tile
 
-    def _refresh(self, changed: np.ndarray) -> Candidates:
+    def _refresh(self, changed: np.ndarray, running: tuple | None = None) -> Candidates:
         """Recompute ``changed`` bins of done rectangles (their records written again), and
         return their extrema candidates, the rectangles' own set right: a rectangle whose
         candidate for a key is a changed bin drops it if it cannot be the best any more,
@@ -285,7 +290,11 @@ class TileRecompute:
             def work(job):
                 out = []
                 for bidx, raw in job():
-                    out.append(bp(bidx, raw) if view is not None
+                    pre = None
+                    if running is not None:
+                        at = np.searchsorted(changed, bidx)
+                        pre = (running[0][at], running[1][at])
+                    out.append(bp(bidx, raw, pre) if view is not None
                                else bp.general(pfm_file._decode_bins(bidx, raw,
                                                                      fields=bp.rec_fields)))
                     if view is not None:
