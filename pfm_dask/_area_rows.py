@@ -1,27 +1,31 @@
 """The area filter's rows from the per-bin sums a load's tiles took (``pfm._area_sums``).
 
-:class:`RowFilter` runs a row of the filter (``filters._area``, docs/filters.md §3) from the
-sums in pfmLoader's raster order, and walks the chain of a bin only when its deepest (or,
-two-sided, its farthest) sounding reaches the threshold: the only bins whose soundings it must
-see one by one. ``z - mean`` rounds monotonically in ``z``, so the deepest sounding reaches the
-threshold if any does. The sums are those the filter sums, in the same order (plain IEEE
-doubles, no fastmath), and the block, threshold and cut of a bin are the filter's own compiled
-helpers (``filters._area._block``, ``_cut_bin``), so the cuts, counts and statistics are the
-same, bit for bit (``tests/test_early_tiles.py`` compares the bytes with the filter reading
-every chain). Here, beside the writer, because it joins the PFM's chains and the filter: the
-codec and the filters know nothing of each other. numba's cache keys this module's kernel on
-this file: after editing those helpers (or ``pfm._recompute_kernel._chain_into``), touch this
-file too. No Dask here.
+:class:`RowBands` runs a band of the filter's rows (``filters._area``, docs/filters.md §3)
+from the sums in pfmLoader's raster order, in one compiled call, and walks the chain of a bin
+only when its deepest (or, two-sided, its farthest) sounding reaches the threshold: the only
+bins whose soundings it must see one by one. ``z - mean`` rounds monotonically in ``z``, so
+the deepest sounding reaches the threshold if any does. The sums are those the filter sums,
+in the same order (plain IEEE doubles, no fastmath), and the block, threshold and cut of a bin
+are the filter's own compiled helpers (``filters._area._block``, ``_cut_bin``), so the cuts,
+counts and statistics are the same, bit for bit (``tests/test_early_tiles.py`` compares the
+bytes with the filter reading every chain). A band may start a few rows early from a guess
+(the caller checks it: ``pfm_dask._writer_area.run_area_filter_sums``). Here, beside the
+writer, because it joins the PFM's chains and the filter: the codec and the filters know
+nothing of each other. numba's cache keys this module's kernel on this file: after editing
+those helpers (or ``pfm._recompute_kernel._chain_into``, ``_bin_steps``), touch this file
+too. No Dask here.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
 from ._numeric import CompiledKernels
 from .pfm._area_sums import SUM_DTYPE
 
-__all__ = ["RowFilter", "pre_stats"]
+__all__ = ["RowBands", "pre_stats"]
 
 _chain_into = _bin_steps = _block = _cut_bin = None      # compiled helpers, put by _prepare
 
@@ -41,20 +45,21 @@ _OK = -1
 _GAVE_UP = 1       # a chain leaves the file or ends early: the caller's reader says where
 _SCRATCH = 2       # a bin has more soundings than the scratch holds: the caller grows it
 
-def _k_filter_row(sf, si, active, a_data, a_avg, a_std, p_data, p_avg, p_std, b_data, b_avg,
+def _filter_row(sf, si, active, a_data, a_avg, a_std, p_data, p_avg, p_std, b_data, b_avg,
                   b_std, dxs, cellstd, max_slope, null_depth, deep_only, exact_raster,
                   min_cells, skip, post_skip, cut_bits, ndx, rsize, L, slot_bits, d_off, d_nb,
                   v_off, v_nb, wstart, wshift, pmask, dscale, doff, zb, vb, ob, sb, cutb, r_off,
                   r_slot, r_val, changed, q_data, q_avg, q_std, counts, null64, user_flag,
-                  or_mask, ref_bit, del_ref, inval, pre_f, pre_i):
-    """numba kernel: one row of ``filters._area._k_filter_row`` (REFERENCE soundings cut as
+                  or_mask, ref_bit, del_ref, inval, pre_f, pre_i, ybase, c_data, c_avg,
+                  c_std, no_order):
+    """One row of ``filters._area._k_filter_row`` (REFERENCE soundings cut as
     pfmLoader cuts them) from the sums of its bins (``sf``/``si``: the row's
     :data:`SUM_DTYPE` records seen as (width, 10) doubles and integers): a bin whose deepest
     (two-sided: also shallowest) sounding of the cut set does not reach the threshold is
     counted and given its post statistics from the sums; the others have their chain walked
     and every sounding tested, as there. The redo entries of the cuts go to
     ``r_off``/``r_slot``/``r_val`` (record address, slot, new validity) in the order of the
-    row's soundings, the columns with a cut to ``changed``, and the recompute's running
+    row's soundings, the bins with a cut (``ybase`` + column) to ``changed``, and the recompute's running
     values of their soundings once cut (``pfm._recompute_kernel._bin_steps``, with its
     constants ``null64 .. inval``) to ``pre_f``/``pre_i``, a row each: the recompute of the
     changed bins then walks no chain again. ``counts``: examined, bad, cut, bins filtered,
@@ -65,10 +70,6 @@ def _k_filter_row(sf, si, active, a_data, a_avg, a_std, p_data, p_avg, p_std, b_
         q_data[x] = p_data[x]
         q_avg[x] = p_avg[x]
         q_std[x] = p_std[x]
-    c_data = np.zeros(9, np.bool_)
-    c_avg = np.zeros(9)
-    c_std = np.zeros(9)
-    no_order = np.zeros(0, np.int64)
     for x in range(w):
         if not (active[x] and p_data[x]):
             continue
@@ -93,7 +94,7 @@ def _k_filter_row(sf, si, active, a_data, a_avg, a_std, p_data, p_avg, p_std, b_
             q_std[x] = sf[x, 5]
             continue
         cnt = si[x, 7]
-        if cnt > zb.size or counts[6] + cnt > r_off.size:
+        if cnt > zb.size or counts[6] + cnt > r_off.size or counts[7] >= changed.size:
             return _SCRATCH
         counts[8] += 1
         if not _chain_into(ndx, nbytes, si[x, 6], cnt, rsize, L, slot_bits, d_off, d_nb,
@@ -116,8 +117,71 @@ def _k_filter_row(sf, si, active, a_data, a_avg, a_std, p_data, p_avg, p_std, b_
         if cut_here:
             _bin_steps(zb, vb, cutb, cut_bits, cnt, null64, user_flag, or_mask, ref_bit,
                        del_ref, inval, pre_f, pre_i, counts[7])
-            changed[counts[7]] = x
+            changed[counts[7]] = ybase + x
             counts[7] += 1
+    return _OK
+
+
+def _k_filter_rows(S, SI, active, k0, k1, keep, has_below, above_d, above_a, above_s,
+                   dxs, cellstd, max_slope, null_depth, deep_only, exact_raster, min_cells,
+                   skip, post_skip, cut_bits, ndx, rsize, L, slot_bits, d_off, d_nb, v_off,
+                   v_nb, wstart, wshift, pmask, dscale, doff, zb, vb, ob, sb, cutb, r_off,
+                   r_slot, r_val, changed, counts, null64, user_flag, or_mask, ref_bit,
+                   del_ref, inval, pre_f, pre_i, y_base, guess_d, guess_a, guess_s, post_d,
+                   post_a, post_s, row_end, sb_, sf_, c_data, c_f):
+    """numba kernel: rows ``k0 .. k1 - 1`` of a block of sums (``S``/``SI``: (rows, width,
+    10), row k of the grid's row ``y_base + k``), each by :func:`_filter_row` from the one
+    above's post statistics (``above_*`` for row k0) and the pre statistics of it and the
+    one below (none below row ``k1 - 1`` unless ``has_below``: row k1 of the block). The
+    outputs and ``counts`` cover rows ``keep`` on only: the rows before are a halo, run
+    from a guess, whose last post statistics go to ``guess_*``; row ``k1 - 1``'s go to
+    ``post_*``, and where each kept row's redo entries end to ``row_end``. ``sb_`` (4, width)
+    and ``sf_`` (8, width), ``c_data`` (9) and ``c_f`` (2, 9): its scratch (it allocates
+    nothing: compiled without reference counts, which cost more than the rows' work)."""
+    w = S.shape[1]
+    # the pre statistics of two rows and the post of two, swapped as the rows go
+    p_d, p_a, p_s = sb_[0], sf_[0], sf_[1]
+    b_d, b_a, b_s = sb_[1], sf_[2], sf_[3]
+    q_d, q_a, q_s = sb_[2], sf_[4], sf_[5]
+    a_d, a_a, a_s = sb_[3], sf_[6], sf_[7]
+    c_avg, c_std = c_f[0], c_f[1]
+    no_order = row_end[:0]
+    for x in range(w):
+        a_d[x], a_a[x], a_s[x] = above_d[x], above_a[x], above_s[x]
+        p_d[x], p_a[x], p_s[x] = SI[k0, x, 8] > 0, S[k0, x, 0], S[k0, x, 1]
+    for k in range(k0, k1):
+        if k == keep:
+            for j in range(counts.size):
+                counts[j] = 0
+        if k + 1 < k1 or has_below:
+            for x in range(w):
+                b_d[x], b_a[x], b_s[x] = SI[k + 1, x, 8] > 0, S[k + 1, x, 0], S[k + 1, x, 1]
+        else:
+            for x in range(w):
+                b_d[x], b_a[x], b_s[x] = False, 0.0, 0.0
+        r = _filter_row(S[k], SI[k], active[k], a_d, a_a, a_s, p_d, p_a, p_s, b_d, b_a, b_s,
+                        dxs, cellstd, max_slope, null_depth, deep_only, exact_raster,
+                        min_cells, skip, post_skip, cut_bits, ndx, rsize, L, slot_bits, d_off,
+                        d_nb, v_off, v_nb, wstart, wshift, pmask, dscale, doff, zb, vb, ob,
+                        sb, cutb, r_off, r_slot, r_val, changed, q_d, q_a, q_s, counts, null64,
+                        user_flag, or_mask, ref_bit, del_ref, inval, pre_f, pre_i,
+                        (y_base + k) * w, c_data, c_avg, c_std, no_order)
+        if r != _OK:
+            return r
+        if k >= keep:
+            row_end[k - keep] = counts[6]
+        if k + 1 == keep:
+            for x in range(w):
+                guess_d[x], guess_a[x], guess_s[x] = q_d[x], q_a[x], q_s[x]
+        # this row's post is the next one's above, its below the next one's pre
+        a_d, q_d = q_d, a_d
+        a_a, q_a = q_a, a_a
+        a_s, q_s = q_s, a_s
+        p_d, b_d = b_d, p_d
+        p_a, b_a = b_a, p_a
+        p_s, b_s = b_s, p_s
+    for x in range(w):
+        post_d[x], post_a[x], post_s[x] = a_d[x], a_a[x], a_s[x]
     return _OK
 
 
@@ -126,20 +190,27 @@ def _signatures(T) -> dict:
     i8, f8, u8, u4, b = T.int64, T.float64, T.uint64, T.uint32, T.boolean
     a_f8r = T.Array(T.float64, 1, "C", **ro)
     a_br, a_u1r = T.Array(T.bool_, 1, "C", **ro), T.Array(T.uint8, 1, "C", **ro)
-    a_i8, a_f8, a_u4 = T.Array(T.int64, 1, "C"), T.Array(T.float64, 1, "C"), T.Array(T.uint32, 1, "C")
-    a_i4, a_u1, a_b = T.Array(T.int32, 1, "C"), T.Array(T.uint8, 1, "C"), T.Array(T.bool_, 1, "C")
+    a_i8, a_f8 = T.Array(T.int64, 1, "C"), T.Array(T.float64, 1, "C")
+    a_u4, a_i4 = T.Array(T.uint32, 1, "C"), T.Array(T.int32, 1, "C")
+    a_u1, a_b = T.Array(T.uint8, 1, "C"), T.Array(T.bool_, 1, "C")
     walk = (a_u1r, i8, i8, i8, i8, i8, i8, i8, i8, i8, u8, f8, f8)
     return {
-        "filter_row": T.int64(T.Array(T.float64, 2, "C", **ro), T.Array(T.int64, 2, "C", **ro),
-                              a_br, a_br, a_f8r, a_f8r, a_br, a_f8r, a_f8r, a_br, a_f8r, a_f8r,
-                              a_f8r, f8, f8, f8, b, b, i8, u4, u4, u4, *walk, a_f8, a_u4,
-                              a_i8, a_i4, a_u1, a_i8, a_i8, a_i8, a_i8, a_b, a_f8, a_f8, a_i8,
-                              f8, i8, i8, i8, i8, i8, T.Array(T.float64, 2, "C"),
-                              T.Array(T.int64, 2, "C")),
+        "filter_rows": T.int64(
+            T.Array(T.float64, 3, "C", **ro), T.Array(T.int64, 3, "C", **ro),
+            T.Array(T.bool_, 2, "C", **ro), i8, i8, i8, b, a_br, a_f8r, a_f8r, a_f8r, f8, f8,
+            f8, b, b, i8, u4, u4, u4, *walk, a_f8, a_u4, a_i8, a_i4, a_u1, a_i8, a_i8, a_i8,
+            a_i8, a_i8, f8, i8, i8, i8, i8, i8, T.Array(T.float64, 2, "C"),
+            T.Array(T.int64, 2, "C"), i8, a_b, a_f8, a_f8, a_b, a_f8, a_f8, a_i8,
+            T.Array(T.bool_, 2, "C"), T.Array(T.float64, 2, "C"), a_b,
+            T.Array(T.float64, 2, "C")),
     }
 
 
-_kernel = CompiledKernels(globals(), _signatures, prepare=_prepare)
+#: without numba's reference counts: the kernel allocates nothing, and the counts cost more
+#: than the rows' work. (The row is a call of its own: over 30 arguments, CPython passes
+#: them as a tuple, which numba does not inline.)
+_kernel = CompiledKernels(globals(), _signatures, ("_filter_row",), prepare=_prepare,
+                          refcounts=False)
 
 
 class _Scratch:
@@ -163,56 +234,69 @@ def _walk_args(view) -> tuple:
 
 
 
-class RowFilter:
-    """The filter's rows from the sums, one after the other (:meth:`row`), with the arrays
-    they reuse; ``steps``: the recompute's constants for the changed bins' running values
-    (``pfm._recompute.BandRecompute.step_args``)."""
+class RowBands:
+    """The filter's rows from the sums, a band of rows a call (:meth:`band`), on any thread
+    (each its own arrays); ``steps``: the recompute's constants for the changed bins' running
+    values (``pfm._recompute.running_args``)."""
 
     def __init__(self, filt, view, steps: tuple):
-        self.filt, self.view = filt, view
-        self.steps = steps
-        self.sc = _Scratch()
-        self.redo = np.empty((3, 1 << 16), np.int64)
+        self.filt, self.view, self.steps = filt, view, steps
         self.walk = _walk_args(view)
-        w = filt.width
-        self.changed = np.empty(w, np.int64)
-        self.pre_f, self.pre_i = np.empty((w, 7)), np.empty((w, 4), np.int64)
+        self._local = threading.local()
 
-    def row(self, sums_row: np.ndarray, active: np.ndarray, above, pre, below):
-        """Row of ``sums_row`` (the sums of its ``width`` bins) from the post statistics of the
-        row above (``above``) and the pre statistics of this row and the one below: returns
-        (redo entries (n, 3), changed columns, counts, this row's post statistics, the changed
-        bins' running values for the recompute (doubles (k, 7), integers (k, 4)))."""
+    def band(self, S: np.ndarray, active: np.ndarray, k0: int, k1: int, keep: int,
+             has_below: bool, above, y_base: int) -> dict | None:
+        """Rows ``k0 .. k1 - 1`` of ``S`` (the sums of rows ``y_base ..`` of the grid, as
+        :data:`SUM_DTYPE` records (rows, width)) from ``above`` (row k0 - 1's post statistics,
+        a ``filters._area._Stats``), the rows before ``keep`` a halo: their outputs are not
+        kept (:func:`_k_filter_rows`). Returns the redo entries (n, 3), the changed bins and
+        their running values, the counts (examined, bad, cut, bins filtered, sparse, no
+        spread, redo entries, changed bins, bins walked), ``post`` (row k1 - 1's),
+        ``guess`` (row keep - 1's when a halo ran) and ``row_end`` (where each kept row's redo
+        entries end); None when a chain is broken."""
         from .filters._area import _CUT, _POST_SKIP, _SKIP, _Stats
 
         filt = self.filt
         w = filt.width
-        sf = sums_row.view(np.float64).reshape(w, len(SUM_DTYPE.names))
-        si = sums_row.view(np.int64).reshape(w, len(SUM_DTYPE.names))
-        n_all = si[:, 7]
+        nf = len(SUM_DTYPE.names)
+        sf = S.view(np.float64).reshape(S.shape[0], w, nf)
+        si = S.view(np.int64).reshape(S.shape[0], w, nf)
+        loc = self._local
+        if not hasattr(loc, "sc"):
+            loc.sc, loc.cap = _Scratch(), 1 << 14
+        if getattr(loc, "w", None) != w:
+            loc.w, loc.rows_b, loc.rows_f = w, np.empty((4, w), np.bool_), np.empty((8, w))
+            loc.c_data, loc.c_f = np.empty(9, np.bool_), np.empty((2, 9))
+        need = int(si[k0:k1, :, 7].max(initial=0))
+        if need > loc.sc.n:
+            loc.sc.grow(need)
         post = _Stats(np.empty(w, np.bool_), np.empty(w), np.empty(w))
-        need = int(n_all.max(initial=0))
-        if need > self.sc.n:
-            self.sc.grow(need)
-        total = int(n_all.sum())
-        if total > self.redo.shape[1]:
-            self.redo = np.empty((3, total), np.int64)
-        counts = np.zeros(9, np.int64)
-        sc = self.sc
-        r = _kernel("filter_row")(
-            sf, si, active, above.data, above.avg, above.std, pre.data, pre.avg, pre.std, below.data, below.avg,
-            below.std, filt._dxs, filt.cellstd, filt.max_slope, filt._null, filt.deep_only,
-            filt.exact_raster, filt.min_cells, _SKIP, _POST_SKIP, _CUT, *self.walk, sc.zb,
-            sc.vb, sc.ob, sc.sb, sc.cutb, self.redo[0], self.redo[1], self.redo[2],
-            self.changed, post.data, post.avg, post.std, counts, *self.steps, self.pre_f,
-            self.pre_i)
-        if r != _OK:
-            return None
-        k = int(counts[6])
-        redo = np.ascontiguousarray(self.redo[:, :k].T)
-        k = int(counts[7])
-        return (redo, self.changed[:k].copy(), counts, post,
-                (self.pre_f[:k].copy(), self.pre_i[:k].copy()))
+        guess = _Stats(np.empty(w, np.bool_), np.empty(w), np.empty(w))
+        while True:
+            cap, sc = loc.cap, loc.sc
+            redo, changed = np.empty((3, cap), np.int64), np.empty(cap, np.int64)
+            pre_f, pre_i = np.empty((cap, 7)), np.empty((cap, 4), np.int64)
+            counts = np.zeros(9, np.int64)
+            row_end = np.zeros(max(0, k1 - keep), np.int64)
+            r = _kernel("filter_rows")(
+                sf, si, active, k0, k1, keep, bool(has_below), above.data, above.avg,
+                above.std, filt._dxs, filt.cellstd, filt.max_slope, filt._null,
+                filt.deep_only, filt.exact_raster, filt.min_cells, _SKIP, _POST_SKIP, _CUT,
+                *self.walk, sc.zb, sc.vb, sc.ob, sc.sb, sc.cutb, redo[0], redo[1], redo[2],
+                changed, counts, *self.steps, pre_f, pre_i, y_base, guess.data, guess.avg,
+                guess.std, post.data, post.avg, post.std, row_end, loc.rows_b, loc.rows_f,
+                loc.c_data, loc.c_f)
+            if r == _OK:
+                break
+            if r != _SCRATCH:
+                return None
+            loc.cap = cap * 2       # more cuts in the band than room for them: again
+        n, m = int(counts[6]), int(counts[7])
+        return {"redo": np.ascontiguousarray(redo[:, :n].T), "row_end": row_end,
+                "changed": changed[:m].copy(),
+                "running": (pre_f[:m].copy(), pre_i[:m].copy()), "counts": counts,
+                "post": post, "guess": guess if keep > k0 else None,
+                "soundings": int(si[k0:k1, :, 7].sum())}
 
 
 def pre_stats(sums_row: np.ndarray):

@@ -14,7 +14,7 @@ import functools
 import os
 import sys
 
-__all__ = ["pwrite_all", "punch_hole", "WRITE_CHUNK"]
+__all__ = ["pwrite_all", "punch_hole", "close_map", "WRITE_CHUNK"]
 
 WRITE_CHUNK = 4 << 20            # bytes per os.pwrite
 
@@ -39,6 +39,17 @@ def pwrite_all(fd: int, data, offset: int) -> None:
 
 
 _FALLOC_PUNCH = 0x02 | 0x01      # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE (linux/falloc.h)
+
+
+def close_map(mm) -> None:
+    """Close the ``mmap`` ``mm`` (None: nothing to do); while a numpy view of it is still
+    alive, the map stays until the view goes (closing it would raise)."""
+    if mm is None:
+        return
+    try:
+        mm.close()
+    except BufferError:
+        pass
 
 
 def punch_hole(fd: int, offset: int, length: int) -> bool:

@@ -104,16 +104,22 @@ def run_area_filter(f, touched_bins: np.ndarray, cfg, redo_path,
 
 
 def run_area_filter_sums(f, touched_bins: np.ndarray, cfg, redo_path, sums,
-                         changed: list | None = None,
-                         running: list | None = None) -> tuple[dict, dict, int] | None:
+                         changed: list | None = None, running: list | None = None,
+                         threads: int | None = None) -> tuple[dict, dict, int] | None:
     """:func:`run_area_filter` from the per-bin sums the load's tiles took
-    (``pfm._area_sums``): the rows in order on this thread, a chain walked only for a bin
-    whose soundings reach its threshold. The same redo file and summary, byte for byte, and
-    how many bins it walked; None when a chain is broken (the caller then runs
-    :func:`run_area_filter`, which reports it). ``changed`` gets the bins with a cut, a row
-    at a time, and ``running`` their recompute's running values (``pfm.running_args``)."""
+    (``pfm._area_sums``), a chain walked only for a bin whose soundings reach its threshold.
+    The same redo file and summary, byte for byte, and how many bins it walked; None when a
+    chain is broken (the caller then runs :func:`run_area_filter`, which reports it).
+    ``changed`` gets the bins with a cut, a band at a time, and ``running`` their recompute's
+    running values (``pfm.running_args``).
+
+    The rows go by bands (:func:`_sum_bands`) on ``threads`` threads, each band from a guess
+    run ``AREA_HALO_ROWS`` rows early and checked against the band before, as
+    :func:`run_area_filter` (docs/filters.md, "Bands"); the bands read the sums in place
+    (``AreaSums.map``), and the rows a band and the next no longer need are freed on a
+    thread of their own (``AreaSums.free``)."""
     from .filters import AreaFilterSummary
-    from ._area_rows import RowFilter, pre_stats
+    from ._area_rows import RowBands
 
     g = f.grid
     w, h = g.width, g.height
@@ -121,65 +127,113 @@ def run_area_filter_sums(f, touched_bins: np.ndarray, cfg, redo_path, sums,
     filt = _make_filter(g, cfg)
     needed = _needed_rows(touched)
     summary = AreaFilterSummary(rows=int((~needed).sum()))
-    walked = 0
+    threads = max(1, int(threads or pfm.THREADS))
+    halo = AREA_HALO_ROWS if threads > 1 else None
     f._sync()
     view = NdxView(f)
     if not view.ok:
         view.close()
         return None
-    rf = RowFilter(filt, view, running_args(f))
+    rb = RowBands(filt, view, running_args(f))
+    mapped = [sums.map().reshape(h, w)]     # (let go in the end, before the file closes)
     none = filt.none_stats(w)
+    truth: dict = {"end": 0, "post": none}
+
+    def run(y0: int, y1: int, above) -> dict | None:
+        # rows y0 .. y1 - 1 from above (row y0 - 1's post), or from a guess ``halo`` rows
+        # early when above is None; the row below read for its pre statistics
+        start = y0
+        if above is None:
+            while start > 0 and start > y0 - halo and needed[start - 1]:
+                start -= 1
+        seed = above is None and start > 0 and needed[start - 1]
+        r0 = start - 1 if seed else start
+        r1 = y1 + 1 if y1 < h and needed[y1] else y1
+        block = mapped[0][r0:r1]
+        if above is None:
+            above = _pre_of(block[0]) if seed else none
+        got = rb.band(block, touched[r0:r1], start - r0, y1 - r0, y0 - r0, r1 > y1, above, r0)
+        if got is not None and got["guess"] is None:
+            got["guess"] = above
+        return got
+
+    def work(band):
+        y0, y1 = band
+        if not (y0 > 0 and needed[y0 - 1]):
+            return run(y0, y1, none)           # the top of a run of rows: no data above
+        # one thread: the bands in order, each from the true state the band before left
+        return run(y0, y1, truth["post"] if halo is None else None)
+
     redo = _RedoFile(redo_path)
-    block = max(2, _SUM_ROWS_BYTES // max(1, w * sums.record_bytes))
-    cache = {"first": 0, "rows": None, "next": None}
-    ahead = ThreadPoolExecutor(1, thread_name_prefix="pfm-sums")
-
-    def read(y: int):
-        n = min(block, h - y)
-        return y, sums.read(y * w, n * w, once=True).reshape(n, w)
-
-    def sums_row(y: int):
-        # blocks of rows, the next one read on a thread of its own meanwhile; rows come in
-        # increasing order and each block's bytes are freed once read, so a block read
-        # ahead that ends before y is not needed, and one that holds y is the only copy
-        first = cache["first"]
-        if cache["rows"] is None or not first <= y < first + cache["rows"].shape[0]:
-            got = cache["next"].result() if cache["next"] is not None else None
-            if got is None or not got[0] <= y < got[0] + got[1].shape[0]:
-                got = read(y)
-            cache["first"], cache["rows"] = got
-            end = got[0] + got[1].shape[0]
-            cache["next"] = ahead.submit(read, end) if end < h else None
-        return cache["rows"][y - cache["first"]]
-
+    freeing = ThreadPoolExecutor(1, thread_name_prefix="pfm-sums")
+    freed = 0
+    walked = 0
+    bands = pfm.ordered_imap(work, _sum_bands(needed, w), threads, name="pfm-area")
     try:
-        above = none
-        for y in range(h):
-            if not needed[y]:
-                above = none
-                continue
-            row = sums_row(y)
-            pre = pre_stats(row)
-            below = pre_stats(sums_row(y + 1)) if y + 1 < h else none
-            got = rf.row(row, touched[y], above, pre, below)
-            if got is None:
+        for band, out in zip(_sum_bands(needed, w), bands):
+            y0, y1 = band
+            if out is None:
                 return None
-            rec, cols, counts, above, run = got
-            summary.count_row(counts)
+            true_above = truth["post"] if y0 > 0 and needed[y0 - 1] else none
+            if not out["guess"].same(true_above):
+                # the guess did not meet the true state in time: the band again, from it
+                out = run(y0, y1, true_above)
+                if out is None:
+                    return None
+            counts = out["counts"]
+            summary.count_row(counts, rows=y1 - y0)
             walked += int(counts[8])
-            if cols.size and changed is not None:
-                changed.append(y * w + cols)
+            if out["changed"].size and changed is not None:
+                changed.append(out["changed"])
                 if running is not None:
-                    running.append(run)
-            if rec.shape[0]:
-                redo.add(rec)
-            view.drop_pages(int(row["n_all"].sum()))
+                    running.append(out["running"])
+            if out["redo"].shape[0]:     # a row at a time (a crash point after each)
+                a = 0
+                for b in np.unique(out["row_end"]).tolist():
+                    if b > a:
+                        redo.add(out["redo"][a:b])
+                    a = b
+            truth["end"], truth["post"] = y1, out["post"]
+            view.drop_pages(out["soundings"])
+            # rows no band reads again: the next starts its halo and guess above its first
+            keep = max(freed, y1 - (AREA_HALO_ROWS + 1))
+            if keep > freed:
+                freeing.submit(sums.free, freed * w, (keep - freed) * w)
+                freed = keep
         redo.sync()
     finally:
-        ahead.shutdown(wait=True)
+        bands.close()
+        freeing.shutdown(wait=True)
         redo.close()
+        mapped.clear()
         view.close()
     return _report(summary), redo.record(), walked
+
+
+def _pre_of(row: np.ndarray):
+    """A row's pre-filter statistics from its sums (the guess a band starts from)."""
+    from ._area_rows import pre_stats
+
+    return pre_stats(row)
+
+
+def _sum_bands(needed: np.ndarray, width: int):
+    """Bands ``(row0, row1)`` of consecutive needed rows, :data:`_SUM_ROWS_BYTES` of sums
+    each at most (one row at least)."""
+    from .pfm._area_sums import SUM_DTYPE
+
+    rows = max(1, _SUM_ROWS_BYTES // max(1, width * SUM_DTYPE.itemsize))
+    h = needed.size
+    y = 0
+    while y < h:
+        if not needed[y]:
+            y += 1
+            continue
+        y1 = y
+        while y1 < h and needed[y1] and y1 - y < rows:
+            y1 += 1
+        yield y, y1
+        y = y1
 
 
 class _RedoFile(J.Int64Log):
@@ -208,7 +262,8 @@ def _report(summary) -> dict:
     return json.loads(json.dumps(out, default=_plain))
 
 
-#: bytes of sums read at once (rows of the grid) by :func:`run_area_filter_sums`
+#: bytes of sums a band of :func:`run_area_filter_sums` filters (rows of the grid): on the
+#: 74-file survey 52 rows, two of which a band runs before its own from a guess
 _SUM_ROWS_BYTES = 16 << 20
 
 

@@ -620,7 +620,7 @@ class PfmWriter(WriterJournal):
                         changed, running = [], []
                         got = run_area_filter_sums(self.pfm, self.touched, self.cfg,
                                                    self._jp["redo"], tiles.sums, changed=changed,
-                                                   running=running)
+                                                   running=running, threads=self.threads)
                         if got is not None:
                             got, self.timings["area_walked"] = got[:2], got[2]
                 self._drop_sums(beside=True)

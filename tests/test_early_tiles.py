@@ -350,12 +350,15 @@ def test_scattered_bins_are_recomputed_in_small_bands(lines, tmp_path, monkeypat
         f.close()
 
 
-def test_the_filter_from_sums_skips_rows_across_blocks(lines, tmp_path, monkeypatch):
-    """``run_area_filter_sums`` reads the sums by blocks of rows, the next ahead on a thread,
-    and frees each block's bytes once read: with blocks of 2 rows and rows it does not read
-    (no bin to filter in them or next to them) inside and across blocks, its redo file and
-    summary are the plain pass's."""
-    from pfm_dask import _writer_area
+@pytest.mark.parametrize("threads,halo", [(1, 2), (2, 2), (2, 0), (3, 1)])
+def test_the_filter_from_sums_skips_rows_across_blocks(lines, tmp_path, monkeypatch, threads,
+                                                       halo):
+    """``run_area_filter_sums`` filters bands of rows on threads, each from a guess a halo of
+    rows early, checked against the band before (run again from the truth when they differ:
+    with no halo, every band after a row with a cut), and frees the rows' sums as bands are
+    done: with bands of one row and rows it does not read (no bin to filter in them or next
+    to them), its redo file and summary are the plain pass's."""
+    from pfm_dask import _area_rows, _writer_area
     from pfm_dask.filters._area import _POST_SKIP, _SKIP
     from pfm_dask.pfm._area_sums import AreaSums
 
@@ -380,14 +383,30 @@ def test_the_filter_from_sums_skips_rows_across_blocks(lines, tmp_path, monkeypa
         rows[5:12] = False
         rows[21:25] = False
         rows[40:45] = False
-        monkeypatch.setattr(_writer_area, "_SUM_ROWS_BYTES", 1)     # blocks of 2 rows
+        monkeypatch.setattr(_writer_area, "_SUM_ROWS_BYTES", 1)     # bands of 1 row
+        monkeypatch.setattr(_writer_area, "AREA_HALO_ROWS", halo)
+        calls = []
+        real = _area_rows.RowBands.band
+
+        def band(self, *a):
+            calls.append(1)
+            return real(self, *a)
+
+        monkeypatch.setattr(_area_rows.RowBands, "band", band)
         got = _writer_area.run_area_filter_sums(f, rows.reshape(-1), cfg, tmp_path / "a.redo",
-                                                sums)
+                                                sums, threads=threads)
+        n_bands = len(list(_writer_area._sum_bands(_writer_area._needed_rows(rows), f.width)))
         want = _writer_area.run_area_filter(f, rows.reshape(-1), cfg, tmp_path / "b.redo", 1)
         sums.close()
     finally:
         f.close()
     assert got is not None and got[2] > 0
+    # bands run again from the true state: only when they ran from a guess, and always when
+    # that guess was the pre-filter statistics of a row with a cut
+    if threads == 1:
+        assert len(calls) == n_bands
+    if halo == 0 and threads > 1:
+        assert len(calls) > n_bands + 5
     assert got[0] == want[0] and got[0]["cut"] > 100
     assert {k: v for k, v in got[1].items()} == want[1]
     assert (tmp_path / "a.redo").read_bytes() == (tmp_path / "b.redo").read_bytes()

@@ -109,8 +109,9 @@ class AreaFilterSummary:
         for k, v in asdict(other).items():
             setattr(self, k, getattr(self, k) + v)
 
-    def count_row(self, counts) -> None:
-        """Add a row's kernel counts: examined, bad, cut, bins filtered, sparse, no spread."""
+    def count_row(self, counts, rows: int = 1) -> None:
+        """Add a row's kernel counts (or ``rows`` rows'): examined, bad, cut, bins filtered,
+        sparse, no spread."""
         examined, bad, n_cut, filtered, sparse, no_spread = (int(c) for c in counts[:6])
         self.total += examined
         self.good += examined - bad
@@ -119,7 +120,7 @@ class AreaFilterSummary:
         self.bins_filtered += filtered
         self.bins_sparse += sparse
         self.bins_no_spread += no_spread
-        self.rows += 1
+        self.rows += rows
 
 
 class _Stats:

@@ -28,6 +28,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
+from .._fileio import close_map
 from ..errors import GsfError
 from ._decode import (NeedHistory, PingDirectory, ScaleState, decode_pings, walk_ping,
                       walk_pings)
@@ -195,12 +196,8 @@ class GsfFile:
         self._closed = True
         self._u8 = np.zeros(0, dtype=np.uint8)
         self._buf = b""
-        if self._mm is not None:
-            try:
-                self._mm.close()
-            except BufferError:  # pragma: no cover - a view still alive; GC closes it
-                pass
-            self._mm = None
+        close_map(self._mm)
+        self._mm = None
 
     def _drop_pages(self, lo: int, hi: int) -> bool:
         """Unmap this process's pages of bytes ``[lo, hi)`` of the file (both on page bounds;

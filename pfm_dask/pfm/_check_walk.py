@@ -13,6 +13,7 @@ import tempfile
 
 import numpy as np
 
+from .._fileio import close_map
 from ._bitpack import unpack_records
 from ._check_parts import _Layout
 from ._problems import _MAX_PER_KIND, _Problems, _bin_where
@@ -85,11 +86,7 @@ class _Bitmap:
         self.bits = np.zeros(0, dtype=np.uint8)
         mm, self._mm = self._mm, None
         f, self._file = self._file, None
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:  # a view is still alive: the mapping goes with it
-                pass
+        close_map(mm)
         if f is not None:
             f.close()
 
@@ -146,11 +143,7 @@ class _Walker:
         self.recs = np.zeros((0, self.lay.phys), dtype=np.uint8)
         self.words = None
         self.visited.close()
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:  # a view is still alive: the mapping goes with it
-                pass
+        close_map(mm)
 
     def _pointers(self, idx: np.ndarray) -> np.ndarray:
         """Continuation pointers of physical records ``idx`` (only their bytes are read)."""

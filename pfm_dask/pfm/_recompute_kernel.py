@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from .. import validity as V
+from .._fileio import close_map
 from .._numeric import CompiledKernels
 
 __all__ = ["NdxView", "BAND_FIELDS", "recompute_records", "step_args", "band_soundings",
@@ -577,11 +578,7 @@ class NdxView:
     def close(self) -> None:
         mm, self._mm = self._mm, None
         self.buf = np.zeros(0, dtype=np.uint8)
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:  # a view is still alive: the mapping goes with it
-                pass
+        close_map(mm)
 
 
 def step_args(null32, class_type: int, user_flags: tuple, keep_mask: int = 0) -> tuple:
