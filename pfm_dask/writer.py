@@ -63,8 +63,6 @@ from .pieces import COUNT_KEYS, Piece, PreparedPiece
 __all__ = ["PfmWriter"]
 
 
-
-
 @dataclass
 class _Skipped:
     """A piece that failed for good: its error is recorded when its turn comes."""
@@ -577,7 +575,7 @@ class PfmWriter(WriterJournal):
             raise LoadError(f"finish() called with {self.n_pieces - self._next} pieces "
                             "not yet written", path=self.path)
         if self._tiles is not None:
-            self._tiles.close()       # what its thread was handed is done: nothing writes beside
+            self._tiles.close(hurry=True)      # nothing writes beside; the final step does the rest
         self._merge_bufs = [{}, {}]    # the groups are written: their buffers are not needed
         self._merge_scratch = {}
         if self._merge_pool is not None:

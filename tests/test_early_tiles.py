@@ -412,26 +412,29 @@ def test_the_filter_from_sums_skips_rows_across_blocks(lines, tmp_path, monkeypa
     assert (tmp_path / "a.redo").read_bytes() == (tmp_path / "b.redo").read_bytes()
 
 
-def test_punch_hole_frees_bytes_that_then_read_as_zeros(tmp_path):
-    """The filter frees its sums as it reads them (``_fileio.punch_hole``); where the file
-    system cannot, nothing changes and it says so."""
-    import os
+def test_sums_freed_by_a_band_still_read_the_same(tmp_path):
+    """A band lets the map's pages of rows no band reads again go (``AreaSums.free``); the
+    file keeps them (a band redone from the true state, or the chain-reading filter after a
+    broken chain, reads them again), partial pages at the ends included."""
+    from pfm_dask.pfm._area_sums import SUM_DTYPE, AreaSums
 
-    from pfm_dask._fileio import punch_hole, pwrite_all
-
-    path = tmp_path / "scratch.bin"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    n = 5000
+    sums = AreaSums(tmp_path / "sums.bin", n)
     try:
-        pwrite_all(fd, b"\x07" * (64 << 10), 0)
-        done = punch_hole(fd, 16 << 10, 32 << 10)
-        data = os.pread(fd, 64 << 10, 0)
+        want = np.zeros(n, SUM_DTYPE)
+        want["avg"] = np.arange(n) * 0.5
+        want["n_all"] = np.arange(n) % 7
+        sums.write(np.arange(100, n), want[100:])
+        want[:100] = 0                      # never written: a hole, read as zeros
+        table = sums.map()
+        assert np.array_equal(table, want)
+        sums.free(3, 4000)
+        sums.free(0, 0)
+        assert np.array_equal(table, want)
+        del table
     finally:
-        os.close(fd)
-    assert len(data) == 64 << 10          # the size is kept
-    if done:
-        assert data == b"\x07" * (16 << 10) + bytes(32 << 10) + b"\x07" * (16 << 10)
-    else:
-        assert data == b"\x07" * (64 << 10)
+        sums.close()
+    assert not (tmp_path / "sums.bin").exists()
 
 
 def test_a_recompute_from_running_values_is_the_walks(lines, tmp_path, monkeypatch):

@@ -125,6 +125,7 @@ class TileRecompute:
         self.cpu = 0.0            # and its CPU time
         self.lock = threading.Lock()
         self._walk_begun = False
+        self._hurry = False
         self._q: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
         #: called by the thread after each write of tiles, under the lock (the crash tests'
@@ -214,9 +215,12 @@ class TileRecompute:
         """Whether any tile was recomputed before the final step."""
         return self.tiles_early > 0
 
-    def close(self) -> None:
-        """Stop the thread once it has done what it was handed."""
+    def close(self, hurry: bool = False) -> None:
+        """Stop the thread once it has done what it was handed; ``hurry``: once it has
+        written the rectangle it is on (the final step recomputes the rest on all its
+        threads: the last groups' tiles, handed late, were left to one thread)."""
         if self._thread is not None:
+            self._hurry = hurry
             self._q.put(None)
             self._thread.join()
             self._thread = None
@@ -224,7 +228,7 @@ class TileRecompute:
     def finish_rest(self) -> None:
         """Stop the thread and recompute every tile not done (before the area filter, which
         then has every bin's sums); :meth:`finish` then refreshes every bin it changed."""
-        self.close()
+        self.close(hurry=True)
         rest = np.flatnonzero(~self.done & (self.last >= 0))
         if rest.size:
             self._run(rest)
@@ -237,7 +241,7 @@ class TileRecompute:
         filter's cuts, ascending): recomputed again, and the extrema set right
         (:meth:`_refresh`); ``running``: their recompute's running values, when the filter
         summed them (``BandRecompute``'s ``pre``: then no chain is walked again)."""
-        self.close()
+        self.close(hurry=True)
         early = self.done.copy()
         self.finish_rest()
         extra = None
@@ -479,6 +483,8 @@ class TileRecompute:
             fd, layout = pfm_file._fd("bin"), pfm_file._bin_layout
             done = []       # (first tile, tiles, [(bins, new records, kernel results)])
             for t0, k in self._rects(tiles):
+                if self._hurry:
+                    break         # the final step has begun: it does the rest
                 if (self.gen[t0:t0 + k] != seen[t0:t0 + k]).any():
                     continue      # written since: a later group hands it over again
                 bands = []
