@@ -169,6 +169,38 @@ def test_a_failing_tiles_thread_leaves_the_bins_to_the_final_step(lines, tmp_pat
     assert_same_pfm(out, ref, tmp_path)
 
 
+def test_a_thread_behind_at_the_end_is_hurried(lines, tmp_path, monkeypatch):
+    """When the writer is done and the tiles' thread still has tiles it was handed, it stops
+    after the rectangle it is on and the final step recomputes the rest on its threads: the
+    bytes are those of the one recompute at the end."""
+    import threading
+    import time
+
+    ref = tmp_path / "ref.pfm"
+    _load(lines, ref, monkeypatch, early=False)
+    handed, late = [], []
+    run_beside, bands = _tiles.TileRecompute._run_beside, _tiles.TileRecompute._bands
+
+    def slow(self, tiles):
+        handed.append(tiles.size)
+        if len(handed) > 1 and not self._hurry:
+            time.sleep(0.3)      # behind the writer: the load ends while tiles wait
+        return run_beside(self, tiles)
+
+    def counted(self, *a, **k):
+        if self._hurry and threading.current_thread().name == "pfm-tiles":
+            late.append(1)       # a rectangle the thread began once hurried
+        return bands(self, *a, **k)
+
+    monkeypatch.setattr(_tiles.TileRecompute, "_run_beside", slow)
+    monkeypatch.setattr(_tiles.TileRecompute, "_bands", counted)
+    out = tmp_path / "out.pfm"
+    res = _load(lines, out, monkeypatch, early=True, tile=1)
+    assert res.check["sound"] and len(handed) > 2
+    assert res.timings["tiles_early"] > 0 and not late
+    assert_same_pfm(out, ref, tmp_path)
+
+
 def test_merged_candidates_are_the_raster_order_fold():
     """Bands found in any order, ties included, merge to the fold of every bin in order."""
     rng = np.random.default_rng(5)
