@@ -576,6 +576,7 @@ class PfmWriter(WriterJournal):
                             "not yet written", path=self.path)
         if self._tiles is not None:
             self._tiles.close(hurry=True)      # nothing writes beside; the final step does the rest
+            self._tiles.threads = self.threads or THREADS      # the final step's, from here on
         self._merge_bufs = [{}, {}]    # the groups are written: their buffers are not needed
         self._merge_scratch = {}
         if self._merge_pool is not None:
@@ -673,7 +674,6 @@ class PfmWriter(WriterJournal):
             if (tiles is not None and tiles.early and not crash_planned("recompute-write")
                     and (self._changed is not None or not self.cfg.area_filter)):
                 # most tiles were recomputed while loading: the rest, and their extrema
-                tiles.threads = self.threads or THREADS
                 extrema = tiles.finish(changed=self._changed, running=self._running)
                 self._walk = tiles.walk
                 self.timings.update(tiles=tiles.seconds, tiles_cpu=tiles.cpu,

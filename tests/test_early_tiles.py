@@ -201,6 +201,35 @@ def test_a_thread_behind_at_the_end_is_hurried(lines, tmp_path, monkeypatch):
     assert_same_pfm(out, ref, tmp_path)
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_final_step_recomputes_on_its_own_threads(lines, tmp_path, monkeypatch, threads):
+    """A --serial load writes on one thread and finishes on ``--final-threads``: the tiles
+    left at the end (before the area filter too) and the filter's bands run on those."""
+    from pfm_dask import _writer_area
+
+    seen = {"rest": [], "filter": []}
+    run, filt = _tiles.TileRecompute._run, _writer_area.run_area_filter_sums
+
+    def rest(self, tiles):
+        seen["rest"].append(self.threads)
+        return run(self, tiles)
+
+    def filter_sums(*a, **k):
+        seen["filter"].append(k.get("threads"))
+        return filt(*a, **k)
+
+    monkeypatch.setattr(_tiles.TileRecompute, "_run", rest)
+    monkeypatch.setattr("pfm_dask.writer.run_area_filter_sums", filter_sums)
+    monkeypatch.setenv("PFM_DASK_GROUP_BYTES", "1")
+    monkeypatch.setattr(_tiles, "TILE", 4)
+    cfg = LoadConfig(bin_size_m=25.0, area_filter=True, cellstd=1.0)
+    res = pipeline.run_load(lines, tmp_path / "out.pfm", cfg, mode="serial", workers=1,
+                            checkpoint_seconds=0, final_threads=threads)
+    assert res.exit_code == 0 and res.timings.get("tiles_early", 0) > 0
+    assert seen["rest"] and set(seen["rest"]) == {threads}
+    assert seen["filter"] == [threads]
+
+
 def test_merged_candidates_are_the_raster_order_fold():
     """Bands found in any order, ties included, merge to the fold of every bin in order."""
     rng = np.random.default_rng(5)
