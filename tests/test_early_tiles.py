@@ -374,7 +374,7 @@ def test_a_rectangles_best_found_again_from_its_records(lines, tmp_path, monkeyp
         bp = _recompute.BandRecompute(f, view)
         for t0 in slots.tolist():
             tr.cands.val[t0, keys] = np.nan
-            tr._best_again(t0, keys, bp)
+            tr._put_again(t0, keys, tr._best_again(t0, keys, bp))
         view.close()
         has = want_bin[:, keys] >= 0
         assert has.sum() > 100

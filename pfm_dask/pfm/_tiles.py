@@ -335,18 +335,29 @@ class TileRecompute:
                 again[np.flatnonzero(st)[beats], i] = True
                 # the others cannot be the best: their candidate for this key goes
                 self.cands.bin[slots[np.flatnonzero(st)[~beats]], i] = -1
-            redo = np.flatnonzero(again.any(axis=1))
-            for j in redo.tolist():
-                self._best_again(int(slots[j]), np.flatnonzero(again[j]), bp)
-            self.tiles_refreshed = int(redo.size)
+            redo = np.flatnonzero(again.any(axis=1)).tolist()
+            jobs = [(int(slots[j]), np.flatnonzero(again[j])) for j in redo]
+            for (t0, keys), found in zip(jobs, ordered_imap(
+                    lambda job: self._best_again(*job, bp), jobs, self.threads,
+                    name="pfm-tile")):
+                self._put_again(t0, keys, found)
+            self.tiles_refreshed = len(redo)
         finally:
             if view is not None:
                 view.close()
         return extra
 
-    def _best_again(self, t0: int, keys: np.ndarray, bp: BandRecompute) -> None:
-        """Find the best bin of rectangle ``t0`` again for ``keys`` (of :data:`KEYS`, among
-        :data:`FILTERED_KEYS`), from its bin records: a stored depth or std code is a
+    def _put_again(self, t0: int, keys: np.ndarray, found) -> None:
+        """Rectangle ``t0``'s candidates for ``keys`` from :meth:`_best_again`'s result."""
+        self.cands.bin[t0, keys] = -1
+        if found is not None:
+            self.cands.put(t0, [g if i in keys else None for i, g in enumerate(found)])
+
+    def _best_again(self, t0: int, keys: np.ndarray, bp: BandRecompute):
+        """The best bin of rectangle ``t0`` found again for ``keys`` (of :data:`KEYS`, among
+        :data:`FILTERED_KEYS`): the extrema candidates of the bins it recomputed (the caller
+        puts those of ``keys``), or None when no bin can be one; on any thread (it writes
+        nothing). From the rectangle's bin records: a stored depth or std code is a
         monotone function of the float value the extrema compare (a rounding of float32
         operations), so the best value is among the bins of the best code, which are
         recomputed (not written: the records hold those values already) to compare their
@@ -357,8 +368,7 @@ class TileRecompute:
         lay = pfm_file._bin_layout
         got = self._bands(t0, k, pfm_file._fd("bin"), lay, budget=1 << 62)
         if not got:
-            self.cands.bin[t0, keys] = -1
-            return
+            return None
         bins, raw = got[0][0], got[0][1]
         h = pfm_file.header
         f = record_fields(raw, lay, ["validity", "std", "min_filtered", "max_filtered", "max"])
@@ -378,16 +388,13 @@ class TileRecompute:
             else:
                 pick |= unsure
         sel = np.flatnonzero(pick)
-        self.cands.bin[t0, keys] = -1
         if sel.size == 0:
-            return
+            return None
         sb, sr = bins[sel], np.ascontiguousarray(raw[sel])
         done = bp.kernel(sb, sr) if bp.view is not None else None
         if done is not None:
-            found = bp.results(sb, done[1])[3]
-        else:
-            found = bp.general(pfm_file._decode_bins(sb, sr, fields=bp.rec_fields))[3]
-        self.cands.put(t0, [g if i in keys else None for i, g in enumerate(found)])
+            return bp.results(sb, done[1])[3]
+        return bp.general(pfm_file._decode_bins(sb, sr, fields=bp.rec_fields))[3]
 
     # ------------------------------------------------------------------- the work
     def _rects(self, tiles: np.ndarray):
