@@ -119,7 +119,7 @@ def run_area_filter_sums(f, touched_bins: np.ndarray, cfg, redo_path, sums,
     (``AreaSums.map``), and the rows a band and the next no longer need are freed on a
     thread of their own (``AreaSums.free``)."""
     from .filters import AreaFilterSummary
-    from ._area_rows import RowBands
+    from ._area_rows import RowBands, pre_stats
 
     g = f.grid
     w, h = g.width, g.height
@@ -137,7 +137,7 @@ def run_area_filter_sums(f, touched_bins: np.ndarray, cfg, redo_path, sums,
     rb = RowBands(filt, view, running_args(f))
     mapped = [sums.map().reshape(h, w)]     # (let go in the end, before the file closes)
     none = filt.none_stats(w)
-    truth: dict = {"end": 0, "post": none}
+    truth: dict = {"post": none}       # the post statistics of the last row filtered
 
     def run(y0: int, y1: int, above) -> dict | None:
         # rows y0 .. y1 - 1 from above (row y0 - 1's post), or from a guess ``halo`` rows
@@ -151,7 +151,7 @@ def run_area_filter_sums(f, touched_bins: np.ndarray, cfg, redo_path, sums,
         r1 = y1 + 1 if y1 < h and needed[y1] else y1
         block = mapped[0][r0:r1]
         if above is None:
-            above = _pre_of(block[0]) if seed else none
+            above = pre_stats(block[0]) if seed else none
         got = rb.band(block, touched[r0:r1], start - r0, y1 - r0, y0 - r0, r1 > y1, above, r0)
         if got is not None and got["guess"] is None:
             got["guess"] = above
@@ -193,8 +193,8 @@ def run_area_filter_sums(f, touched_bins: np.ndarray, cfg, redo_path, sums,
                     if b > a:
                         redo.add(out["redo"][a:b])
                     a = b
-            truth["end"], truth["post"] = y1, out["post"]
-            view.drop_pages(out["soundings"])
+            truth["post"] = out["post"]
+            view.drop_pages(out["walked_soundings"])
             # rows no band reads again: the next starts its halo and guess above its first
             keep = max(freed, y1 - (AREA_HALO_ROWS + 1))
             if keep > freed:
@@ -208,13 +208,6 @@ def run_area_filter_sums(f, touched_bins: np.ndarray, cfg, redo_path, sums,
         mapped.clear()
         view.close()
     return _report(summary), redo.record(), walked
-
-
-def _pre_of(row: np.ndarray):
-    """A row's pre-filter statistics from its sums (the guess a band starts from)."""
-    from ._area_rows import pre_stats
-
-    return pre_stats(row)
 
 
 def _sum_bands(needed: np.ndarray, width: int):
