@@ -79,6 +79,19 @@ def test_with_the_swath_filter_and_on_dask(lines, tmp_path, monkeypatch):
     assert_same_pfm(out, ref, tmp_path)
 
 
+def test_the_area_filter_from_sums_on_dask(lines, tmp_path, monkeypatch):
+    """On Dask, the writer's actor runs the filter's bands from the sums on its own threads
+    (a disk node with cores to spare for the tiles): the bytes of the plain final step."""
+    cfg = LoadConfig(bin_size_m=25.0, area_filter=True, cellstd=1.0)
+    ref = tmp_path / "ref.pfm"
+    _load(lines, ref, monkeypatch, early=False, cfg=cfg)
+    out = tmp_path / "out.pfm"
+    monkeypatch.setattr(_tiles, "usable_cores", lambda: 64)   # cores to spare for the tiles
+    res = _load(lines, out, monkeypatch, early=True, cfg=cfg, mode="local")
+    assert res.timings.get("tiles_early", 0) > 0 and res.timings["area_walked"] > 0
+    assert_same_pfm(out, ref, tmp_path)
+
+
 @pytest.mark.parametrize("name", ["EX1811", "EX1604"])
 def test_real_gsf_files(sample_by_name, tmp_path, monkeypatch, name):
     """An EM302 sample, its pieces written as groups of their own."""
