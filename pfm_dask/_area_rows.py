@@ -59,10 +59,11 @@ def _filter_row(sf, si, active, a_data, a_avg, a_std, p_data, p_avg, p_std, b_da
     counted and given its post statistics from the sums; the others have their chain walked
     and every sounding tested, as there. The redo entries of the cuts go to
     ``r_off``/``r_slot``/``r_val`` (record address, slot, new validity) in the order of the
-    row's soundings, the bins with a cut (``ybase`` + column) to ``changed``, and the recompute's running
-    values of their soundings once cut (``pfm._recompute_kernel._bin_steps``, with its
-    constants ``null64 .. inval``) to ``pre_f``/``pre_i``, a row each: the recompute of the
-    changed bins then walks no chain again. ``counts``: examined, bad, cut, bins filtered,
+    row's soundings, the bins with a cut (``ybase`` + column) to ``changed``, and the
+    recompute's running values of their soundings once cut
+    (``pfm._recompute_kernel._bin_steps``, with its constants ``null64 .. inval``) to
+    ``pre_f``/``pre_i``, a row each: the recompute of the changed bins then walks no chain
+    again. ``counts``: examined, bad, cut, bins filtered,
     sparse, no spread, redo entries, changed columns, bins walked and their soundings."""
     w = p_data.shape[0]
     nbytes = ndx.size
@@ -214,6 +215,10 @@ _kernel = CompiledKernels(globals(), _signatures, ("_filter_row",), prepare=_pre
                           refcounts=False)
 
 
+#: cuts (and changed bins) a band's arrays hold at first; doubled when a band has more
+FIRST_ROOM = 1 << 14
+
+
 class _Scratch:
     """A thread's arrays for the soundings of one bin (grown as needed)."""
 
@@ -264,7 +269,7 @@ class RowBands:
         si = S.view(np.int64).reshape(S.shape[0], w, nf)
         loc = self._local
         if not hasattr(loc, "sc"):
-            loc.sc, loc.cap = _Scratch(), 1 << 14
+            loc.sc, loc.cap = _Scratch(), FIRST_ROOM
         if getattr(loc, "w", None) != w:
             loc.w, loc.rows_b, loc.rows_f = w, np.empty((4, w), np.bool_), np.empty((8, w))
             loc.c_data, loc.c_f = np.empty(9, np.bool_), np.empty((2, 9))
@@ -291,7 +296,9 @@ class RowBands:
                 break
             if r != _SCRATCH:
                 return None
-            loc.cap = cap * 2       # more cuts in the band than room for them: again
+            # more cuts in the band than room for them (the scratch holds its largest bin
+            # already): again, with twice the room
+            loc.cap = cap * 2
         n, m = int(counts[6]), int(counts[7])
         return {"redo": np.ascontiguousarray(redo[:, :n].T), "row_end": row_end,
                 "changed": changed[:m].copy(),

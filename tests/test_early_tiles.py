@@ -424,9 +424,10 @@ def test_scattered_bins_are_recomputed_in_small_bands(lines, tmp_path, monkeypat
         f.close()
 
 
-@pytest.mark.parametrize("threads,halo", [(1, 2), (2, 2), (2, 0), (3, 1)])
+@pytest.mark.parametrize("threads,halo,room", [(1, 2, 1 << 14), (2, 2, 1 << 14),
+                                               (2, 0, 1 << 14), (3, 1, 2)])
 def test_the_filter_from_sums_skips_rows_across_blocks(lines, tmp_path, monkeypatch, threads,
-                                                       halo):
+                                                       halo, room):
     """``run_area_filter_sums`` filters bands of rows on threads, each from a guess a halo of
     rows early, checked against the band before (run again from the truth when they differ:
     with no halo, every band after a row with a cut), and frees the rows' sums as bands are
@@ -459,6 +460,7 @@ def test_the_filter_from_sums_skips_rows_across_blocks(lines, tmp_path, monkeypa
         rows[40:45] = False
         monkeypatch.setattr(_writer_area, "_SUM_ROWS_BYTES", 1)     # bands of 1 row
         monkeypatch.setattr(_writer_area, "AREA_HALO_ROWS", halo)
+        monkeypatch.setattr(_area_rows, "FIRST_ROOM", room)   # 2: bands with more cuts grow
         calls = []
         real = _area_rows.RowBands.band
 
