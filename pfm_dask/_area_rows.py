@@ -64,7 +64,7 @@ def _filter_row(sf, si, active, a_data, a_avg, a_std, p_data, p_avg, p_std, b_da
     (``pfm._recompute_kernel._bin_steps``, with its constants ``null64 .. inval``) to
     ``pre_f``/``pre_i``, a row each: the recompute of the changed bins then walks no chain
     again. ``counts``: examined, bad, cut, bins filtered,
-    sparse, no spread, redo entries, changed columns, bins walked and their soundings."""
+    sparse, no spread, redo entries, changed columns, bins walked."""
     w = p_data.shape[0]
     nbytes = ndx.size
     for x in range(w):
@@ -98,7 +98,6 @@ def _filter_row(sf, si, active, a_data, a_avg, a_std, p_data, p_avg, p_std, b_da
         if cnt > zb.size or counts[6] + cnt > r_off.size or counts[7] >= changed.size:
             return _SCRATCH
         counts[8] += 1
-        counts[9] += cnt
         if not _chain_into(ndx, nbytes, si[x, 6], cnt, rsize, L, slot_bits, d_off, d_nb,
                            v_off, v_nb, wstart, wshift, pmask, dscale, doff, zb, vb, ob, sb, 0):
             return _GAVE_UP
@@ -257,9 +256,10 @@ class RowBands:
         a ``filters._area._Stats``), the rows before ``keep`` a halo: their outputs are not
         kept (:func:`_k_filter_rows`). Returns the redo entries (n, 3), the changed bins and
         their running values, the counts (examined, bad, cut, bins filtered, sparse, no
-        spread, redo entries, changed bins, bins walked and their soundings), ``post`` (row
-        k1 - 1's), ``guess`` (row keep - 1's when a halo ran) and ``row_end`` (where each kept
-        row's redo entries end); None when a chain is broken."""
+        spread, redo entries, changed bins, bins walked), ``post`` (row k1 - 1's), ``guess``
+        (row keep - 1's when a halo ran), ``row_end`` (where each kept row's redo entries end)
+        and ``soundings`` (the band's, all of them: what the ``.ndx`` map's pages are let go
+        by); None when a chain is broken."""
         from .filters._area import _CUT, _POST_SKIP, _SKIP, _Stats
 
         filt = self.filt
@@ -282,7 +282,7 @@ class RowBands:
             cap, sc = loc.cap, loc.sc
             redo, changed = np.empty((3, cap), np.int64), np.empty(cap, np.int64)
             pre_f, pre_i = np.empty((cap, 7)), np.empty((cap, 4), np.int64)
-            counts = np.zeros(10, np.int64)
+            counts = np.zeros(9, np.int64)
             row_end = np.zeros(max(0, k1 - keep), np.int64)
             r = _kernel("filter_rows")(
                 sf, si, active, k0, k1, keep, bool(has_below), above.data, above.avg,
@@ -304,7 +304,7 @@ class RowBands:
                 "changed": changed[:m].copy(),
                 "running": (pre_f[:m].copy(), pre_i[:m].copy()), "counts": counts,
                 "post": post, "guess": guess if keep > k0 else None,
-                "walked_soundings": int(counts[9])}
+                "soundings": int(si[k0:k1, :, 7].sum())}
 
 
 def pre_stats(sums_row: np.ndarray):
