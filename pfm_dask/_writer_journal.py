@@ -3,9 +3,10 @@
 :class:`WriterJournal` is mixed into :class:`~pfm_dask.writer.PfmWriter`: it starts the
 journal of a new load (lock, ``load.json``, undo and touched logs), publishes checkpoints
 (flush and fsync the parts, write ``journal.json``, start a new undo interval) and, on
-resume, rolls the PFM back to the last checkpoint and restores the writer's state from it.
-The files and their format are :mod:`pfm_dask.journal`'s; docs/reliability.md tells the
-whole story.
+resume, rolls the PFM back to the last checkpoint and restores the writer's state from it;
+at the end it closes the PFM durably, which the writer runs beside its check (:class:`Beside`:
+a job on a thread of its own). The files and their format are :mod:`pfm_dask.journal`'s;
+docs/reliability.md tells the whole story.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ._faults import crash_point
 from .errors import LoadError
 from .lines import LineTracker
 
-__all__ = ["WriterJournal"]
+__all__ = ["WriterJournal", "Beside"]
 
 
 class WriterJournal:
@@ -307,3 +308,33 @@ class WriterJournal:
                 "undo_fsync_behind_seconds": (self._undo.fsync_seconds_behind
                                               if self._undo is not None else 0.0),
                 "undo_bytes": self._undo.bytes_saved if self._undo is not None else 0}
+
+    def _close_durable(self) -> None:
+        """Close the PFM, fsyncing every part (and the touched-bins log) with the journal on."""
+        t_close = time.perf_counter()
+        self.pfm.close(durable=self._journal_on)  # fsyncs every part
+        if self._journal_on:
+            self._touched_log.sync()
+            self._dirty = False         # every part is durable now
+            self.timings["journal_checkpoint"] += time.perf_counter() - t_close
+
+
+class Beside:
+    """``fn()`` on a thread of its own; :meth:`join` waits for it and raises what it raised."""
+
+    def __init__(self, fn):
+        self._error: BaseException | None = None
+
+        def run():
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - raised again by join()
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="pfm-sync", daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error

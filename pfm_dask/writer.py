@@ -47,7 +47,7 @@ from ._writer_area import apply_redo, run_area_filter, run_area_filter_sums
 from .filters._area import _POST_SKIP as AREA_POST_SKIP, _SKIP as AREA_SKIP
 from .pfm._area_sums import AreaSums
 from .pfm._chains import ChainWalk
-from ._writer_journal import WriterJournal
+from ._writer_journal import Beside, WriterJournal
 from .heap import release_code_pages, release_free_heap
 from .bins import BinGrid
 from .config import LoadConfig
@@ -146,7 +146,7 @@ class PfmWriter(WriterJournal):
         self._tiles: _tiles.TileRecompute | None = None   # bins recomputed while loading
         self._changed: np.ndarray | None = None   # bins the area filter changed (the tiles')
         self._running: tuple | None = None        # and their recompute's running values
-        self._sums_gone: _Beside | None = None     # the filter's sums being removed
+        self._sums_gone: Beside | None = None     # the filter's sums being removed
         self._check_only = None   # the bins the final check reads, when the load wrote few
         self._result: dict | None = None
         self._finished: dict | None = None   # what finish() returned (a repeated call gets it)
@@ -695,7 +695,7 @@ class PfmWriter(WriterJournal):
         # recompute rewrote the .bin) run beside the check. The journal says "recompute" (a
         # short load: "loading") until then, so a crash in the check reruns the recompute
         # too (the load, for a short one): both are idempotent.
-        syncing = _Beside(self._close_durable)
+        syncing = Beside(self._close_durable)
         self.phase = "check"
         t0 = time.perf_counter()
         try:
@@ -738,18 +738,9 @@ class PfmWriter(WriterJournal):
         if self._tiles is not None and self._tiles.sums is not None:
             sums, self._tiles.sums = self._tiles.sums, None
             if beside:
-                self._sums_gone = _Beside(lambda: sums.close(remove=True))
+                self._sums_gone = Beside(lambda: sums.close(remove=True))
             else:
                 sums.close(remove=True)
-
-    def _close_durable(self) -> None:
-        """Close the PFM, fsyncing every part (and the touched-bins log) with the journal on."""
-        t_close = time.perf_counter()
-        self.pfm.close(durable=self._journal_on)  # fsyncs every part
-        if self._journal_on:
-            self._touched_log.sync()
-            self._dirty = False         # every part is durable now
-            self.timings["journal_checkpoint"] += time.perf_counter() - t_close
 
     def _crash_in_recompute(self) -> None:
         """Test hook: SIGKILL after the N-th batch of bin records the recompute writes."""
@@ -781,24 +772,3 @@ class PfmWriter(WriterJournal):
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass
         self._close_journal()
-
-
-class _Beside:
-    """``fn()`` on a thread of its own; :meth:`join` waits for it and raises what it raised."""
-
-    def __init__(self, fn):
-        self._error: BaseException | None = None
-
-        def run():
-            try:
-                fn()
-            except BaseException as exc:  # noqa: BLE001 - raised again by join()
-                self._error = exc
-
-        self._thread = threading.Thread(target=run, name="pfm-sync", daemon=True)
-        self._thread.start()
-
-    def join(self) -> None:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error

@@ -387,7 +387,7 @@ CRASHES = [
     ("area-filter-row:3", []),
     ("area-filter-apply", []),
     ("recompute-write", []),
-    # killed in the final check while its parts are fsynced beside it (writer._Beside): the
+    # killed in the final check while its parts are fsynced beside it (_writer_journal.Beside): the
     # journal still says "recompute", and the resume recomputes and checks again
     ("final-check", ["--checkpoint-seconds", "0"]),
     ("checkpoint-complete", []),
@@ -428,7 +428,7 @@ def test_killed_load_resumes_to_the_uninterrupted_result(rsurvey, request, tmp_p
 def test_a_short_load_killed_in_its_check_resumes_to_the_uninterrupted_result(rsurvey,
                                                                               tmp_path):
     """A short new load (no area filter) takes no phase checkpoints after its first and
-    fsyncs its parts beside its final check (writer._Beside): killed in the check, the
+    fsyncs its parts beside its final check (_writer_journal.Beside): killed in the check, the
     journal still says ``loading`` and a resume loads it again to the same bytes."""
     opts = ["--bin-size", "25", "--serial", "-q"]
     ref = tmp_path / "ref.pfm"
@@ -553,7 +553,7 @@ def test_resume_refuses_a_damaged_area_filter_redo_file(rsurvey, tmp_path):
 
 def test_a_long_load_fsyncs_its_parts_beside_its_final_check(rsurvey, tmp_path, monkeypatch):
     """Every load, short or long, makes its parts durable (the recompute rewrote the .bin) on
-    a thread of its own while its final check reads them (writer._Beside); the journal
+    a thread of its own while its final check reads them (_writer_journal.Beside); the journal
     says "complete" only once both are done (a new load without the area filter: "loading"
     meanwhile; with it, "filtered", or "area-filter" while "filtered" is still being made
     durable beside the recompute)."""
