@@ -114,9 +114,12 @@ def replay(rec: dict, files: list[str], cfg, out: Path, threads: int, keep: bool
     (the PFM at ``out`` is removed after, unless ``keep``)."""
     from pfm_dask.writer import PfmWriter
 
+    from .disk import reported_kib
+
     remove_pfm(out)
     w = PfmWriter(out, rec["grid"], cfg, files, len(rec["pieces"]),
                   journal=_static(files, cfg, rec["pieces"]), threads=threads)
+    k0, c0 = reported_kib(), os.times()
     t0 = time.perf_counter()
     try:
         w.start()
@@ -124,6 +127,7 @@ def replay(rec: dict, files: list[str], cfg, out: Path, threads: int, keep: bool
             w.put(p)
         w.wait_written()
         t1 = time.perf_counter()
+        k1, c1 = reported_kib(), os.times()
         res = w.finish()
     except BaseException:
         w.abort()
@@ -143,7 +147,11 @@ def replay(rec: dict, files: list[str], cfg, out: Path, threads: int, keep: bool
          # tiles recomputed beside the writer during the replay (pfm/_tiles.py)
          "tiles_s": tm.get("tiles", 0.0), "tiles_cpu_s": tm.get("tiles_cpu", 0.0),
          "tiles_early": int(tm.get("tiles_early", 0)),
-         "soundings_written": res["soundings_written"]}
+         "soundings_written": res["soundings_written"],
+         # the process's CPU while writing, and the free memory the VM gave its host meanwhile
+         # (its pages are slow to use again: docs/performance.md, "Fresh pages on this VM")
+         "replay_user_s": c1.user - c0.user, "replay_system_s": c1.system - c0.system,
+         "reported_mib_during_replay": None if k0 is None or k1 is None else (k1 - k0) / 1024}
     r["writer_busy_mb_per_s"] = pfm_bytes / 1e6 / r["writer_busy_s"] if r["writer_busy_s"] else None
     r["replay_mb_per_s"] = pfm_bytes / 1e6 / r["replay_s"] if r["replay_s"] else None
     if not keep:
@@ -279,12 +287,15 @@ def main(argv=None) -> dict:
     run_once(files[:1], "serial", 1, _cfg("none", a.bin_size), "ceiling-warm", work=a.work)
     remove_pfm(a.work / "ceiling-warm.pfm")
     cells = measure(files, setups, threads, serial_setups, a.bin_size, a.work)
-    bw = disk.sequential_bandwidth(a.work, int(a.disk_mb * 2**20))
+    bw = disk.sequential_bandwidth(a.work, int(a.disk_mb * 2**20), settled=not a.quick)
     raw = bw["write_mb_per_s"]
+    settled = bw.get("write_settled_mb_per_s")
     for cell in cells.values():
         for r in cell["replays"].values():
             r["writer_busy_of_disk_write"] = (r["writer_busy_mb_per_s"] or 0) / raw
             r["replay_of_disk_write"] = (r["replay_mb_per_s"] or 0) / raw
+            if settled:
+                r["writer_busy_of_settled_write"] = (r["writer_busy_mb_per_s"] or 0) / settled
         disk_bound(cell, raw)
     results = {"survey": a.survey, "files": len(files), "gsf_bytes": gsf_bytes,
                "bin_size_m": a.bin_size, "threads": threads, "disk": bw, "setups": cells,
@@ -314,7 +325,9 @@ def _section(name: str, doc: dict) -> str:
             "the idle machine's.", ""]
            if r.get("load_avg_1m_at_end", 0) > (doc["machine"].get("logical_cores") or 1)
            else []),
-         f"Raw sequential write of the disk in the same run: **{disk:,.0f} MB/s**. Replay and "
+         f"Raw sequential write of the disk in the same run: **{disk:,.0f} MB/s**"
+         + (_settled_note(r) if r["disk"].get("write_settled_mb_per_s") else "")
+         + ". Replay and "
          f"final step on {top} thread(s) (the Dask writer's); `--serial` measured where marked, "
          "else the sum of its stages measured here (pre-scan + preparing every piece + replay "
          "and final step on one thread).", ""]
@@ -363,6 +376,18 @@ def _section(name: str, doc: dict) -> str:
               + "; ".join(f"{TITLES.get(s, s)} {v['speedup']:.1f}x ({v['bound']})"
                           for s, v in mc.items()) + ".", ""]
     return "\n".join(L)
+
+
+def _settled_note(r: dict) -> str:
+    """The raw write into pages the VM's host took back, and the writer's share of it."""
+    top = str(max(r["threads"]))
+    fr = [c["replays"][top].get("writer_busy_of_settled_write") for c in r["setups"].values()]
+    fr = [f for f in fr if f is not None]
+    return (f" into pages freed a moment before, {r['disk']['write_settled_mb_per_s']:,.0f} MB/s "
+            "into pages the VM's host had taken back (docs/performance.md, \"Fresh pages on this "
+            "VM\")" + (f"; the writer's busy rate is {100 * min(fr):.0f}"
+                       + (f"-{100 * max(fr):.0f}" if max(fr) - min(fr) >= 0.005 else "")
+                       + " % of the latter" if fr else ""))
 
 
 def _memory_state(machine: dict) -> str:

@@ -7,6 +7,15 @@ the file system allows it, once more with ``O_DIRECT``, which bypasses the cache
 The best of ``runs`` is kept for each. ``drop_cache(paths)`` is public so that a benchmark
 can make its inputs come from the disk again.
 
+On a virtual machine whose balloon driver reports free pages to the host (Linux
+``page_reporting``, as on this project's VM), a write is fast into page-cache pages freed a
+moment before (the second run reuses the first's) and several times slower into pages the
+host has taken back, which it must back again on first touch. The write is then measured a
+last time after the freed pages have been reported (``write_settled_mb_per_s``), and once
+more after touching and freeing as much anonymous memory first, which has the host back those
+pages again (``write_retouched_mb_per_s``: the disk is the same, only the pages differ; see
+docs/performance.md, "Fresh pages on this VM"). ``reported_kib()`` reads the host's count.
+
     python -m benchmarks.disk [--mb 1024] [--dir benchmarks/_work]
 """
 
@@ -18,9 +27,40 @@ import os
 import time
 from pathlib import Path
 
-__all__ = ["sequential_bandwidth", "drop_cache"]
+__all__ = ["sequential_bandwidth", "drop_cache", "reported_kib", "settle_pages"]
 
 CHUNK = 4 << 20
+#: the guest kernel's count of free memory reported to the host (a ``page_reporting`` module
+#: parameter of some VM kernels; absent elsewhere)
+REPORTED_KIB = Path("/sys/module/page_reporting/parameters/reported_kib")
+
+
+def reported_kib() -> int | None:
+    """KiB of free memory this machine has reported to its host so far, or None if it has no
+    such count (no free page reporting, or not a VM)."""
+    try:
+        return int(REPORTED_KIB.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def settle_pages(quiet_s: float = 2.0, timeout_s: float = 20.0, poll_s: float = 0.25) -> float:
+    """Wait until the host has taken back the memory freed so far: until the reported count
+    has not grown for ``quiet_s`` (at most ``timeout_s``). Returns the seconds waited (0 on a
+    machine without the count)."""
+    last = reported_kib()
+    if last is None:
+        return 0.0
+    t0 = time.perf_counter()
+    still = t0
+    while time.perf_counter() - t0 < timeout_s:
+        time.sleep(poll_s)
+        now = reported_kib()
+        if now is not None and now != last:
+            last, still = now, time.perf_counter()
+        elif time.perf_counter() - still >= quiet_s:
+            break
+    return time.perf_counter() - t0
 
 
 def drop_cache(paths) -> None:
@@ -51,6 +91,20 @@ def _write(path: Path, nbytes: int) -> float:
     finally:
         os.close(fd)
     return time.perf_counter() - t0
+
+
+def _touch_and_free(nbytes: int) -> None:
+    """Write to ``nbytes`` of fresh anonymous memory, then free it: the host backs those pages
+    again, and the kernel hands them out next (before it reports them once more)."""
+    import numpy as np
+
+    buf = mmap.mmap(-1, nbytes)
+    try:
+        view = np.frombuffer(buf, dtype=np.uint8)
+        view[::mmap.PAGESIZE] = 1          # one byte a page: the host backs every page
+        del view
+    finally:
+        buf.close()
 
 
 def _read_buffered(path: Path) -> tuple[float, int]:
@@ -92,12 +146,18 @@ def _read_direct(path: Path) -> tuple[float, int] | None:
         buf.close()
 
 
-def sequential_bandwidth(directory: str | os.PathLike, nbytes: int = 1 << 30, runs: int = 2) -> dict:
-    """Sequential write (with fsync) and cold read rates of ``directory``'s disk, MB/s (best run)."""
+def sequential_bandwidth(directory: str | os.PathLike, nbytes: int = 1 << 30, runs: int = 2,
+                         settled: bool = True) -> dict:
+    """Sequential write (with fsync) and cold read rates of ``directory``'s disk, MB/s (best run).
+
+    ``settled`` (where the machine reports free pages to a host): one more write once the
+    freed pages have been taken back, ``write_settled_mb_per_s``, with the KiB reported
+    while it ran."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     path = d / "disk-bandwidth.tmp"
     writes, reads, directs = [], [], []
+    late = None
     try:
         for _ in range(runs):
             writes.append(_write(path, nbytes))
@@ -106,6 +166,20 @@ def sequential_bandwidth(directory: str | os.PathLike, nbytes: int = 1 << 30, ru
             got = _read_direct(path)
             if got is not None:
                 directs.append(got[0])
+        path.unlink(missing_ok=True)
+        if settled and reported_kib() is not None:
+            waited = settle_pages()
+            k0 = reported_kib()
+            t_settled = _write(path, nbytes)
+            k1 = reported_kib()
+            path.unlink(missing_ok=True)
+            settle_pages()
+            _touch_and_free(nbytes)
+            t_retouched = _write(path, nbytes)
+            late = {"write_settled_mb_per_s": nbytes / 1e6 / t_settled,
+                    "write_settled_s": t_settled, "settle_wait_s": waited,
+                    "reported_kib_during_write": None if k0 is None or k1 is None else k1 - k0,
+                    "write_retouched_mb_per_s": nbytes / 1e6 / t_retouched}
     finally:
         path.unlink(missing_ok=True)
     mb = nbytes / 1e6
@@ -113,6 +187,8 @@ def sequential_bandwidth(directory: str | os.PathLike, nbytes: int = 1 << 30, ru
            "write_mb_per_s": mb / min(writes), "write_s": writes,
            "read_mb_per_s": mb / min(reads), "read_s": reads,
            "read_method": "posix_fadvise(DONTNEED) then buffered 4 MiB reads"}
+    if late is not None:
+        out.update(late)
     if directs:
         out["read_direct_mb_per_s"] = mb / min(directs)
         out["read_direct_s"] = directs
@@ -147,7 +223,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--dir", type=Path, default=BENCH_DIR / "_work")
     a = ap.parse_args(argv)
     res = sequential_bandwidth(a.dir, int(a.mb * 2**20))
-    print(f"write {res['write_mb_per_s']:.0f} MB/s, read {res['read_mb_per_s']:.0f} MB/s"
+    print(f"write {res['write_mb_per_s']:.0f} MB/s"
+          + (f" ({res['write_settled_mb_per_s']:.0f} MB/s into pages the host took back, "
+             f"{res['write_retouched_mb_per_s']:.0f} MB/s once it backed them again)"
+             if "write_settled_mb_per_s" in res else "") + f", read {res['read_mb_per_s']:.0f} MB/s"
           + (f", O_DIRECT read {res['read_direct_mb_per_s']:.0f} MB/s" if "read_direct_mb_per_s" in res else "")
           + f" ({res['device']})")
     return res

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from pfm_dask import pipeline, synth
@@ -71,6 +72,20 @@ def test_quick_run_writes_results_and_markdown(tmp_path):
     assert "ceiling speedup" in md and "| swath and area filters |" in md
     assert "What the disk allows whatever the writer" in md
     assert "GB of page cache at the end" in md
+    assert "taken back" not in md            # --quick measures no settled write
+    rep = r["setups"]["none"]["replays"]["2"]
+    assert rep["replay_user_s"] + rep["replay_system_s"] > 0 and "reported_mib_during_replay" in rep
+
+    # a run on a VM that reports free pages: the writer against the write into taken-back pages
+    path = tmp_path / "results" / "bench_ceiling_quick.json"
+    doc = json.loads(path.read_text())
+    doc["results"]["disk"]["write_settled_mb_per_s"] = 400.0
+    for i, cell in enumerate(doc["results"]["setups"].values()):
+        cell["replays"]["2"]["writer_busy_of_settled_write"] = 0.8 + 0.01 * i
+    path.write_text(json.dumps(doc))
+    md = markdown(tmp_path / "results", names=("bench_ceiling_quick",))
+    assert "400 MB/s into pages the VM's host had taken back" in md
+    assert "the writer's busy rate is 80-83 % of the latter" in md
 
 
 def test_disk_bound_is_serial_over_the_raw_write_of_the_pfm():
@@ -94,3 +109,49 @@ def test_results_list_the_few_large_files_shape(tmp_path):
         "speedup_2_workers": 1.62, "speedup_1_worker": 1.1, "files": 8, "gsf_bytes": 3.0e8}}))
     assert ("- `bench_load_few_large.json`: bench_load --shape few-large: 1.62x with 2 workers "
             "(1.10x with 1) on 8 files of 38 MB, no filter") in _others(tmp_path)
+
+
+def test_settle_pages_waits_until_the_reported_count_stops(tmp_path, monkeypatch):
+    """The count grows for a while (the host taking freed memory back), then stands still:
+    the wait ends ``quiet_s`` after its last change, and at once on a machine without it."""
+    import threading
+
+    from benchmarks import disk
+
+    count = tmp_path / "reported_kib"
+    count.write_text("100\n")
+    monkeypatch.setattr(disk, "REPORTED_KIB", count)
+    assert disk.reported_kib() == 100
+
+    def grow():
+        for k in range(4):
+            time.sleep(0.1)
+            (tmp_path / "next").write_text(f"{200 + k}\n")
+            os.replace(tmp_path / "next", count)
+    th = threading.Thread(target=grow)
+    th.start()
+    waited = disk.settle_pages(quiet_s=0.5, timeout_s=10.0, poll_s=0.05)
+    th.join()
+    assert 0.8 <= waited < 5.0 and disk.reported_kib() == 203
+
+    monkeypatch.setattr(disk, "REPORTED_KIB", tmp_path / "absent")
+    assert disk.reported_kib() is None and disk.settle_pages() == 0.0
+
+
+def test_disk_measures_the_settled_write_only_where_pages_are_reported(tmp_path, monkeypatch):
+    from benchmarks import disk
+
+    monkeypatch.setattr(disk, "REPORTED_KIB", tmp_path / "absent")
+    plain = disk.sequential_bandwidth(tmp_path / "a", 1 << 20, runs=1)
+    assert plain["write_mb_per_s"] > 0 and "write_settled_mb_per_s" not in plain
+
+    count = tmp_path / "reported_kib"
+    count.write_text("7\n")
+    monkeypatch.setattr(disk, "REPORTED_KIB", count)
+    monkeypatch.setattr(disk, "settle_pages", lambda: 0.0)
+    got = disk.sequential_bandwidth(tmp_path / "b", 1 << 20, runs=1)
+    assert got["write_settled_mb_per_s"] > 0 and got["reported_kib_during_write"] == 0
+    assert got["write_retouched_mb_per_s"] > 0
+    assert not any((tmp_path / "b").iterdir())        # its file is gone
+    assert "write_settled_mb_per_s" not in disk.sequential_bandwidth(tmp_path / "c", 1 << 20,
+                                                                     runs=1, settled=False)
