@@ -11,9 +11,7 @@ On a virtual machine whose balloon driver reports free pages to the host (Linux
 ``page_reporting``, as on this project's VM), a write is fast into page-cache pages freed a
 moment before (the second run reuses the first's) and several times slower into pages the
 host has taken back, which it must back again on first touch. The write is then measured a
-last time after the freed pages have been reported (``write_settled_mb_per_s``), and once
-more after touching and freeing as much anonymous memory first, which has the host back those
-pages again (``write_retouched_mb_per_s``: the disk is the same, only the pages differ; see
+last time after the freed pages have been reported (``write_settled_mb_per_s``; see
 docs/performance.md, "Fresh pages on this VM"). ``reported_kib()`` reads the host's count.
 
     python -m benchmarks.disk [--mb 1024] [--dir benchmarks/_work]
@@ -93,20 +91,6 @@ def _write(path: Path, nbytes: int) -> float:
     return time.perf_counter() - t0
 
 
-def _touch_and_free(nbytes: int) -> None:
-    """Write to ``nbytes`` of fresh anonymous memory, then free it: the host backs those pages
-    again, and the kernel hands them out next (before it reports them once more)."""
-    import numpy as np
-
-    buf = mmap.mmap(-1, nbytes)
-    try:
-        view = np.frombuffer(buf, dtype=np.uint8)
-        view[::mmap.PAGESIZE] = 1          # one byte a page: the host backs every page
-        del view
-    finally:
-        buf.close()
-
-
 def _read_buffered(path: Path) -> tuple[float, int]:
     drop_cache([path])
     buf = bytearray(CHUNK)
@@ -172,14 +156,9 @@ def sequential_bandwidth(directory: str | os.PathLike, nbytes: int = 1 << 30, ru
             k0 = reported_kib()
             t_settled = _write(path, nbytes)
             k1 = reported_kib()
-            path.unlink(missing_ok=True)
-            settle_pages()
-            _touch_and_free(nbytes)
-            t_retouched = _write(path, nbytes)
             late = {"write_settled_mb_per_s": nbytes / 1e6 / t_settled,
                     "write_settled_s": t_settled, "settle_wait_s": waited,
-                    "reported_kib_during_write": None if k0 is None or k1 is None else k1 - k0,
-                    "write_retouched_mb_per_s": nbytes / 1e6 / t_retouched}
+                    "reported_kib_during_write": None if k0 is None or k1 is None else k1 - k0}
     finally:
         path.unlink(missing_ok=True)
     mb = nbytes / 1e6
@@ -224,8 +203,7 @@ def main(argv=None) -> dict:
     a = ap.parse_args(argv)
     res = sequential_bandwidth(a.dir, int(a.mb * 2**20))
     print(f"write {res['write_mb_per_s']:.0f} MB/s"
-          + (f" ({res['write_settled_mb_per_s']:.0f} MB/s into pages the host took back, "
-             f"{res['write_retouched_mb_per_s']:.0f} MB/s once it backed them again)"
+          + (f" ({res['write_settled_mb_per_s']:.0f} MB/s into pages the host took back)"
              if "write_settled_mb_per_s" in res else "") + f", read {res['read_mb_per_s']:.0f} MB/s"
           + (f", O_DIRECT read {res['read_direct_mb_per_s']:.0f} MB/s" if "read_direct_mb_per_s" in res else "")
           + f" ({res['device']})")
