@@ -74,7 +74,9 @@ def test_quick_run_writes_results_and_markdown(tmp_path):
     assert "GB of page cache at the end" in md
     assert "taken back" not in md            # --quick measures no settled write
     rep = r["setups"]["none"]["replays"]["2"]
-    assert rep["replay_user_s"] + rep["replay_system_s"] > 0 and "reported_mib_during_replay" in rep
+    # recorded (a quick replay may take less CPU than os.times counts: its ticks are 10 ms)
+    assert rep["replay_user_s"] >= 0 and rep["replay_system_s"] >= 0
+    assert "reported_mib_during_replay" in rep
 
     # a run on a VM that reports free pages: the writer against the write into taken-back pages
     path = tmp_path / "results" / "bench_ceiling_quick.json"
