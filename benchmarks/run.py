@@ -331,7 +331,8 @@ def main(argv=None) -> dict:
         partial_path.write_text(json.dumps(partial, indent=1, default=str))
 
     if "disk" not in skip and "disk" not in partial:
-        partial["disk"] = disk.sequential_bandwidth(a.work, int(a.disk_mb * 2**20))
+        partial["disk"] = disk.sequential_bandwidth(a.work, int(a.disk_mb * 2**20),
+                                                    settled=not a.quick)
         d = partial["disk"]
         print(f"disk: write {d['write_mb_per_s']:.0f} MB/s, read {d['read_mb_per_s']:.0f} MB/s"
               + (f", O_DIRECT read {d['read_direct_mb_per_s']:.0f} MB/s"
