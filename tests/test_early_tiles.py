@@ -10,6 +10,7 @@ extrema merged from tiles found out of raster order are compared with a raster-o
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from pfm_dask.pfm import _chains, _recompute, _recompute_kernel, _tiles
 from pfm_dask.pfm._extrema import Candidates, _Extrema, band_extrema
 
 from .test_resume import assert_same_pfm, pfm_cli
+from .tiles_waiting_cli import wait_for_the_thread
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +38,7 @@ def lines(tmp_path_factory) -> list[str]:
 def _load(files, out: Path, monkeypatch, *, early: bool, tile: int = 4, lag: int = 1,
           cfg: LoadConfig | None = None, mode: str = "serial"):
     monkeypatch.setenv("PFM_DASK_GROUP_BYTES", "1")
+    wait_for_the_thread(monkeypatch.setattr)   # each path taken every time
     monkeypatch.setattr(_tiles, "EARLY", early)
     monkeypatch.setattr(_tiles, "TILE", tile)
     monkeypatch.setattr(_tiles, "LAG", lag)
@@ -115,14 +118,18 @@ def killed_survey(lines, tmp_path_factory):
     for f in lines:
         shutil.copy(f, survey)
     ref = tmp_path_factory.mktemp("kill-ref") / "ref.pfm"
-    r = pfm_cli("load", survey, "-o", ref, *KILL_OPTS, "--json", env=KILL_ENV)
+    r = pfm_cli("load", survey, "-o", ref, *KILL_OPTS, "--json", env=KILL_ENV,
+                module=KILL_CLI)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["timings"]["tiles_early"] > 0
     return survey, ref
 
 
 KILL_OPTS = ["--bin-size", "25", "--serial", "-q", "--checkpoint-seconds", "0"]
-KILL_ENV = {"PFM_DASK_GROUP_BYTES": "1"}
+KILL_ENV = {"PFM_DASK_GROUP_BYTES": "1",
+            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
+                                           os.environ.get("PYTHONPATH", "")])}
+KILL_CLI = "tests.tiles_waiting_cli"     # each group's end waits for the tile thread
 
 
 @pytest.mark.parametrize("point", ["piece:5", "tiles-write:1", "tiles-write:2"])
@@ -134,7 +141,7 @@ def test_a_load_killed_after_tiles_were_done_resumes_to_the_same_bytes(killed_su
     survey, ref = killed_survey
     out = tmp_path / "out.pfm"
     r = pfm_cli("load", survey, "-o", out, *KILL_OPTS,
-                env={**KILL_ENV, "PFM_DASK_CRASH_AT": point})
+                env={**KILL_ENV, "PFM_DASK_CRASH_AT": point}, module=KILL_CLI)
     assert r.returncode == -9, (r.returncode, r.stderr)
     res = pipeline.run_load([], out, None, mode="serial", resume=True)
     assert res.exit_code == 0, res.summary()
@@ -149,10 +156,11 @@ def test_an_area_filter_load_killed_resumes_to_the_same_bytes(killed_survey, tmp
     survey, _ = killed_survey
     opts = [*KILL_OPTS, "--area-filter", "--cellstd", "1.0"]
     ref = tmp_path / "ref.pfm"
-    r = pfm_cli("load", survey, "-o", ref, *opts, env=KILL_ENV)
+    r = pfm_cli("load", survey, "-o", ref, *opts, env=KILL_ENV, module=KILL_CLI)
     assert r.returncode == 0, r.stderr
     out = tmp_path / "out.pfm"
-    r = pfm_cli("load", survey, "-o", out, *opts, env={**KILL_ENV, "PFM_DASK_CRASH_AT": point})
+    r = pfm_cli("load", survey, "-o", out, *opts, env={**KILL_ENV, "PFM_DASK_CRASH_AT": point},
+                module=KILL_CLI)
     assert r.returncode == -9, (r.returncode, r.stderr)
     res = pipeline.run_load([], out, None, mode="serial", resume=True)
     assert res.exit_code == 0, res.summary()
@@ -305,8 +313,9 @@ def test_tiles_only_with_cores_to_spare(lines, tmp_path, monkeypatch, cores, tas
 
 
 def test_the_check_takes_the_tiles_walk(lines, tmp_path, monkeypatch):
-    """No done tile written again: the tiles' walk stands for the check's (it walks no chain
-    itself, as after the one recompute), and the check finds nothing."""
+    """No done tile written again (every other line: none crosses a tile another wrote): the
+    tiles' walk stands for the check's (it walks no chain itself, as after the one
+    recompute), and the check finds nothing."""
     from pfm_dask.pfm import _check
 
     walked = []
@@ -314,7 +323,7 @@ def test_the_check_takes_the_tiles_walk(lines, tmp_path, monkeypatch):
         orig = getattr(_check, name)
         monkeypatch.setattr(_check, name, lambda *a, _o=orig, _n=name: walked.append(_n) or _o(*a))
     out = tmp_path / "out.pfm"
-    res = _load(lines, out, monkeypatch, early=True)
+    res = _load(lines[::2], out, monkeypatch, early=True)
     assert res.timings["tiles_early"] > 0 and res.timings["tiles_redone"] == 0
     assert res.check["sound"] and walked == []
     monkeypatch.undo()

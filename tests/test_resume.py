@@ -31,9 +31,11 @@ LOAD_OPTS = ["--bin-size", "25", "--area-filter", "--two-sided", "--cellstd", "1
 
 
 # ------------------------------------------------------------------ helpers (shared)
-def pfm_cli(*args, env: dict | None = None, timeout: float = 300, preexec_fn=None):
-    """Run ``pfm-dask ARGS`` in a new process (a new session, so a group kill stays inside)."""
-    return subprocess.run([sys.executable, "-m", "pfm_dask.cli", *map(str, args)],
+def pfm_cli(*args, env: dict | None = None, timeout: float = 300, preexec_fn=None,
+            module: str = "pfm_dask.cli"):
+    """Run ``pfm-dask ARGS`` in a new process (a new session, so a group kill stays inside);
+    ``module``: another that runs it (``tests.tiles_waiting_cli``)."""
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)],
                           env={**os.environ, **(env or {})}, capture_output=True, text=True,
                           timeout=timeout, start_new_session=True, preexec_fn=preexec_fn)
 
