@@ -58,9 +58,18 @@ class LoadResult:
                 "journal": self.journal, "resume_command": self.resume_command,
                 "contributed_nothing": self.contributed_nothing, "warnings": self.warnings}
 
+    def _how(self) -> str:
+        """The mode, with the Dask workers of a cluster; the embedded cluster's and
+        ``--serial``'s name their workers themselves (the threads layout's one Dask worker
+        process beside "local (2 workers)" read as a contradiction)."""
+        n = self.workers
+        if n <= 0 or self.mode.startswith(("local", "serial")):
+            return self.mode
+        return f"{self.mode}, {n} Dask worker{'s' if n != 1 else ''}"
+
     def summary(self) -> str:
         t = self.totals
-        lines = [f"PFM: {self.pfm}  ({self.mode}, {self.workers} worker(s))",
+        lines = [f"PFM: {self.pfm}  ({self._how()})",
                  *([f"resumed from phase {self.resumed_from.get('phase')} at piece "
                     f"{self.resumed_from.get('watermark')}"] if self.resumed_from else []),
                  f"files: {t.get('files', 0)}  with problems: {len(self.problems)}",

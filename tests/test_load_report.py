@@ -195,3 +195,20 @@ def test_a_huge_automatic_area_names_the_files_that_stretched_it(two_places, tmp
                           LoadConfig(bin_size_m=25.0), mode="serial")
     text = str(err.value)
     assert "over the limit" in text and f"north: {b[0]}" in text, text
+
+
+@pytest.mark.parametrize("mode,workers,want", [
+    ("local (2 workers)", 1, "(local (2 workers))"),
+    ("serial", 0, "(serial)"),
+    ("slurm (7 (compute) and 8 (disk node))", 3, "(slurm (7 (compute) and 8 (disk node)), "
+                                                "3 Dask workers)"),
+    ("pbs (9 (disk node))", 1, "(pbs (9 (disk node)), 1 Dask worker)"),
+])
+def test_the_summary_names_the_workers_once(mode, workers, want):
+    """The embedded cluster's mode names its workers already: its one Dask worker process
+    (the threads layout) is not counted beside them ("local (2 workers), 1 worker(s)" read
+    as a contradiction); a cluster's jobs are, as Dask workers."""
+    from pfm_dask.report import LoadResult
+
+    first = LoadResult(pfm="out.pfm", mode=mode, workers=workers).summary().splitlines()[0]
+    assert first == f"PFM: out.pfm  {want}"
