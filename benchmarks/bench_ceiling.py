@@ -327,6 +327,8 @@ def _section(name: str, doc: dict) -> str:
            else []),
          f"Raw sequential write of the disk in the same run: **{disk:,.0f} MB/s**"
          + (_settled_note(r) if r["disk"].get("write_settled_mb_per_s") else "")
+         + (f"; past the page cache (`O_DIRECT`) {r['disk']['write_direct_mb_per_s']:,.0f} MB/s"
+            if r["disk"].get("write_direct_mb_per_s") else "")
          + ". Replay and "
          f"final step on {top} thread(s) (the Dask writer's); `--serial` measured where marked, "
          "else the sum of its stages measured here (pre-scan + preparing every piece + replay "

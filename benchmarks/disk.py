@@ -3,8 +3,9 @@
 Writes ``nbytes`` with plain 4 MiB ``os.write`` calls and an fsync (the same write loop as
 ``bench_pfm_write``), then reads the file back after asking the kernel to drop it from the
 page cache (``posix_fadvise(DONTNEED)``, which works for clean pages without root), and, where
-the file system allows it, once more with ``O_DIRECT``, which bypasses the cache for certain.
-The best of ``runs`` is kept for each. ``drop_cache(paths)`` is public so that a benchmark
+the file system allows it, once more with ``O_DIRECT``, which bypasses the cache for certain;
+then writes it once more with ``O_DIRECT`` (``write_direct_mb_per_s``: the disk's rate without
+the page cache's). The best of ``runs`` is kept for each. ``drop_cache(paths)`` is public so that a benchmark
 can make its inputs come from the disk again.
 
 On a virtual machine whose balloon driver reports free pages to the host (Linux
@@ -28,6 +29,9 @@ from pathlib import Path
 __all__ = ["sequential_bandwidth", "drop_cache", "reported_kib", "settle_pages"]
 
 CHUNK = 4 << 20
+#: what an ``O_DIRECT`` write's offsets and lengths are multiples of (the usual logical block
+#: sizes, 512 B and 4 KiB, divide it)
+DIRECT_BLOCK = 4096
 #: the guest kernel's count of free memory reported to the host (a ``page_reporting`` module
 #: parameter of some VM kernels; absent elsewhere)
 REPORTED_KIB = Path("/sys/module/page_reporting/parameters/reported_kib")
@@ -91,6 +95,37 @@ def _write(path: Path, nbytes: int) -> float:
     return time.perf_counter() - t0
 
 
+def _write_direct(path: Path, nbytes: int) -> tuple[float, int] | None:
+    """The same write with ``O_DIRECT`` (whole 4 KiB blocks from a page-aligned buffer, then an
+    fsync): no page-cache page is allocated or copied into, so it is the disk's own rate where
+    a buffered write pays for fresh pages. None where the file system refuses it."""
+    flag = getattr(os, "O_DIRECT", None)
+    nbytes -= nbytes % DIRECT_BLOCK
+    if flag is None or nbytes <= 0:
+        return None
+    buf = mmap.mmap(-1, CHUNK)  # page-aligned
+    buf.write(os.urandom(CHUNK))
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | flag, 0o644)
+    except OSError:
+        buf.close()
+        return None
+    try:
+        view = memoryview(buf)
+        t0 = time.perf_counter()
+        done = 0
+        while done < nbytes:
+            done += os.write(fd, view[: min(CHUNK, nbytes - done)])
+        os.fsync(fd)
+        return time.perf_counter() - t0, done
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+        view.release()
+        buf.close()
+
+
 def _read_buffered(path: Path) -> tuple[float, int]:
     drop_cache([path])
     buf = bytearray(CHUNK)
@@ -140,7 +175,7 @@ def sequential_bandwidth(directory: str | os.PathLike, nbytes: int = 1 << 30, ru
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     path = d / "disk-bandwidth.tmp"
-    writes, reads, directs = [], [], []
+    writes, reads, directs, direct_writes = [], [], [], []
     late = None
     try:
         for _ in range(runs):
@@ -150,6 +185,12 @@ def sequential_bandwidth(directory: str | os.PathLike, nbytes: int = 1 << 30, ru
             got = _read_direct(path)
             if got is not None:
                 directs.append(got[0])
+        # after the buffered runs, so that the second of them still reuses the first's pages
+        for _ in range(runs):
+            path.unlink(missing_ok=True)
+            got = _write_direct(path, nbytes)
+            if got is not None:
+                direct_writes.append(got)
         path.unlink(missing_ok=True)
         if settled and reported_kib() is not None:
             waited = settle_pages()
@@ -171,6 +212,9 @@ def sequential_bandwidth(directory: str | os.PathLike, nbytes: int = 1 << 30, ru
     if directs:
         out["read_direct_mb_per_s"] = mb / min(directs)
         out["read_direct_s"] = directs
+    if direct_writes:
+        out["write_direct_mb_per_s"] = max(n / 1e6 / t for t, n in direct_writes)
+        out["write_direct_s"] = [t for t, _ in direct_writes]
     try:
         st = os.statvfs(d)
         out["free_bytes"] = st.f_bavail * st.f_frsize
@@ -206,6 +250,8 @@ def main(argv=None) -> dict:
           + (f" ({res['write_settled_mb_per_s']:.0f} MB/s into pages the host took back)"
              if "write_settled_mb_per_s" in res else "") + f", read {res['read_mb_per_s']:.0f} MB/s"
           + (f", O_DIRECT read {res['read_direct_mb_per_s']:.0f} MB/s" if "read_direct_mb_per_s" in res else "")
+          + (f", O_DIRECT write {res['write_direct_mb_per_s']:.0f} MB/s"
+             if "write_direct_mb_per_s" in res else "")
           + f" ({res['device']})")
     return res
 

@@ -376,7 +376,9 @@ def write(doc: dict, md_path: Path, results_dir: Path, name: str) -> None:
                  f"**{d['write_mb_per_s']:,.0f} MB/s**, read after dropping the cache "
                  f"**{d['read_mb_per_s']:,.0f} MB/s**"
                  + (f", O_DIRECT read **{d['read_direct_mb_per_s']:,.0f} MB/s**"
-                    if "read_direct_mb_per_s" in d else "") + ".\n")
+                    if "read_direct_mb_per_s" in d else "")
+                 + (f", O_DIRECT write **{d['write_direct_mb_per_s']:,.0f} MB/s**"
+                    if "write_direct_mb_per_s" in d else "") + ".\n")
         if top and top in wd:
             L.append("Writer throughput = PFM bytes written (`.ndx` + `.bin`) per second; *busy* "
                      "divides by the writer's own time in `add_sorted` (what it could sustain), "

@@ -336,7 +336,9 @@ def main(argv=None) -> dict:
         d = partial["disk"]
         print(f"disk: write {d['write_mb_per_s']:.0f} MB/s, read {d['read_mb_per_s']:.0f} MB/s"
               + (f", O_DIRECT read {d['read_direct_mb_per_s']:.0f} MB/s"
-                 if "read_direct_mb_per_s" in d else ""), flush=True)
+                 if "read_direct_mb_per_s" in d else "")
+              + (f", O_DIRECT write {d['write_direct_mb_per_s']:.0f} MB/s"
+                 if "write_direct_mb_per_s" in d else ""), flush=True)
         save()
     if "matrix" not in skip and not a.quick:
         _warm_up(folder, a.bin_size, a.work)
