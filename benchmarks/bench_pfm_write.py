@@ -390,7 +390,8 @@ def load_pieces_main(a) -> dict:
                       + (f" --pieces {a.pieces}" if a.pieces else "")
                       + (f" --group-bytes {a.group_bytes}" if a.group_bytes else "")
                       + (f" --baseline {a.baseline}" if a.baseline else ""))
-    write_results(f"bench_pfm_write_pieces_{a.files}f" + (f"_{a.pieces}p" if a.pieces else ""), res)
+    write_results(f"bench_pfm_write_pieces_{a.files}f" + (f"_{a.pieces}p" if a.pieces else ""), res,
+                  results_dir=a.results_dir)
     return res
 
 
@@ -463,6 +464,8 @@ def main(argv=None) -> dict:
                     help="runs; the median ratio is reported (default 3, 1 with --quick)")
     ap.add_argument("--quick", action="store_true", help="300,000 soundings, done in seconds")
     ap.add_argument("--work", type=Path, default=BENCH_DIR / "_work", help="directory for the files")
+    ap.add_argument("--results-dir", type=Path, default=None,
+                    help="default benchmarks/results (an ad hoc run: elsewhere)")
     lp = ap.add_argument_group("--load-pieces: the writer fed a real load's pieces")
     lp.add_argument("--load-pieces", action="store_true",
                     help="replay the pieces of a --serial load of the benchmark survey")
@@ -505,7 +508,8 @@ def main(argv=None) -> dict:
     res["command"] = "python -m benchmarks.bench_pfm_write" + (" --quick" if a.quick else
                                                                f" --soundings {n} --batch {batch}") \
         + (f" --repeat {repeat}" if a.repeat is not None else "")
-    write_results("bench_pfm_write_quick" if a.quick else "bench_pfm_write", res, plots=_plots(res))
+    write_results("bench_pfm_write_quick" if a.quick else "bench_pfm_write", res, plots=_plots(res),
+                  results_dir=a.results_dir)
     return res
 
 
