@@ -8,7 +8,8 @@ machine minutes apart. Each mode runs ``--repeat`` times; the median is kept.
     python -m benchmarks.bench_load --shape many # 48 files of 23 MB (1.1 GB)
     python -m benchmarks.bench_load --shape few-large   # 8 files of 37 MB (0.3 GB)
     python -m benchmarks.bench_load --shape survey74    # the 74-file, 2 GB survey of datasets.py
-    python -m benchmarks.bench_load --shape all  # the three shapes in turn
+    python -m benchmarks.bench_load --shape real # 8 lines of real EM302 ping records (0.8 GB)
+    python -m benchmarks.bench_load --shape all  # every shape in turn
     python -m benchmarks.bench_load --quick      # seconds; CI runs this to keep it working
     python -m benchmarks.bench_load --shape few-large --layouts processes,apart   # A/B layouts
 
@@ -17,11 +18,14 @@ large* files (8 x 37 MB, 15.5 M soundings: ``pfm-dask synth --files 8 --pings 45
 each piece is a large share of the load, so the pipeline's fill and drain and the writer's
 pace weigh more (issue 19: the default 2-worker load lost to ``--serial`` on it). A third,
 *survey74*, is the 74-file, 2 GB survey of ``benchmarks.datasets`` (3,249 pings a file, the
-survey of ``docs/performance.md``'s load rows and of ``bench_ceiling``); ``--shape both`` runs
-the first two, ``--shape all`` the three. Each shape writes its own results
-(``bench_load[_filters].json``, ``bench_load_few_large[_filters].json``,
-``bench_load_survey74[_filters].json``). The 2-worker target over ``--serial`` is 1.8x on
-*many* and *survey74*, 1.6x on *few large* (``TARGETS``).
+survey of ``docs/performance.md``'s load rows and of ``bench_ceiling``). A fourth, *real*, is
+real-derived: 8 side-by-side lines of 100 MB of the EX1811 sample's EM302 ping records
+(``benchmarks.real_gsf.survey``; 2 M soundings a line, its bytes mostly the sonar's own
+subrecords), skipped where the sample is not. ``--shape both`` runs the first two, ``--shape
+all`` every one. Each shape writes its own results (``bench_load[_filters].json``,
+``bench_load_few_large[_filters].json``, ``bench_load_survey74[_filters].json``,
+``bench_load_real[_filters].json``). The 2-worker target over ``--serial`` is 1.8x on *many*
+and *survey74*, 1.6x on *few large* and *real* (``TARGETS``).
 The Dask modes run the embedded cluster's default layout (threads beside the writer in this
 process); ``--layouts`` adds its ``processes`` and ``apart`` layouts to the rotation. When
 ``pfm-dask load``'s default would load the survey in-process (a small input, ``--quick``), the
@@ -67,11 +71,13 @@ PING_BYTES = 8320  # bytes of one 432-beam synthetic ping record (measured)
 
 #: shape -> (files, pings per file, seed); None: from --gb and --files; "survey74": the
 #: 74-file survey of :mod:`benchmarks.datasets` at its default 2 GB
-SHAPES = {"many": None, "few-large": (8, 4506, 0), "survey74": "survey74"}
+SHAPES = {"many": None, "few-large": (8, 4506, 0), "survey74": "survey74", "real": "real"}
+#: the *real* shape: lines of real EM302 ping records (:func:`benchmarks.real_gsf.survey`)
+REAL_LINES, REAL_MB = 8, 100.0
 #: what ``--shape both`` runs (``all``: every shape of :data:`SHAPES`)
 BOTH = ("many", "few-large")
 #: shape -> the 2-worker speedup over ``--serial`` issue 19 asks for
-TARGETS = {"many": 1.8, "few-large": 1.6, "survey74": 1.8}
+TARGETS = {"many": 1.8, "few-large": 1.6, "survey74": 1.8, "real": 1.6}
 
 
 def survey(gb: float, files: int, seed: int = 3, pings: int | None = None) -> Path:
@@ -251,7 +257,7 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", choices=["both", "all", *SHAPES], default="both",
                     help="many files (--gb, --files), few large files, both in turn, the "
-                         "74-file survey (survey74), or all three")
+                         "74-file survey (survey74), real-derived lines (real), or all")
     ap.add_argument("--gb", type=float, default=1.1, help="survey size in GB (default 1.1)")
     ap.add_argument("--files", type=int, default=48)
     ap.add_argument("--repeat", type=int, default=3)
@@ -289,6 +295,14 @@ def run_shape(args, shape: str) -> dict:
         from . import datasets
 
         data = datasets.survey(datasets.pings_for(datasets.DEFAULT_GB), quiet=True)
+    elif shape == "real":
+        from . import real_gsf
+
+        data = real_gsf.survey(REAL_LINES, REAL_MB, data_dir=DATA_DIR)
+        if data is None:
+            print(f"real: skipped, {real_gsf.SAMPLE_NAME} not found in {real_gsf.samples_dir()} "
+                  "(set PFM_DASK_GSF_SAMPLES)")
+            return {}
     else:
         files, pings, seed = SHAPES[shape]
         data = survey(0.0, files, seed=seed, pings=pings)

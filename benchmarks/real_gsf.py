@@ -24,7 +24,7 @@ import numpy as np
 
 from ._report import DATA_DIR
 
-__all__ = ["SAMPLE_NAME", "build", "cached_file", "find_sample", "samples_dir"]
+__all__ = ["SAMPLE_NAME", "build", "cached_file", "find_sample", "samples_dir", "survey"]
 
 SAMPLE_NAME = "ukho-gsfpy__0059_20181102_212138_EX1811_MB_EM302.gsf.mb121"
 _REPO = Path(__file__).resolve().parent.parent
@@ -33,6 +33,8 @@ _REPO = Path(__file__).resolve().parent.parent
 _TIME_SEC, _LON, _LAT = 0, 8, 12
 _KEEP_RECORDS = (1, 3, 4)   # header, sound velocity profile, processing parameters
 _PING = 2
+#: hours between the starts of two lines of :func:`survey` (a 40 MB line runs about 1.5 h)
+LINE_HOURS = 4
 
 
 def samples_dir() -> Path:
@@ -73,11 +75,13 @@ def _drop_subrecords(data: bytes, ids) -> bytes:
 
 
 def build(path, *, sample=None, mb: float = 100.0, repeats: int | None = None,
-          dt_s: int = 360, dlat_deg: float = 0.01, drop: dict | None = None) -> dict:
+          dt_s: int = 360, dlat_deg: float = 0.01, drop: dict | None = None,
+          dlon_deg: float = 0.0, t0_s: int = 0) -> dict:
     """Write a GSF file of the sample's ping records repeated, each repetition moved on.
 
-    Repetition ``r`` adds ``r * dt_s`` seconds to every ping time and ``r * dlat_deg`` degrees
-    to every latitude; nothing else changes. ``repeats`` (default: enough for ``mb``
+    Repetition ``r`` adds ``t0_s + r * dt_s`` seconds to every ping time, ``r * dlat_deg``
+    degrees to every latitude and ``dlon_deg`` to every longitude (the whole file: a line
+    beside another); nothing else changes. ``repeats`` (default: enough for ``mb``
     megabytes) sets the count. ``drop`` maps a ping index within the sample (0-49) to the
     subrecord ids removed from that ping in every repetition, to make optional arrays
     absent (tests). The header, sound velocity profile and processing parameters records are
@@ -108,7 +112,10 @@ def build(path, *, sample=None, mb: float = 100.0, repeats: int | None = None,
     at = np.cumsum([0] + [len(f) for f in frames[:-1]]) + 8
     sec = np.array([struct.unpack_from(">I", d, _TIME_SEC)[0] for d in pings], np.int64)
     lat = np.array([struct.unpack_from(">i", d, _LAT)[0] for d in pings], np.int64)
+    lon = np.array([struct.unpack_from(">i", d, _LON)[0] for d in pings], np.int64)
     dlat = round(dlat_deg * 1e7)
+    if dlon_deg:
+        _put(rec, at + _LON, lon + round(dlon_deg * 1e7), ">i4")
     if (lat + (repeats - 1) * dlat).max() > 900_000_000:
         raise ValueError("the repeats would move the latitude past 90 degrees")
     path = Path(path)
@@ -118,7 +125,7 @@ def build(path, *, sample=None, mb: float = 100.0, repeats: int | None = None,
         for h in head:
             fh.write(h)
         for r in range(repeats):
-            _put(rec, at + _TIME_SEC, sec + r * dt_s, ">u4")
+            _put(rec, at + _TIME_SEC, sec + t0_s + r * dt_s, ">u4")
             _put(rec, at + _LAT, lat + r * dlat, ">i4")
             fh.write(rec.tobytes())
     os.replace(tmp, path)
@@ -145,6 +152,26 @@ def cached_file(mb: float = 100.0, *, data_dir: Path = DATA_DIR, quiet: bool = F
     if not quiet:
         print(f"building {path} from {sample.name} ...", flush=True)
     return path, build(path, sample=sample, mb=mb)
+
+
+def survey(files: int = 8, mb: float = 40.0, *, data_dir: Path = DATA_DIR,
+           dlon_deg: float = 0.035, quiet: bool = False) -> Path | None:
+    """A folder of ``files`` real-derived lines of about ``mb`` MB each, side by side: line
+    ``k`` is :func:`build`'s file moved ``k * dlon_deg`` degrees east (0.035: about 3.7 km at
+    the sample's 17.8 N, so each of its 4.5 km wide swaths overlaps the next), its pings
+    :data:`LINE_HOURS` after line ``k - 1``'s. Built on first use; None without the sample."""
+    sample = find_sample()
+    if sample is None:
+        return None
+    out = Path(data_dir) / f"ex1811_em302_lines_{files}x{mb:g}MB_v1"
+    for k in range(files):
+        path = out / f"line_{k:02d}.gsf"
+        if path.is_file() and path.stat().st_mtime >= sample.stat().st_mtime:
+            continue
+        if not quiet:
+            print(f"building {path} from {sample.name} ...", flush=True)
+        build(path, sample=sample, mb=mb, dlon_deg=k * dlon_deg, t0_s=k * LINE_HOURS * 3600)
+    return out
 
 
 def main(argv=None) -> int:

@@ -699,6 +699,13 @@ def _startup(results_dir: Path) -> str:
     return "\n".join(L)
 
 
+def _shape_line(shape: str, what: str):
+    """The RESULTS.md line of one of bench_load's shapes (its own results file)."""
+    return lambda r: (f"bench_load --shape {shape}: {r['speedup_2_workers']:.2f}x with 2 workers "
+                      f"({r['speedup_1_worker']:.2f}x with 1) on {r['files']} {what} of "
+                      f"{r['gsf_bytes'] / r['files'] / 1e6:.0f} MB, no filter" + _ceiling(r))
+
+
 def _others(results_dir: Path) -> str:
     """One line for each earlier benchmark whose results are present."""
     import json
@@ -731,12 +738,8 @@ def _others(results_dir: Path) -> str:
         ("bench_load_filters.json", lambda r: f"bench_load --filters: {r['speedup_2_workers']:.2f}x "
                                               f"with 2 workers on {r['gsf_bytes'] / 1e9:.2f} GB, "
                                               "swath and area filters" + _ceiling(r)),
-        ("bench_load_few_large.json", lambda r: f"bench_load --shape few-large: "
-                                                f"{r['speedup_2_workers']:.2f}x with 2 workers "
-                                                f"({r['speedup_1_worker']:.2f}x with 1) on "
-                                                f"{r['files']} files of "
-                                                f"{r['gsf_bytes'] / r['files'] / 1e6:.0f} MB, "
-                                                "no filter" + _ceiling(r)),
+        ("bench_load_few_large.json", _shape_line("few-large", "files")),
+        ("bench_load_real.json", _shape_line("real", "real-derived EM302 lines")),
         ("bench_swath.json", _swath_line),
     ):
         p = results_dir / fname
