@@ -373,6 +373,34 @@ def test_set_validity(tmp_path):
     RefPfm(path).check_chains()
 
 
+def test_set_validity_scattered_duplicates_and_out_of_order(tmp_path):
+    """Many soundings over many records in any order, some (record, slot) given twice: the
+    last value given wins, every other field and sounding stays (the area filter's redo
+    entries come a row at a time, not in file order)."""
+    g = small_grid(40, 30)
+    rng = np.random.default_rng(11)
+    bins = np.arange(0, g.width * g.height, 3)
+    d = make_soundings(rng, bins.tolist(), rng.integers(1, 40, bins.size).tolist())
+    path = str(tmp_path / "v.pfm")
+    with create(path, g) as f:
+        for lo in range(0, bins.size, bins.size // 4):     # chains over several calls
+            sel = np.isin(d["bin_index"], bins[lo:lo + bins.size // 4])
+            f.add_sorted(**{k: v[sel] for k, v in d.items()})
+        s = f.read_soundings(0, g.height)
+        n = s["validity"].size
+        pick = rng.permutation(n)[: n // 3]
+        pick = np.concatenate([pick, pick[:50]])            # 50 given twice
+        newv = rng.integers(0, 2**23, pick.size)
+        f.set_validity(s["record_offset"][pick], s["slot"][pick], newv)
+        s2 = f.read_soundings(0, g.height)
+        expect = s["validity"].copy()
+        expect[pick] = newv          # numpy's fancy assignment: the last one wins too
+        assert s2["validity"].tolist() == expect.tolist()
+        for k in ("file", "line", "ping", "beam", "depth", "x_off", "y_off", "record_offset"):
+            assert np.array_equal(s2[k], s[k])
+    RefPfm(path).check_chains()
+
+
 def test_header_extrema_and_write_header(tmp_path):
     g = small_grid()
     path = str(tmp_path / "h.pfm")
