@@ -98,3 +98,48 @@ def test_spans_leave_records_known_zero_unread_and_the_rest_as_read(tmp_path):
         assert np.array_equal(rows[~skipped], data2[items][~skipped])
     finally:
         os.close(fd)
+
+
+def test_many_short_runs_are_written_by_spans_to_the_same_bytes_and_blocks(tmp_path,
+                                                                            monkeypatch):
+    """``_recompute._write_runs`` with bins in many short runs a few bins apart (an area
+    filter's changed bins where it cut much): read-modify-write spans, whose bytes and blocks
+    are those of one write per run; bins written before keep theirs, holes stay holes."""
+    from pfm_dask.pfm import _recompute
+
+    size, n, base = 39, 60_000, 16384
+    rng = np.random.default_rng(3)
+    # three clusters of changed bins a few apart, far from each other (holes between)
+    items = np.unique(np.concatenate([rng.integers(a, a + 3000, 900)
+                                      for a in (1000, 25_000, 52_000)]))
+    gaps = np.diff(items) - 1
+    assert (np.count_nonzero(gaps) + 1) >= _recompute.MERGE_RUNS
+    other = np.setdiff1d(np.arange(n), items)
+    other = other[(other % 5 == 0) & (((other > 900) & (other < 4100)) | (other > 51_000))]
+    recs = rng.integers(1, 255, (items.size, size), dtype=np.uint8)
+    old = rng.integers(1, 255, (other.size, size), dtype=np.uint8)
+    zero = np.ones(n, dtype=bool)
+    zero[other] = False
+    zero[items] = False
+    made = []
+    monkeypatch.setattr(_recompute, "Spans",
+                        lambda *a, **k: made.append(k.get("read", True)) or Spans(*a, **k))
+    paths = {}
+    for how in ("by runs", "by spans"):
+        p = paths[how] = tmp_path / how.replace(" ", "-")
+        fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, base + n * size)
+            for i, rec in zip(other.tolist(), old):
+                os.pwrite(fd, rec.tobytes(), base + i * size)
+            if how == "by runs":
+                for i, rec in zip(items.tolist(), recs):
+                    os.pwrite(fd, rec.tobytes(), base + i * size)
+            else:
+                _recompute._write_runs(fd, items, recs, base, p, np.packbits(zero))
+        finally:
+            os.close(fd)
+    assert made == [True]          # one reading Spans: the spans path was taken
+    a, b = (paths[k].read_bytes() for k in ("by runs", "by spans"))
+    assert a == b
+    assert os.stat(paths["by spans"]).st_blocks == os.stat(paths["by runs"]).st_blocks
