@@ -23,10 +23,11 @@ thread, what ``--serial`` runs one after the other); where both exist the JSON g
 
     python -m benchmarks.bench_ceiling                  # the 74-file 2 GB survey, 50 m bins
     python -m benchmarks.bench_ceiling --survey load48  # bench_load's 48-file 1.1 GB survey
+    python -m benchmarks.bench_ceiling --survey real    # 8 lines of real EM302 ping records
     python -m benchmarks.bench_ceiling --quick          # a tiny survey, seconds (the tests)
     python -m benchmarks.bench_ceiling --files 12 --setups none --threads 2   # its first files
 
-Results: ``results/bench_ceiling[_load48|_quick].json``; ``python -m benchmarks.run --report``
+Results: ``results/bench_ceiling[_load48|_real|_quick].json``; ``python -m benchmarks.run --report``
 puts them in ``RESULTS.md`` (:func:`markdown`).
 """
 
@@ -48,6 +49,7 @@ WORK = Path(__file__).resolve().parent / "_work"
 #: survey name -> (files, size): pings per file for ``datasets.survey``, GB for ``bench_load``'s
 SURVEYS = {"pfmloader74": (74, 3249),   # datasets.pings_for(2.0): benchmarks.run --gb 2
            "load48": (48, 1.1),         # bench_load's default survey
+           "real": (8, 100.0),          # bench_load's real-derived lines (MB each)
            "quick": (6, 40)}
 #: setup -> (swath filter, area filter), as benchmarks.run names them
 SETUPS = {"none": (False, False), "swath": (True, False), "area": (False, True),
@@ -64,6 +66,14 @@ def _survey(name: str, data_dir: Path) -> list[str]:
         from . import bench_load
 
         return [str(p) for p in expand_inputs([bench_load.survey(size, files)])]
+    if name == "real":
+        from . import real_gsf
+
+        folder = real_gsf.survey(files, size, data_dir=data_dir)
+        if folder is None:
+            raise SystemExit(f"--survey real: {real_gsf.SAMPLE_NAME} not found in "
+                             f"{real_gsf.samples_dir()} (set PFM_DASK_GSF_SAMPLES)")
+        return [str(p) for p in expand_inputs([folder])]
     from . import datasets
 
     folder = datasets.survey(size, files=files, data_dir=data_dir)
