@@ -741,7 +741,7 @@ def _span_bands(pfm_file, lo: int, hi: int, only, budget: int):
 
 
 #: :func:`_write_runs` reads and writes spans of bins instead of writing their runs when
-#: there are this many runs at least and the spans are half as many at most
+#: that would take this many writes at least and the spans are half as many at most
 MERGE_RUNS = 64
 
 
@@ -752,23 +752,24 @@ def _write_runs(fd: int, bidx: np.ndarray, recs: np.ndarray, base: int, path,
     bins still all zero (``zero_bits``), one write per span that also holds the short gaps
     of such bins (:func:`._io.zero_gaps`: written as the zeros they are, no new blocks).
 
-    When the bins are in many short runs less than a block apart (an area filter's changed
-    bins where it cut much: on a real-derived survey 64,000 runs), one write per span of
-    them instead, the records between read and written back as they are (a read-modify-write
+    When that takes many writes and the bins are less than a block apart (an area filter's
+    changed bins where it cut much, the bins between holding data: on a real-derived survey
+    64,000 runs), one write per span of them instead, the records between read and written back as they are (a read-modify-write
     by :class:`._io.Spans`, which reads no run of bins ``zero_bits`` knows to be zero; gaps
     under a block: no new block of a sparse ``.bin``). The caller holds the store's write
     lock and has no write to these bytes queued."""
     bs = recs.shape[1]
+    join = zero_gaps(bidx, bs, zero_bits)
     gaps = np.diff(bidx.astype(np.int64, copy=False)) - 1
-    runs = int(np.count_nonzero(gaps)) + 1
-    if runs >= MERGE_RUNS and 2 * (int(np.count_nonzero(gaps * bs > ZERO_GAP)) + 1) <= runs:
+    # the writes the plain ways take: a run each, or a span of runs with zeros between
+    writes = int(np.count_nonzero(gaps if join is None else ~join)) + 1
+    if writes >= MERGE_RUNS and 2 * (int(np.count_nonzero(gaps * bs > ZERO_GAP)) + 1) <= writes:
         spans = Spans(fd, base + bidx.astype(np.int64) * bs, bs, max_gap=ZERO_GAP, path=path,
                       what="bin record",
                       known_zero=None if zero_bits is None else (zero_bits, base))
         spans.store(recs)
         spans.write()
         return
-    join = zero_gaps(bidx, bs, zero_bits)
     if join is not None:
         spans = Spans(fd, base + bidx.astype(np.int64) * bs, bs, max_gap=ZERO_GAP, path=path,
                       what="bin record", read=False, zero=True, joinable=join)

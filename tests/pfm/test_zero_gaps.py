@@ -143,3 +143,29 @@ def test_many_short_runs_are_written_by_spans_to_the_same_bytes_and_blocks(tmp_p
     a, b = (paths[k].read_bytes() for k in ("by runs", "by spans"))
     assert a == b
     assert os.stat(paths["by spans"]).st_blocks == os.stat(paths["by runs"]).st_blocks
+
+
+def test_short_runs_with_only_zeros_between_keep_the_zero_joins(tmp_path, monkeypatch):
+    """Bins a few apart with nothing written between them (a sparse grid's): the zero-gap
+    joins already make few writes, so nothing is read (no page of a hole taken)."""
+    from pfm_dask.pfm import _recompute
+
+    size, n, base = 39, 20_000, 16384
+    rng = np.random.default_rng(4)
+    items = np.unique(rng.integers(1000, 9000, 2500))
+    recs = rng.integers(1, 255, (items.size, size), dtype=np.uint8)
+    zero = np.ones(n, dtype=bool)
+    zero[items] = False
+    made = []
+    monkeypatch.setattr(_recompute, "Spans",
+                        lambda *a, **k: made.append(k.get("read", True)) or Spans(*a, **k))
+    p = tmp_path / "f"
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.ftruncate(fd, base + n * size)
+        _recompute._write_runs(fd, items, recs, base, p, np.packbits(zero))
+    finally:
+        os.close(fd)
+    assert made == [False]
+    data = np.frombuffer(p.read_bytes()[base:], dtype=np.uint8).reshape(n, size)
+    assert np.array_equal(data[items], recs) and not data[zero].any()
