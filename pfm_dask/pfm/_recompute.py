@@ -754,10 +754,10 @@ def _write_runs(fd: int, bidx: np.ndarray, recs: np.ndarray, base: int, path,
 
     When that takes many writes and the bins are less than a block apart (an area filter's
     changed bins where it cut much, the bins between holding data: on a real-derived survey
-    64,000 runs), one write per span of them instead, the records between read and written back as they are (a read-modify-write
-    by :class:`._io.Spans`, which reads no run of bins ``zero_bits`` knows to be zero; gaps
-    under a block: no new block of a sparse ``.bin``). The caller holds the store's write
-    lock and has no write to these bytes queued."""
+    64,000 runs), one write per span of them instead, the records between read and written
+    back as they are (a read-modify-write by :class:`._io.Spans`, which reads no run of bins
+    ``zero_bits`` knows to be zero; gaps under a block: no new block of a sparse ``.bin``).
+    The caller holds the store's write lock and has no write to these bytes queued."""
     bs = recs.shape[1]
     join = zero_gaps(bidx, bs, zero_bits)
     gaps = np.diff(bidx.astype(np.int64, copy=False)) - 1
