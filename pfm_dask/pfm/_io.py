@@ -20,7 +20,7 @@ from ._bitpack import BitLayout
 from ._runs import read_parts
 
 __all__ = ["Spans", "BufferPool", "BackgroundWriter", "NdxMap", "start_writeback", "RMW_GAP",
-           "MAX_SPAN", "ZERO_GAP", "ZERO_SKIP", "zero_gaps"]
+           "MAX_SPAN", "ZERO_GAP", "ZERO_SKIP", "zero_gaps", "write_runs", "MERGE_RUNS"]
 
 RMW_GAP = 4096                   # merge read-modify-write spans whose gap is at most this
 #: a run of records known to be zero inside a span is not read when longer than this (bytes):
@@ -184,6 +184,56 @@ def zero_gaps(items: np.ndarray, size: int, zero_bits: np.ndarray | None) -> np.
 
 
 _GAP_BLOCK = 1 << 20
+
+
+#: :func:`write_runs` reads and writes spans of bins instead of writing their runs when
+#: that would take this many writes at least and the spans are half as many at most
+MERGE_RUNS = 64
+
+
+def write_runs(fd: int, bidx: np.ndarray, recs: np.ndarray, base: int, path,
+                zero_bits: np.ndarray | None = None) -> None:
+    """Write records ``recs`` of bins ``bidx`` (increasing) back, one write per run of
+    consecutive bins (the holes between them are not written), or, with the store's map of
+    bins still all zero (``zero_bits``), one write per span that also holds the short gaps
+    of such bins (:func:`zero_gaps`: written as the zeros they are, no new blocks).
+
+    When that takes many writes and the bins are less than a block apart (an area filter's
+    changed bins where it cut much, the bins between holding data: on a real-derived survey
+    64,000 runs), one write per span of them instead, the records between read and written
+    back as they are (a read-modify-write by :class:`Spans`, which reads no run of bins
+    ``zero_bits`` knows to be zero; gaps under a block: no new block of a sparse ``.bin``).
+    The caller holds the store's write lock and has no write to these bytes queued."""
+    bs = recs.shape[1]
+    join = zero_gaps(bidx, bs, zero_bits)
+    gaps = np.diff(bidx.astype(np.int64, copy=False)) - 1
+    # the writes the plain ways take: a run each, or a span of runs with zeros between
+    writes = int(np.count_nonzero(gaps if join is None else ~join)) + 1
+    if writes >= MERGE_RUNS and 2 * (int(np.count_nonzero(gaps * bs > ZERO_GAP)) + 1) <= writes:
+        spans = Spans(fd, base + bidx.astype(np.int64) * bs, bs, max_gap=ZERO_GAP, path=path,
+                      what="bin record",
+                      known_zero=None if zero_bits is None else (zero_bits, base))
+        spans.store(recs)
+        spans.write()
+        return
+    if join is not None:
+        spans = Spans(fd, base + bidx.astype(np.int64) * bs, bs, max_gap=ZERO_GAP, path=path,
+                      what="bin record", read=False, zero=True, joinable=join)
+        spans.store(recs)
+        spans.write()
+        return
+    brk = np.flatnonzero(np.diff(bidx) != 1) + 1
+    starts = np.r_[0, brk].tolist()
+    ends = np.r_[brk, bidx.size].tolist()
+    for a, b in zip(starts, ends):
+        view = memoryview(recs[a:b]).cast("B")
+        off = base + int(bidx[a]) * bs
+        done = 0
+        while done < len(view):
+            k = os.pwrite(fd, view[done:], off + done)
+            if k <= 0:
+                raise PfmFormatError("cannot write the bin records", path=path, offset=off + done)
+            done += k
 
 
 _SYNC_FILE_RANGE_WRITE = 2       # linux/fs.h: start write-out of dirty pages, do not wait

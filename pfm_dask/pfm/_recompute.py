@@ -50,7 +50,7 @@ from ._extrema import EXTREMA_START, _Extrema, band_extrema, std_limit
 from ._recompute_kernel import (SCATTERED_DROP_SOUNDINGS, NdxView, _step, record_fields,
                                 recompute_records, step_args)
 from ._coverage import update_coverage
-from ._io import RMW_GAP, ZERO_GAP, Spans, zero_gaps
+from ._io import RMW_GAP, Spans, write_runs
 
 __all__ = [
     "PRIOR_KEEP",
@@ -632,7 +632,7 @@ class BandRecompute:
         """Write the band's new records and coverage bytes (the caller holds :attr:`lock`;
         the store's write-behind queue is not waited for: the caller sees to it)."""
         pfm_file = self.pfm
-        _write_runs(self.fd, bidx, new, pfm_file.bin_header_size, pfm_file.bin_path,
+        write_runs(self.fd, bidx, new, pfm_file.bin_header_size, pfm_file.bin_path,
                     getattr(pfm_file, "_zero_bins", None))
         pfm_file._touch(bidx)
         update_coverage(pfm_file._fd("cvg"), bidx, validity, path=pfm_file.cvg_path,
@@ -738,56 +738,6 @@ def _span_bands(pfm_file, lo: int, hi: int, only, budget: int):
         cnt = cnt.astype(np.int64)
         for i, j in _cuts(cnt, budget):
             yield bidx[i:j], recs[i:j]     # views: the band thread copies what it rewrites
-
-
-#: :func:`_write_runs` reads and writes spans of bins instead of writing their runs when
-#: that would take this many writes at least and the spans are half as many at most
-MERGE_RUNS = 64
-
-
-def _write_runs(fd: int, bidx: np.ndarray, recs: np.ndarray, base: int, path,
-                zero_bits: np.ndarray | None = None) -> None:
-    """Write records ``recs`` of bins ``bidx`` (increasing) back, one write per run of
-    consecutive bins (the holes between them are not written), or, with the store's map of
-    bins still all zero (``zero_bits``), one write per span that also holds the short gaps
-    of such bins (:func:`._io.zero_gaps`: written as the zeros they are, no new blocks).
-
-    When that takes many writes and the bins are less than a block apart (an area filter's
-    changed bins where it cut much, the bins between holding data: on a real-derived survey
-    64,000 runs), one write per span of them instead, the records between read and written
-    back as they are (a read-modify-write by :class:`._io.Spans`, which reads no run of bins
-    ``zero_bits`` knows to be zero; gaps under a block: no new block of a sparse ``.bin``).
-    The caller holds the store's write lock and has no write to these bytes queued."""
-    bs = recs.shape[1]
-    join = zero_gaps(bidx, bs, zero_bits)
-    gaps = np.diff(bidx.astype(np.int64, copy=False)) - 1
-    # the writes the plain ways take: a run each, or a span of runs with zeros between
-    writes = int(np.count_nonzero(gaps if join is None else ~join)) + 1
-    if writes >= MERGE_RUNS and 2 * (int(np.count_nonzero(gaps * bs > ZERO_GAP)) + 1) <= writes:
-        spans = Spans(fd, base + bidx.astype(np.int64) * bs, bs, max_gap=ZERO_GAP, path=path,
-                      what="bin record",
-                      known_zero=None if zero_bits is None else (zero_bits, base))
-        spans.store(recs)
-        spans.write()
-        return
-    if join is not None:
-        spans = Spans(fd, base + bidx.astype(np.int64) * bs, bs, max_gap=ZERO_GAP, path=path,
-                      what="bin record", read=False, zero=True, joinable=join)
-        spans.store(recs)
-        spans.write()
-        return
-    brk = np.flatnonzero(np.diff(bidx) != 1) + 1
-    starts = np.r_[0, brk].tolist()
-    ends = np.r_[brk, bidx.size].tolist()
-    for a, b in zip(starts, ends):
-        view = memoryview(recs[a:b]).cast("B")
-        off = base + int(bidx[a]) * bs
-        done = 0
-        while done < len(view):
-            k = os.pwrite(fd, view[done:], off + done)
-            if k <= 0:
-                raise PfmFormatError("cannot write the bin records", path=path, offset=off + done)
-            done += k
 
 
 def ordered_imap(fn, items, threads: int, name: str = "pfm-band"):

@@ -102,10 +102,10 @@ def test_spans_leave_records_known_zero_unread_and_the_rest_as_read(tmp_path):
 
 def test_many_short_runs_are_written_by_spans_to_the_same_bytes_and_blocks(tmp_path,
                                                                             monkeypatch):
-    """``_recompute._write_runs`` with bins in many short runs a few bins apart (an area
+    """``_io.write_runs`` with bins in many short runs a few bins apart (an area
     filter's changed bins where it cut much): read-modify-write spans, whose bytes and blocks
     are those of one write per run; bins written before keep theirs, holes stay holes."""
-    from pfm_dask.pfm import _recompute
+    from pfm_dask.pfm import _io
 
     size, n, base = 39, 60_000, 16384
     rng = np.random.default_rng(3)
@@ -113,7 +113,7 @@ def test_many_short_runs_are_written_by_spans_to_the_same_bytes_and_blocks(tmp_p
     items = np.unique(np.concatenate([rng.integers(a, a + 3000, 900)
                                       for a in (1000, 25_000, 52_000)]))
     gaps = np.diff(items) - 1
-    assert (np.count_nonzero(gaps) + 1) >= _recompute.MERGE_RUNS
+    assert (np.count_nonzero(gaps) + 1) >= _io.MERGE_RUNS
     other = np.setdiff1d(np.arange(n), items)
     other = other[(other % 5 == 0) & (((other > 900) & (other < 4100)) | (other > 51_000))]
     recs = rng.integers(1, 255, (items.size, size), dtype=np.uint8)
@@ -122,7 +122,7 @@ def test_many_short_runs_are_written_by_spans_to_the_same_bytes_and_blocks(tmp_p
     zero[other] = False
     zero[items] = False
     made = []
-    monkeypatch.setattr(_recompute, "Spans",
+    monkeypatch.setattr(_io, "Spans",
                         lambda *a, **k: made.append(k.get("read", True)) or Spans(*a, **k))
     paths = {}
     for how in ("by runs", "by spans"):
@@ -136,7 +136,7 @@ def test_many_short_runs_are_written_by_spans_to_the_same_bytes_and_blocks(tmp_p
                 for i, rec in zip(items.tolist(), recs):
                     os.pwrite(fd, rec.tobytes(), base + i * size)
             else:
-                _recompute._write_runs(fd, items, recs, base, p, np.packbits(zero))
+                _io.write_runs(fd, items, recs, base, p, np.packbits(zero))
         finally:
             os.close(fd)
     assert made == [True]          # one reading Spans: the spans path was taken
@@ -148,7 +148,7 @@ def test_many_short_runs_are_written_by_spans_to_the_same_bytes_and_blocks(tmp_p
 def test_short_runs_with_only_zeros_between_keep_the_zero_joins(tmp_path, monkeypatch):
     """Bins a few apart with nothing written between them (a sparse grid's): the zero-gap
     joins already make few writes, so nothing is read (no page of a hole taken)."""
-    from pfm_dask.pfm import _recompute
+    from pfm_dask.pfm import _io
 
     size, n, base = 39, 20_000, 16384
     rng = np.random.default_rng(4)
@@ -157,13 +157,13 @@ def test_short_runs_with_only_zeros_between_keep_the_zero_joins(tmp_path, monkey
     zero = np.ones(n, dtype=bool)
     zero[items] = False
     made = []
-    monkeypatch.setattr(_recompute, "Spans",
+    monkeypatch.setattr(_io, "Spans",
                         lambda *a, **k: made.append(k.get("read", True)) or Spans(*a, **k))
     p = tmp_path / "f"
     fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         os.ftruncate(fd, base + n * size)
-        _recompute._write_runs(fd, items, recs, base, p, np.packbits(zero))
+        _io.write_runs(fd, items, recs, base, p, np.packbits(zero))
     finally:
         os.close(fd)
     assert made == [False]
