@@ -46,6 +46,11 @@ def _as_array(name: str, a, n: int | None = None) -> np.ndarray:
     return arr
 
 
+#: :meth:`PfmWrites.set_validity` lets go of the pages of its map of the ``.ndx`` every this
+#: many spans (about 64 MB of pages at 64 kB a fault)
+DROP_SPANS = 1024
+
+
 class PfmWrites:
     """Appending soundings and rewriting records of an open PFM (mixed into ``PfmFile``)."""
 
@@ -453,12 +458,18 @@ class PfmWrites:
         spans = Spans(fd, urec, rsize, max_gap=RMW_GAP, path=self.ndx_path, read=False,
                       zero=False)
         mm = mmap.mmap(fd, os.fstat(fd).st_size, access=mmap.ACCESS_READ)
+        drop = hasattr(mmap, "MADV_DONTNEED")
         try:
             src = np.frombuffer(mm, dtype=np.uint8)
             buf = spans.buf
-            for lo, ln, at in zip(spans.span_lo.tolist(), spans.span_len.tolist(),
-                                  spans.span_at.tolist()):
+            for k, (lo, ln, at) in enumerate(zip(spans.span_lo.tolist(), spans.span_len.tolist(),
+                                                 spans.span_at.tolist())):
                 buf[at:at + ln] = src[lo:lo + ln]
+                if drop and k % DROP_SPANS == DROP_SPANS - 1:
+                    # the pages mapped so far let go (they stay cached): each fault maps
+                    # 64 kB around it, and 26,873 cuts over the 74-file survey's 3 GB .ndx
+                    # left 2.3 GB of it resident
+                    mm.madvise(mmap.MADV_DONTNEED)
             del src
         finally:
             close_map(mm)

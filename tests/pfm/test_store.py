@@ -401,6 +401,48 @@ def test_set_validity_scattered_duplicates_and_out_of_order(tmp_path):
     RefPfm(path).check_chains()
 
 
+def test_set_validity_lets_go_of_the_pages_it_mapped(tmp_path, monkeypatch):
+    """The spans are copied out of a map of the ``.ndx``, whose pages are let go every
+    ``DROP_SPANS`` spans (file-backed pages count in RSS: 26,873 cuts over a 3 GB ``.ndx``
+    left 2.3 GB resident without it)."""
+    import mmap
+    import types
+
+    from pfm_dask.pfm import _write
+
+    advised = []
+
+    class Map(mmap.mmap):
+        def madvise(self, *a):
+            advised.append(a)
+            return super().madvise(*a)
+
+    monkeypatch.setattr(_write, "mmap", types.SimpleNamespace(
+        mmap=Map, ACCESS_READ=mmap.ACCESS_READ, MADV_DONTNEED=mmap.MADV_DONTNEED))
+    monkeypatch.setattr(_write, "DROP_SPANS", 2)
+    g = small_grid(40, 30)
+    rng = np.random.default_rng(12)
+    bins = np.arange(0, g.width * g.height, 2)
+    d = make_soundings(rng, bins.tolist(), rng.integers(1, 30, bins.size).tolist())
+    path = str(tmp_path / "m.pfm")
+    with create(path, g) as f:
+        for lo in range(0, bins.size, bins.size // 6):     # chains over several calls
+            sel = np.isin(d["bin_index"], bins[lo:lo + bins.size // 6])
+            f.add_sorted(**{k: v[sel] for k, v in d.items()})
+        s = f.read_soundings(0, g.height)
+        # records more than RMW_GAP apart: spans of their own
+        rec = np.unique(s["record_offset"])
+        far = rec[::64]
+        pick = np.flatnonzero(np.isin(s["record_offset"], far) & (s["slot"] == 0))
+        f.set_validity(s["record_offset"][pick], s["slot"][pick], V.FILTER_INVAL)
+        got = f.read_soundings(0, g.height)["validity"]
+    assert pick.size >= 8 and np.diff(far).min() > 4096
+    assert len(advised) >= pick.size // 2 - 1 and all(a == (mmap.MADV_DONTNEED,) for a in advised)
+    want = s["validity"].copy()
+    want[pick] = V.FILTER_INVAL
+    assert got.tolist() == want.tolist()
+
+
 def test_header_extrema_and_write_header(tmp_path):
     g = small_grid()
     path = str(tmp_path / "h.pfm")
