@@ -373,19 +373,25 @@ def test_set_validity(tmp_path):
     RefPfm(path).check_chains()
 
 
+def _add_in_calls(f, g, rng, every: int, most: int, calls: int) -> None:
+    """Soundings in every ``every``-th bin of ``g`` (1 to ``most`` each) added to ``f`` in
+    ``calls`` calls, so that their chains run over several groups of records."""
+    bins = np.arange(0, g.width * g.height, every)
+    d = make_soundings(rng, bins.tolist(), rng.integers(1, most, bins.size).tolist())
+    for lo in range(0, bins.size, bins.size // calls):
+        sel = np.isin(d["bin_index"], bins[lo:lo + bins.size // calls])
+        f.add_sorted(**{k: v[sel] for k, v in d.items()})
+
+
 def test_set_validity_scattered_duplicates_and_out_of_order(tmp_path):
     """Many soundings over many records in any order, some (record, slot) given twice: the
     last value given wins, every other field and sounding stays (the area filter's redo
     entries come a row at a time, not in file order)."""
     g = small_grid(40, 30)
     rng = np.random.default_rng(11)
-    bins = np.arange(0, g.width * g.height, 3)
-    d = make_soundings(rng, bins.tolist(), rng.integers(1, 40, bins.size).tolist())
     path = str(tmp_path / "v.pfm")
     with create(path, g) as f:
-        for lo in range(0, bins.size, bins.size // 4):     # chains over several calls
-            sel = np.isin(d["bin_index"], bins[lo:lo + bins.size // 4])
-            f.add_sorted(**{k: v[sel] for k, v in d.items()})
+        _add_in_calls(f, g, rng, every=3, most=40, calls=4)
         s = f.read_soundings(0, g.height)
         n = s["validity"].size
         pick = rng.permutation(n)[: n // 3]
@@ -422,13 +428,9 @@ def test_set_validity_lets_go_of_the_pages_it_mapped(tmp_path, monkeypatch):
     monkeypatch.setattr(_write, "DROP_SPANS", 2)
     g = small_grid(40, 30)
     rng = np.random.default_rng(12)
-    bins = np.arange(0, g.width * g.height, 2)
-    d = make_soundings(rng, bins.tolist(), rng.integers(1, 30, bins.size).tolist())
     path = str(tmp_path / "m.pfm")
     with create(path, g) as f:
-        for lo in range(0, bins.size, bins.size // 6):     # chains over several calls
-            sel = np.isin(d["bin_index"], bins[lo:lo + bins.size // 6])
-            f.add_sorted(**{k: v[sel] for k, v in d.items()})
+        _add_in_calls(f, g, rng, every=2, most=30, calls=6)
         s = f.read_soundings(0, g.height)
         # records more than RMW_GAP apart: spans of their own
         rec = np.unique(s["record_offset"])
