@@ -205,24 +205,23 @@ def write_runs(fd: int, bidx: np.ndarray, recs: np.ndarray, base: int, path,
     ``zero_bits`` knows to be zero; gaps under a block: no new block of a sparse ``.bin``).
     The caller holds the store's write lock and has no write to these bytes queued."""
     bs = recs.shape[1]
-    join = zero_gaps(bidx, bs, zero_bits)
-    gaps = np.diff(bidx.astype(np.int64, copy=False)) - 1
+    b64 = bidx.astype(np.int64, copy=False)
+    join = zero_gaps(b64, bs, zero_bits)
+    gaps = np.diff(b64) - 1
     # the writes the plain ways take: a run each, or a span of runs with zeros between
     writes = int(np.count_nonzero(gaps if join is None else ~join)) + 1
+    spans = None
     if writes >= MERGE_RUNS and 2 * (int(np.count_nonzero(gaps * bs > ZERO_GAP)) + 1) <= writes:
-        spans = Spans(fd, base + bidx.astype(np.int64) * bs, bs, max_gap=ZERO_GAP, path=path,
-                      what="bin record",
+        spans = Spans(fd, base + b64 * bs, bs, max_gap=ZERO_GAP, path=path, what="bin record",
                       known_zero=None if zero_bits is None else (zero_bits, base))
+    elif join is not None:
+        spans = Spans(fd, base + b64 * bs, bs, max_gap=ZERO_GAP, path=path, what="bin record",
+                      read=False, zero=True, joinable=join)
+    if spans is not None:
         spans.store(recs)
         spans.write()
         return
-    if join is not None:
-        spans = Spans(fd, base + bidx.astype(np.int64) * bs, bs, max_gap=ZERO_GAP, path=path,
-                      what="bin record", read=False, zero=True, joinable=join)
-        spans.store(recs)
-        spans.write()
-        return
-    brk = np.flatnonzero(np.diff(bidx) != 1) + 1
+    brk = np.flatnonzero(gaps) + 1
     starts = np.r_[0, brk].tolist()
     ends = np.r_[brk, bidx.size].tolist()
     for a, b in zip(starts, ends):
