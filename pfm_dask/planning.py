@@ -15,7 +15,7 @@ import numpy as np
 
 from . import gsf
 from ._arrays import runs
-from .auto_area import automatic_grid, extent_of, far_pings, stretched_by
+from .auto_area import automatic_grid, extent_of, far_pings, stretched_by, swath_outline
 from .bins import BinGrid
 from .config import LoadConfig
 from .errors import ConfigError, GsfError, LoadError
@@ -80,7 +80,8 @@ def prescan_file(path: str, exact_beams: bool = False) -> dict:
             out["n_pings"] = n
             if n == 0:
                 return out
-            far = far_pings(f.ping_headers(), f.ping_offsets, path)   # damaged fixes
+            headers = f.ping_headers()
+            far = far_pings(headers, f.ping_offsets, path)   # damaged fixes
             out["far_pings"] = far.damage
             out["damage"] += far.damage
             step = max(1, n // _SAMPLE_PINGS)
@@ -98,6 +99,8 @@ def prescan_file(path: str, exact_beams: bool = False) -> dict:
             single = np.repeat(beams_seen, beams_seen) == 1   # one-beam pings: the ping position
             lats, lons = [lat[ok & single]], [lon[ok & single]]
             multi = ok & ~single
+            across = along = np.zeros(0)
+            beam_ping = ping.astype(np.int64)[multi] - 1
             if multi.any():
                 valid = cols["_valid"]
                 across = np.where(valid.get("across_track", True), cols["across_track"], 0.0)
@@ -108,6 +111,15 @@ def prescan_file(path: str, exact_beams: bool = False) -> dict:
                                                 along_present=present[multi])
                 lats.append(blat)
                 lons.append(blon)
+                across, along = across[multi], along[multi]
+            # the pings between the samples, each with the wider swath of the two around it
+            plat, plon = headers["latitude"], headers["longitude"]
+            use = (np.isfinite(plat) & np.isfinite(plon) & (np.abs(plat) <= 90)
+                   & (np.abs(plon) <= 180))
+            use[far.pings] = False
+            olat, olon = swath_outline(headers, use, np.asarray(picks), beam_ping, across, along)
+            lats.append(olat)
+            lons.append(olon)
             beams_seen = beams_seen.tolist()
             for d in f.damage:
                 if d.to_dict() not in out["damage"]:

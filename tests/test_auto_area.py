@@ -47,6 +47,35 @@ def _bins(res) -> int:
     return res.grid["width"] * res.grid["height"]
 
 
+def test_a_jog_between_the_sampled_pings_stays_inside_the_automatic_area(tmp_path):
+    """The pre-scan decodes every 10th of 480 pings; pings 3-7 jog 2 km east of the line (a
+    legal track, within the far-ping slack): their soundings load like the straight line's,
+    none outside the area, and every beam position lies inside the grid."""
+    synth.generate(tmp_path / "s", files=1, pings=480, beams=16, seed=5, latitude=17.8,
+                   longitude=-64.6)
+    src = next((tmp_path / "s").glob("*.gsf"))
+    moved = tmp_path / "jog.gsf"
+    b = bytearray(src.read_bytes())
+    east = 2000.0 / (111_320.0 * np.cos(np.radians(17.8)))
+    for p, h, _ in ping_records(bytes(b))[3:8]:
+        lon, lat = struct.unpack_from(">ii", b, p + h + 8)
+        struct.pack_into(">i", b, p + h + 8, lon + int(round(east * 1e7)))
+    moved.write_bytes(bytes(b))
+    cfg = LoadConfig(bin_size_m=25.0)
+    clean = pipeline.run_load([str(src)], tmp_path / "clean.pfm", cfg, mode="serial")
+    res = pipeline.run_load([str(moved)], tmp_path / "jog.pfm", cfg, mode="serial")
+    assert res.files[0]["outside_area"] == 0, res.summary()
+    assert res.totals["loaded"] == clean.totals["loaded"] > 0
+    # every beam, by two NGS geodesics each, inside the grid's corners
+    with gsf.GsfFile(moved) as f:
+        c = f.read_columns_at(list(range(f.n_pings)))
+    lat, lon = gsf.beam_positions_reference(c["latitude"], c["longitude"], c["heading"],
+                                            c["across_track"], c["along_track"])
+    g = res.grid
+    assert (g["min_y"] <= lat.min() and lat.max() <= g["max_y"]
+            and g["min_x"] <= lon.min() and lon.max() <= g["max_x"]), (g, lat.min(), lon.max())
+
+
 @pytest.mark.parametrize("where", [(25.8, -64.6), (0.0, 0.0)], ids=["8-degrees-north", "null-island"])
 def test_one_far_ping_is_damage_and_does_not_size_the_area(survey, tmp_path, where):
     root, files = survey
@@ -203,3 +232,44 @@ def test_prescan_extent_from_corners_equals_extent_of():
             lon[0] = np.nan
         lat = rng.uniform(-80, 80, n)
         assert _extent(lat, lon) == auto_area.extent_of(lat, lon)
+
+
+def test_swath_outline_gives_each_unsampled_ping_the_wider_swath_around_it():
+    """Five pings heading north on the equator, pings 0 and 4 decoded (100 m to port and 50 m
+    to starboard; 30 m and 200 m): pings 1-3 get 100 m and 200 m, ping 2 where its own
+    header puts it (1 km east); a one-beam ping is its own position; the sampled pings are
+    left to their own beams. Reference: the NGS geodesic, two per corner (the outline's
+    tangent-plane moves agree to a centimetre over these distances)."""
+    m = 1.0 / 111_319.49   # degrees of longitude per metre on the equator (WGS 84)
+    h = {"latitude": np.array([0.0, 0.001, 0.002, 0.003, 0.004]),
+         "longitude": np.array([0.0, 0.0, 1000 * m, 0.0, 0.0]),
+         "heading": np.zeros(5), "number_beams": np.array([9, 9, 9, 1, 9])}
+    ping, across = np.array([0, 0, 4, 4]), np.array([-100.0, 50.0, -30.0, 200.0])
+    lat, lon = auto_area.swath_outline(h, np.ones(5, dtype=bool), np.array([0, 4]), ping,
+                                       across, np.zeros(4))
+    assert lat.size == 1 + 2 * 4          # ping 3 alone, pings 1 and 2 four corners each
+    assert lon[0] == 0.0 and lat[0] == 0.003
+    ref_lat, ref_lon = gsf.beam_positions_reference(
+        np.repeat([0.001, 0.002], 4), np.repeat([0.0, 1000 * m], 4), 0.0,
+        np.tile([-100.0, -100.0, 200.0, 200.0], 2))
+    np.testing.assert_allclose(np.sort(lon[1:]), np.sort(ref_lon), atol=1e-7)
+    np.testing.assert_allclose(np.sort(lat[1:]), np.sort(ref_lat), atol=1e-7)
+    assert lon.max() == pytest.approx(1200 * m, abs=1e-7)
+    assert lon.min() == pytest.approx(-100 * m, abs=1e-7)
+    every = auto_area.swath_outline(h, np.ones(5, dtype=bool), np.arange(5), ping, across,
+                                    np.zeros(4))
+    assert every[0].size == 0             # all sampled: nothing to add
+
+
+def test_the_outlines_moves_keep_to_their_bound_against_the_geodesic():
+    """``_moved`` (tangent plane) against two NGS geodesics per point, moves of up to 3 km
+    from 85 S to 85 N: off by at most d² tan|lat| / 6,300 km (its docstring's bound)."""
+    rng = np.random.default_rng(7)
+    n = 20_000
+    lat, lon = rng.uniform(-85, 85, n), rng.uniform(-180, 180, n)
+    hdg, across, along = rng.uniform(0, 360, n), rng.uniform(-3000, 3000, n), rng.uniform(-100, 100, n)
+    got = auto_area._moved(lat, lon, hdg, across, along)
+    ref = gsf.beam_positions_reference(lat, lon, hdg, across, along)
+    off = auto_area._distance_m(*got, *ref)
+    bound = (across ** 2 + along ** 2) * np.abs(np.tan(np.radians(lat))) / 6.3e6
+    assert np.all(off <= bound + 0.01), (off - bound).max()

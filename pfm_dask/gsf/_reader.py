@@ -451,9 +451,10 @@ class GsfFile:
         return np.asarray(dirn.n_beams, dtype=np.int64).copy()
 
     def ping_headers(self) -> dict:
-        """``time`` (POSIX s), ``latitude`` and ``longitude`` (degrees) of every ping record,
-        read from the fixed ping headers alone (no walk, no decode): cheap enough to look at
-        every ping's position. Null positions (91, 181) come back as stored."""
+        """``time`` (POSIX s), ``latitude``, ``longitude`` and ``heading`` (degrees) and
+        ``number_beams`` of every ping record, read from the fixed ping headers alone (no walk,
+        no decode): cheap enough to look at every ping's position. Null positions (91, 181)
+        come back as stored; a ping record too short for its header gives NaN (0 beams)."""
         from ._decode import _gather
 
         self._check_size()
@@ -461,10 +462,13 @@ class GsfFile:
         doff = self._pdata[whole]
         hdr = _gather(self._u8, doff, self._hdr_len).view(self._hdr_dtype).reshape(doff.size)
         n = self.n_pings
-        out = {k: np.full(n, np.nan) for k in ("time", "latitude", "longitude")}
+        out = {k: np.full(n, np.nan) for k in ("time", "latitude", "longitude", "heading")}
         out["time"][whole] = hdr["time_sec"].astype(np.float64) + hdr["time_nsec"] / 1e9
         out["latitude"][whole] = hdr["latitude"].astype(np.float64) / 1.0e7
         out["longitude"][whole] = hdr["longitude"].astype(np.float64) / 1.0e7
+        out["heading"][whole] = hdr["heading"].astype(np.float64) / 100.0
+        out["number_beams"] = np.zeros(n, dtype=np.int64)
+        out["number_beams"][whole] = hdr["number_beams"]
         return out
 
     def info(self) -> dict:
