@@ -69,3 +69,30 @@ def test_results_list_the_real_shape(tmp_path):
         "speedup_2_workers": 1.2, "speedup_1_worker": 1.0, "files": 8, "gsf_bytes": 8.0e8}}))
     assert ("- `bench_load_real.json`: bench_load --shape real: 1.20x with 2 workers (1.00x "
             "with 1) on 8 real-derived EM302 lines of 100 MB, no filter") in _others(tmp_path)
+
+
+def test_the_automatic_area_holds_every_sounding_of_a_long_real_derived_line(tmp_path):
+    """A 101 MB line of the EM302 sample's pings (28,800 pings, the pre-scan decoding every
+    600th) runs south-east while its repetitions step north, so its swath's corners lie
+    between the sampled pings: with the automatic area none of its soundings is outside,
+    and every beam lies inside the grid by the NGS geodesic (two per beam)."""
+    from benchmarks import real_gsf
+    from pfm_dask import pipeline
+    from pfm_dask.config import LoadConfig
+
+    if real_gsf.find_sample() is None:
+        pytest.skip(f"{real_gsf.SAMPLE_NAME} is not on this machine")
+    line = tmp_path / "line.gsf"
+    real_gsf.build(line, mb=100.0)
+    res = pipeline.run_load([str(line)], tmp_path / "l.pfm", LoadConfig(bin_size_m=50.0),
+                            mode="serial")
+    assert res.totals["outside_area"] == 0, res.summary()
+    with gsf.GsfFile(line) as f:
+        # the first and last repetitions: the south and north ends (each repetition
+        # moves north only, so they also hold the east and west extremes)
+        c = f.read_columns_at(list(range(50)) + list(range(f.n_pings - 50, f.n_pings)))
+    lat, lon = gsf.beam_positions_reference(c["latitude"], c["longitude"], c["heading"],
+                                            c["across_track"], c["along_track"])
+    g = res.grid
+    assert g["min_y"] <= lat.min() and lat.max() <= g["max_y"]
+    assert g["min_x"] <= lon.min() and lon.max() <= g["max_x"]
