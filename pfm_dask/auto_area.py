@@ -1,6 +1,6 @@
 """The automatic area: the grid a load makes when neither ``--mbr`` nor ``--polygon`` is given.
 
-Three jobs, each robust to what real surveys hold:
+Four jobs, each robust to what real surveys hold:
 
 * **Positions far from a file's own track** (a ping at a wrong but legal
   latitude, a null fix at (0, 0)) are damage: :func:`far_pings` names them
@@ -9,6 +9,10 @@ Three jobs, each robust to what real surveys hold:
   is far when a ship could not have reached it from most of the file's other
   pings in the time between them (:data:`MAX_SPEED_MS`, plus
   :data:`POSITION_SLACK_M`).
+* **Every ping inside, not only the sampled ones.** The pre-scan decodes a sample of
+  pings; :func:`swath_outline` puts each other ping, by its own header's position and
+  heading, at the corners of the wider of the two sampled swaths around it, so a turn or
+  a jog between samples stays inside the area.
 * **Longitudes as an arc, not an interval.** A file's extent
   (:func:`extent_of`) and the union of all files' extents
   (:func:`covering_arc`) are the shortest arc of longitude holding every
