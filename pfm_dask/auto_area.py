@@ -33,7 +33,7 @@ import numpy as np
 
 from .bins import BinGrid
 from .errors import ConfigError
-from .geodesy import WGS84_A, WGS84_B
+from .geodesy import radii
 
 __all__ = ["far_pings", "swath_outline", "extent_of", "covering_arc", "automatic_grid", "stretched_by",
            "position_problems", "FarPings", "MAX_SPEED_MS", "POSITION_SLACK_M"]
@@ -47,7 +47,6 @@ POSITION_SLACK_M = 5_000.0
 _ANCHORS = 64
 _EARTH_M = 6_371_008.8  # mean radius: a threshold needs no ellipsoid
 _DEG_M = math.pi * _EARTH_M / 180.0
-_E2 = 1.0 - (WGS84_B / WGS84_A) ** 2   # WGS 84's first eccentricity squared
 
 
 def _distance_m(lat1, lon1, lat2, lon2) -> np.ndarray:
@@ -203,9 +202,7 @@ def _moved(lat, lon, heading, across, along):
     h = np.radians(heading)
     north = along * np.cos(h) - across * np.sin(h)
     east = along * np.sin(h) + across * np.cos(h)
-    s = np.sin(np.radians(lat))
-    w = 1.0 - _E2 * s * s
-    meridian, prime = WGS84_A * (1.0 - _E2) / w ** 1.5, WGS84_A / np.sqrt(w)
+    meridian, prime = radii(lat)
     dlat = np.degrees(north / meridian)
     dlon = np.degrees(east / (prime * np.maximum(np.cos(np.radians(lat)), 1e-9)))
     return lat + dlat, lon + dlon

@@ -46,12 +46,24 @@ __all__ = [
     "direct",
     "inverse",
     "place_beams",
+    "radii",
 ]
 
 #: WGS-84 semi-major axis (m), as ``PFM_A0`` / ``NV_A0``.
 WGS84_A = 6378137.0
 #: WGS-84 semi-minor axis (m), as ``PFM_B0`` / ``NV_B0``.
 WGS84_B = 6356752.314245
+_F = 1.0 / 298.257223563      # WGS-84 flattening, and the first eccentricity squared
+_E2 = _F * (2.0 - _F)
+
+
+def radii(lat_deg):
+    """Meridian (M) and prime-vertical (N) radii of curvature of WGS-84 (metres) at
+    ``lat_deg``: metres north and east per radian of latitude and (times cos lat) longitude,
+    for moves on the plane tangent there."""
+    s = np.sin(np.radians(lat_deg))
+    w = 1.0 - _E2 * s * s
+    return WGS84_A * (1.0 - _E2) / w ** 1.5, WGS84_A / np.sqrt(w)
 
 # --- constants of the NGS direct routine (WGS-84 / NAD 83 values from its hdinit) ---
 _AXIS = 6378137.0

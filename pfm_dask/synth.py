@@ -25,15 +25,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import ConfigError
+from .geodesy import radii as _radii
 from .gsf import GsfWriter
 
 __all__ = ["generate", "Seafloor", "FLAG_NAMES", "SOUND_SPEED", "TRUTH_SCHEMA"]
 
 SOUND_SPEED = 1500.0          #: m/s, used for travel times and ping intervals
 KNOT = 1852.0 / 3600.0        # m/s
-_A = 6378137.0                # WGS-84
-_F = 1.0 / 298.257223563
-_E2 = _F * (2.0 - _F)
 
 #: The beam-flag values the generator uses (NAVO/HMPS convention, docs/filters.md §1).
 FLAG_NAMES = {
@@ -61,13 +59,6 @@ TRUTH_SCHEMA = pa.schema([
     pa.field("latitude", pa.float64(), metadata={"unit": "deg", "doc": "beam footprint (±~3 m)"}),
     pa.field("longitude", pa.float64(), metadata={"unit": "deg", "doc": "beam footprint (±~3 m)"}),
 ])
-
-
-def _radii(lat_deg):
-    """Meridian (M) and prime-vertical (N) radii of curvature of WGS-84, metres."""
-    s = np.sin(np.radians(lat_deg))
-    w = 1.0 - _E2 * s * s
-    return _A * (1.0 - _E2) / w ** 1.5, _A / np.sqrt(w)
 
 
 @dataclass(frozen=True)
