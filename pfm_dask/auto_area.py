@@ -35,8 +35,8 @@ from .bins import BinGrid
 from .errors import ConfigError
 from .geodesy import radii
 
-__all__ = ["far_pings", "swath_outline", "extent_of", "covering_arc", "automatic_grid", "stretched_by",
-           "position_problems", "FarPings", "MAX_SPEED_MS", "POSITION_SLACK_M"]
+__all__ = ["far_pings", "swath_outline", "extent_of", "covering_arc", "automatic_grid",
+           "stretched_by", "position_problems", "FarPings", "MAX_SPEED_MS", "POSITION_SLACK_M"]
 
 #: the fastest a survey platform moves (m/s, about 58 knots): a position further from
 #: another ping than this speed covers in the time between them is not on the track
@@ -64,6 +64,8 @@ class FarPings:
 
     pings: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     damage: list = field(default_factory=list)
+    #: per ping: its position is legal and not far (what may size the area)
+    usable: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
 
 def _times_usable(t: np.ndarray) -> bool:
@@ -131,7 +133,9 @@ def far_pings(headers: dict, ping_offsets: np.ndarray, path: str) -> FarPings:
     legal = np.isfinite(lat) & np.isfinite(lon) & (np.abs(lat) <= 90.0) & (np.abs(lon) <= 180.0)
     idx = np.flatnonzero(legal)
     far = idx[_far_mask(lat[idx], lon[idx], t[idx])]
-    out = FarPings(pings=far)
+    usable = legal.copy()
+    usable[far] = False
+    out = FarPings(pings=far, usable=usable)
     if far.size:
         clat, clon = np.median(lat[idx]), np.median(lon[idx])
         for i in far[:20].tolist():

@@ -113,11 +113,8 @@ def prescan_file(path: str, exact_beams: bool = False) -> dict:
                 lons.append(blon)
                 across, along = across[multi], along[multi]
             # the pings between the samples, each with the wider swath of the two around it
-            plat, plon = headers["latitude"], headers["longitude"]
-            use = (np.isfinite(plat) & np.isfinite(plon) & (np.abs(plat) <= 90)
-                   & (np.abs(plon) <= 180))
-            use[far.pings] = False
-            olat, olon = swath_outline(headers, use, np.asarray(picks), beam_ping, across, along)
+            olat, olon = swath_outline(headers, far.usable, np.asarray(picks), beam_ping,
+                                       across, along)
             lats.append(olat)
             lons.append(olon)
             beams_seen = beams_seen.tolist()

@@ -207,6 +207,7 @@ def test_far_pings_finds_the_one_bad_fix_and_nothing_on_a_good_track():
     h["latitude"][700] += 0.5     # 55 km off in a 2000 s file: no ship gets there and back
     far = auto_area.far_pings(h, offs, "x.gsf")
     assert far.pings.tolist() == [700] and far.damage[0]["offset"] == 700_000
+    assert np.flatnonzero(~far.usable).tolist() == [700]     # what may size the area
     assert "ping 701" in far.damage[0]["reason"]
     h = _track()
     h["time"][:] = 0.0            # no usable clock: only what lies far beyond the spread
