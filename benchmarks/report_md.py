@@ -706,6 +706,14 @@ def _shape_line(shape: str, what: str):
                       f"{r['gsf_bytes'] / r['files'] / 1e6:.0f} MB, no filter" + _ceiling(r))
 
 
+def _cores_line(r: dict) -> str:
+    """``benchmarks.cores``: what the cores give independent processes."""
+    w = r["workloads"]
+    return (f"{r['procs']} processes at once against one alone (median of {r['repeat']}): "
+            + ", ".join(f"{k} {w[k]['speedup']:.2f}x" for k in w)
+            + " (the cores, the memory bandwidth they share, fresh pages)")
+
+
 def _others(results_dir: Path) -> str:
     """One line for each earlier benchmark whose results are present."""
     import json
@@ -741,6 +749,7 @@ def _others(results_dir: Path) -> str:
         ("bench_load_few_large.json", _shape_line("few-large", "files")),
         ("bench_load_real.json", _shape_line("real", "real-derived EM302 lines")),
         ("bench_swath.json", _swath_line),
+        ("cores.json", _cores_line),
     ):
         p = results_dir / fname
         try:
