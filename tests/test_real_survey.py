@@ -79,9 +79,10 @@ def test_the_automatic_area_holds_every_sounding_of_a_long_real_derived_line(tmp
     from benchmarks import real_gsf
     from pfm_dask import pipeline
     from pfm_dask.config import LoadConfig
+    from tests.conftest import missing_sample
 
     if real_gsf.find_sample() is None:
-        pytest.skip(f"{real_gsf.SAMPLE_NAME} is not on this machine")
+        missing_sample(real_gsf.SAMPLE_NAME)
     line = tmp_path / "line.gsf"
     real_gsf.build(line, mb=100.0)
     res = pipeline.run_load([str(line)], tmp_path / "l.pfm", LoadConfig(bin_size_m=50.0),
