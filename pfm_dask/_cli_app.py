@@ -414,9 +414,13 @@ def _run_load(inputs, output, cfg, options, *, serial, append, as_json, cluster=
 EXIT_INTERRUPTED = 130  # the shell's code for a command ended by Ctrl-C (128 + SIGINT)
 
 
-def _quiet_on_interrupt(signum, frame):
-    """SIGINT handler of a load: silence Dask's and asyncio's loggers (the cluster's shutdown
-    after an interrupt logs cancelled tasks and closed connections), then interrupt."""
+#: Seconds before an interrupt that came inside LLVM's callbacks is raised again.
+INTERRUPT_RETRY_S = 0.05
+
+
+def _silence_cluster_logs() -> None:
+    """Dask's and asyncio's loggers off: the cluster's shutdown after an interrupt logs
+    cancelled tasks and closed connections."""
     import logging
 
     noisy = ("distributed", "asyncio", "tornado", "bokeh")
@@ -424,6 +428,33 @@ def _quiet_on_interrupt(signum, frame):
     for name in [*noisy, *list(logging.root.manager.loggerDict)]:
         if name.split(".")[0] in noisy:
             logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+def _in_llvm(frame) -> bool:
+    """Whether the interrupted code runs in llvmlite, as when numba compiles a kernel and
+    LLVM calls back into Python through ctypes: an exception raised in such a callback is
+    printed and dropped, and LLVM then uses the result the callback never gave (a load
+    stopped by Ctrl-C there died of SIGSEGV)."""
+    while frame is not None:
+        if "llvmlite" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _quiet_on_interrupt(signum, frame):
+    """SIGINT handler of a load: silence the cluster's loggers, then interrupt; inside
+    llvmlite, interrupt a moment later instead (the signal sent again while this handler is
+    still the load's), so that a kernel being compiled finishes first."""
+    import signal
+
+    _silence_cluster_logs()
+    if _in_llvm(frame):
+        def again():
+            if signal.getsignal(signum) is _quiet_on_interrupt:
+                os.kill(os.getpid(), signum)
+        threading.Timer(INTERRUPT_RETRY_S, again).start()
+        return
     raise KeyboardInterrupt
 
 

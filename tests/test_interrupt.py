@@ -70,3 +70,29 @@ def test_ctrl_c_stops_with_one_line_and_the_printed_command_finishes(survey, tmp
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert pfm.check(out) == []
+
+
+def test_ctrl_c_inside_llvm_is_raised_a_moment_later_outside_it(monkeypatch):
+    """An interrupt handled while llvmlite's code runs is not raised there: LLVM's ctypes
+    callbacks, which numba's compiles go through, print and drop an exception, and the load
+    then died of SIGSEGV (a CI run, the serial case above, while a kernel compiled). It is
+    raised once the code is out of llvmlite, by the signal sent again; elsewhere at once."""
+    from pfm_dask import _cli_app
+
+    monkeypatch.setattr(_cli_app, "_silence_cluster_logs", lambda: None)
+    ns: dict = {}
+    where = os.path.join("site-packages", "llvmlite", "binding", "executionengine.py")
+    exec(compile("def callback(handler, frame):\n"
+                 "    handler(2, frame())\n"
+                 "    return 'returned'\n", where, "exec"), ns)
+    previous = signal.signal(signal.SIGINT, _cli_app._quiet_on_interrupt)
+    try:
+        assert ns["callback"](_cli_app._quiet_on_interrupt, sys._getframe) == "returned"
+        with pytest.raises(KeyboardInterrupt):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+        with pytest.raises(KeyboardInterrupt):
+            _cli_app._quiet_on_interrupt(signal.SIGINT, sys._getframe())
+    finally:
+        signal.signal(signal.SIGINT, previous)
