@@ -8,6 +8,7 @@ field through a '0'/'1' bit string and walks each chain one record at a time.
 import os
 import re
 from collections import Counter
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -373,26 +374,28 @@ def test_set_validity(tmp_path):
     RefPfm(path).check_chains()
 
 
-def _add_in_calls(f, g, rng, every: int, most: int, calls: int) -> None:
-    """Soundings in every ``every``-th bin of ``g`` (1 to ``most`` each) added to ``f`` in
-    ``calls`` calls, so that their chains run over several groups of records."""
+@contextmanager
+def _chained_pfm(path: str, rng, every: int, most: int, calls: int):
+    """A new PFM on a 40 x 30 grid, open: soundings in every ``every``-th bin (1 to ``most``
+    each) added in ``calls`` calls, so that their chains run over several groups of records.
+    Yields the file, its grid and its soundings as read back."""
+    g = small_grid(40, 30)
     bins = np.arange(0, g.width * g.height, every)
     d = make_soundings(rng, bins.tolist(), rng.integers(1, most, bins.size).tolist())
-    for lo in range(0, bins.size, bins.size // calls):
-        sel = np.isin(d["bin_index"], bins[lo:lo + bins.size // calls])
-        f.add_sorted(**{k: v[sel] for k, v in d.items()})
+    with create(path, g) as f:
+        for lo in range(0, bins.size, bins.size // calls):
+            sel = np.isin(d["bin_index"], bins[lo:lo + bins.size // calls])
+            f.add_sorted(**{k: v[sel] for k, v in d.items()})
+        yield f, g, f.read_soundings(0, g.height)
 
 
 def test_set_validity_scattered_duplicates_and_out_of_order(tmp_path):
     """Many soundings over many records in any order, some (record, slot) given twice: the
     last value given wins, every other field and sounding stays (the area filter's redo
     entries come a row at a time, not in file order)."""
-    g = small_grid(40, 30)
     rng = np.random.default_rng(11)
     path = str(tmp_path / "v.pfm")
-    with create(path, g) as f:
-        _add_in_calls(f, g, rng, every=3, most=40, calls=4)
-        s = f.read_soundings(0, g.height)
+    with _chained_pfm(path, rng, every=3, most=40, calls=4) as (f, g, s):
         n = s["validity"].size
         pick = rng.permutation(n)[: n // 3]
         pick = np.concatenate([pick, pick[:50]])            # 50 given twice
@@ -426,12 +429,8 @@ def test_set_validity_lets_go_of_the_pages_it_mapped(tmp_path, monkeypatch):
     monkeypatch.setattr(_write, "mmap", types.SimpleNamespace(
         mmap=Map, ACCESS_READ=mmap.ACCESS_READ, MADV_DONTNEED=mmap.MADV_DONTNEED))
     monkeypatch.setattr(_write, "DROP_SPANS", 2)
-    g = small_grid(40, 30)
-    rng = np.random.default_rng(12)
-    path = str(tmp_path / "m.pfm")
-    with create(path, g) as f:
-        _add_in_calls(f, g, rng, every=2, most=30, calls=6)
-        s = f.read_soundings(0, g.height)
+    with _chained_pfm(str(tmp_path / "m.pfm"), np.random.default_rng(12), every=2, most=30,
+                      calls=6) as (f, g, s):
         # records more than RMW_GAP apart: spans of their own
         rec = np.unique(s["record_offset"])
         far = rec[::64]
