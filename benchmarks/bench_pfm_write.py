@@ -25,7 +25,10 @@ reports it) is compared with plain writes of the same bytes in the same run, wit
 and the store's phase timings (results ``bench_pfm_write_pieces_<N>f.json``). With ``--baseline DIR``
 (a checkout of another commit, e.g. ``git worktree add --detach /tmp/base <commit>``) that
 checkout's writer replays the same pieces in a subprocess after each of this one's runs, and
-the ratios of their write and thread-CPU times are reported.
+the ratios of their write and thread-CPU times are reported. ``--group-sweep 128MiB,256MiB``
+replays the pieces with each group budget in turn, ``--repeat`` rounds interleaved in one
+process, and reports each budget's medians against the first (results
+``bench_pfm_write_groups_<N>f.json``): what memory buys the writer (docs/performance.md).
 
 Sounding values are generated once per batch shape (random, in range) and reused for every
 band, shifted to its bins, all before timing, so generation is not timed. Neither is the
@@ -395,6 +398,68 @@ def load_pieces_main(a) -> dict:
     return res
 
 
+def group_sweep_main(a) -> dict:
+    """``--group-sweep``: the same pieces replayed with each group budget, rounds interleaved."""
+    import statistics
+
+    from benchmarks import datasets
+    from pfm_dask.config import parse_size
+    from pfm_dask.pfm._bitpack import load_kernels
+
+    budgets = [parse_size(x) for x in a.group_sweep.split(",") if x.strip()]
+    folder = a.survey or datasets.survey(datasets.pings_for(datasets.DEFAULT_GB))
+    rec, grid, cfg, paths, pieces = record_pieces(Path(folder), a.files, a.bin_size, a.work)
+    if a.pieces:
+        pieces = pieces[:a.pieces]
+    load_kernels()
+    rounds = {g: [] for g in budgets}
+    for i in range(max(1, a.repeat or 3)):
+        for g in budgets:
+            r = replay_pieces(rec, grid, cfg, paths, pieces, a.work, threads=a.threads,
+                              journal=not a.no_journal, group_bytes=g)
+            row = {"write_s": r["write_s"], "write_cpu_s": r["write_cpu_s"],
+                   "tails_s": r["store_timings"].get("add_tails", 0.0),
+                   "bins_read_s": r["store_timings"].get("add_bins_read", 0.0),
+                   "merge_cpu_s": r["writer_timings"].get("merge_cpu", 0.0)}
+            rounds[g].append(row)
+            print(f"  round {i + 1}, groups of {g / 2**20:g} MiB: write {row['write_s']:.2f} s, "
+                  f"writer thread {row['write_cpu_s']:.2f} CPU-s, tails {row['tails_s']:.2f} s",
+                  flush=True)
+    med = {g: {k: statistics.median(x[k] for x in rows) for k in rows[0]}
+           for g, rows in rounds.items()}
+    first = med[budgets[0]]
+    res = {"survey": str(folder), "files": a.files, "bin_size_m": a.bin_size,
+           "pieces": len(pieces), "threads": a.threads, "journal": not a.no_journal,
+           "rounds": len(rounds[budgets[0]]),
+           "budgets": [{"group_bytes": g, "median": med[g], "runs": rounds[g],
+                        "write_speedup": first["write_s"] / med[g]["write_s"],
+                        "cpu_speedup": first["write_cpu_s"] / med[g]["write_cpu_s"]}
+                       for g in budgets],
+           "load_average_1m_at_end": os.getloadavg()[0],
+           "command": ("python -m benchmarks.bench_pfm_write --load-pieces"
+                       f" --files {a.files} --bin-size {a.bin_size:g} --threads {a.threads}"
+                       f" --group-sweep {a.group_sweep} --repeat {len(rounds[budgets[0]])}"
+                       + (" --no-journal" if a.no_journal else "")
+                       + (f" --pieces {a.pieces}" if a.pieces else ""))}
+    write_results(f"bench_pfm_write_groups_{a.files}f", res, plots=_group_plots(res),
+                  results_dir=a.results_dir)
+    return res
+
+
+def _group_plots(res: dict) -> dict:
+    def times(ax):
+        mib = [b["group_bytes"] / 2**20 for b in res["budgets"]]
+        for key, label in (("write_s", "writing (s)"), ("write_cpu_s", "writer thread (CPU-s)"),
+                           ("tails_s", "old tails (s)")):
+            ax.plot(mib, [b["median"][key] for b in res["budgets"]], marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("group budget (MiB)")
+        ax.set_ylabel("median of the rounds")
+        ax.set_title(f"{res['files']} files, {res['pieces']} pieces, {res['threads']} thread(s)")
+        ax.legend()
+    return {"groups": times}
+
+
 _BASELINE_SCRIPT = """
 import json, sys
 from pathlib import Path
@@ -478,10 +543,21 @@ def main(argv=None) -> dict:
     lp.add_argument("--pieces", type=int, default=0, help="replay only the first N pieces")
     lp.add_argument("--group-bytes", type=int, default=0,
                     help="the writer's group budget (default: its own, a quarter of the backlog)")
+    lp.add_argument("--group-sweep", default="",
+                    help="group budgets to replay in turn, e.g. 128MiB,256MiB,512MiB (rounds: "
+                         "--repeat, default 3)")
     lp.add_argument("--baseline", type=Path, default=None,
                     help="a checkout of another commit (e.g. a git worktree): its writer replays "
                          "the same pieces in a subprocess, interleaved with this one's runs")
     a = ap.parse_args(argv)
+    if a.load_pieces and a.group_sweep:
+        res = group_sweep_main(a)
+        for b in res["budgets"]:
+            m = b["median"]
+            print(f"groups of {b['group_bytes'] / 2**20:g} MiB: write {m['write_s']:.2f} s "
+                  f"({b['write_speedup']:.2f}x), writer thread {m['write_cpu_s']:.2f} CPU-s "
+                  f"({b['cpu_speedup']:.2f}x), tails {m['tails_s']:.2f} s")
+        return res
     if a.load_pieces:
         res = load_pieces_main(a)
         print(f"writer busy {res['writer_busy_mb_per_s']:.0f} MB/s, raw write "

@@ -714,6 +714,16 @@ def _cores_line(r: dict) -> str:
             + " (the cores, the memory bandwidth they share, fresh pages)")
 
 
+def _groups_line(r: dict) -> str:
+    """``bench_pfm_write --group-sweep``: what a larger group budget gives the writer."""
+    b = r["budgets"]
+    return (f"the writer replaying {r['files']} files' pieces on {r['threads']} threads, groups of "
+            + ", ".join(f"{x['group_bytes'] / 2**20:g}" for x in b) + " MiB: writing "
+            + " / ".join(f"{x['median']['write_s']:.2f}" for x in b) + " s ("
+            + " / ".join(f"{x['write_speedup']:.2f}x" for x in b) + "; medians of "
+            + f"{r['rounds']} interleaved rounds): memory bought back as writer time")
+
+
 def _others(results_dir: Path) -> str:
     """One line for each earlier benchmark whose results are present."""
     import json
@@ -750,6 +760,7 @@ def _others(results_dir: Path) -> str:
         ("bench_load_real.json", _shape_line("real", "real-derived EM302 lines")),
         ("bench_swath.json", _swath_line),
         ("cores.json", _cores_line),
+        ("bench_pfm_write_groups_74f.json", _groups_line),
     ):
         p = results_dir / fname
         try:
