@@ -345,17 +345,23 @@ def replay_pieces(folder: Path, grid, cfg, paths, pieces, work: Path, *, threads
     return res
 
 
-def load_pieces_main(a) -> dict:
-    """``--load-pieces``: replay a survey's recorded pieces, against raw writes in the same run."""
+def _recorded(a):
+    """The survey's pieces recorded (once) and the kernels loaded, for ``--load-pieces``:
+    (survey folder, recording folder, grid, config, input paths, pieces to replay)."""
     from benchmarks import datasets
+    from pfm_dask.pfm._bitpack import load_kernels
 
     folder = a.survey or datasets.survey(datasets.pings_for(datasets.DEFAULT_GB))
     rec, grid, cfg, paths, pieces = record_pieces(Path(folder), a.files, a.bin_size, a.work)
     if a.pieces:
         pieces = pieces[:a.pieces]
-    from pfm_dask.pfm._bitpack import load_kernels
-
     load_kernels()
+    return folder, rec, grid, cfg, paths, pieces
+
+
+def load_pieces_main(a) -> dict:
+    """``--load-pieces``: replay a survey's recorded pieces, against raw writes in the same run."""
+    folder, rec, grid, cfg, paths, pieces = _recorded(a)
     runs, raw, base_runs = [], [], []
     for _ in range(max(1, a.repeat or 2)):
         r = replay_pieces(rec, grid, cfg, paths, pieces, a.work, threads=a.threads,
@@ -402,16 +408,10 @@ def group_sweep_main(a) -> dict:
     """``--group-sweep``: the same pieces replayed with each group budget, rounds interleaved."""
     import statistics
 
-    from benchmarks import datasets
     from pfm_dask.config import parse_size
-    from pfm_dask.pfm._bitpack import load_kernels
 
     budgets = [parse_size(x) for x in a.group_sweep.split(",") if x.strip()]
-    folder = a.survey or datasets.survey(datasets.pings_for(datasets.DEFAULT_GB))
-    rec, grid, cfg, paths, pieces = record_pieces(Path(folder), a.files, a.bin_size, a.work)
-    if a.pieces:
-        pieces = pieces[:a.pieces]
-    load_kernels()
+    folder, rec, grid, cfg, paths, pieces = _recorded(a)
     rounds = {g: [] for g in budgets}
     for i in range(max(1, a.repeat or 3)):
         for g in budgets:
