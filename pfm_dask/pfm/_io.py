@@ -225,14 +225,7 @@ def write_runs(fd: int, bidx: np.ndarray, recs: np.ndarray, base: int, path,
     starts = np.r_[0, brk].tolist()
     ends = np.r_[brk, bidx.size].tolist()
     for a, b in zip(starts, ends):
-        view = memoryview(recs[a:b]).cast("B")
-        off = base + int(bidx[a]) * bs
-        done = 0
-        while done < len(view):
-            k = os.pwrite(fd, view[done:], off + done)
-            if k <= 0:
-                raise PfmFormatError("cannot write the bin records", path=path, offset=off + done)
-            done += k
+        pwrite_all(fd, recs[a:b], base + int(bidx[a]) * bs)
 
 
 _SYNC_FILE_RANGE_WRITE = 2       # linux/fs.h: start write-out of dirty pages, do not wait
