@@ -104,6 +104,17 @@ def scaling(mb: float = 400.0, procs: int = 2, repeat: int = 5,
     return out
 
 
+def _plots(res: dict) -> dict:
+    def speedups(ax):
+        w = res["workloads"]
+        ax.bar(list(w), [v["speedup"] for v in w.values()], label="median")
+        ax.plot(list(w), [v["speedup_best"] for v in w.values()], "o", color="k", label="best")
+        ax.axhline(res["procs"], ls="--", color="grey", label=f"{res['procs']} cores' worth")
+        ax.set_ylabel(f"{res['procs']} processes against one alone")
+        ax.legend()
+    return {"speedup": speedups}
+
+
 def main(argv=None) -> dict:
     from ._report import write_results
 
@@ -117,7 +128,7 @@ def main(argv=None) -> dict:
     a = ap.parse_args(argv)
     res = {"mb": a.mb, "procs": a.procs, "repeat": a.repeat,
            "workloads": scaling(a.mb, a.procs, a.repeat)}
-    write_results("cores", res, results_dir=a.results_dir, quiet=True)
+    write_results("cores", res, plots=_plots(res), results_dir=a.results_dir, quiet=True)
     print(f"{a.procs} processes at once against one alone (median of {a.repeat}; best): "
           + ", ".join(f"{k} {v['speedup']:.2f}x ({v['speedup_best']:.2f}x)"
                       for k, v in res["workloads"].items()))

@@ -15,6 +15,7 @@ def test_cores_runs_each_workload_alone_and_together_and_writes_where_told(tmp_p
                       "--results-dir", str(tmp_path)])
     saved = json.loads((tmp_path / "cores.json").read_text())["results"]
     assert saved["procs"] == 2 and set(saved["workloads"]) == set(cores.WORKLOADS)
+    assert (tmp_path / "cores_speedup.png").exists()
     for kind, w in res["workloads"].items():
         (alone,), (together,) = w["alone_all_s"], w["together_all_s"]
         assert len(together) == 2 and alone > 0 and min(together) > 0, kind
