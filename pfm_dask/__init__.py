@@ -3,7 +3,7 @@
 The codecs (:mod:`pfm_dask.gsf`, :mod:`pfm_dask.pfm`, which owns the bin grid), the
 kernels (:mod:`pfm_dask.geodesy`, :mod:`pfm_dask.filters`) and the writer never import
 Dask or typer; Dask lives in :mod:`pfm_dask.pipeline`, :mod:`pfm_dask.cluster`,
-:mod:`pfm_dask.dashboard`, :mod:`pfm_dask.security` and :mod:`pfm_dask.warmup` only
+:mod:`pfm_dask.dashboard` (with its plugin), :mod:`pfm_dask.security` and :mod:`pfm_dask.warmup` only
 (docs/design.md, "Layers", checked by tests/test_layers.py).
 """
 

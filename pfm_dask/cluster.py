@@ -16,11 +16,12 @@ For ``slurm`` and ``pbs`` a load runs on two kinds of batch job
   cluster's scaled spec, because ``SpecCluster.scale`` may drop any spec entry
   and with it the writer (docs/cluster.md, What runs where). Adaptive scaling never picks it
   either: :class:`_ComputeAdaptive` only closes workers of the spec, and the
-  scheduler plugin of :mod:`pfm_dask.dashboard` keeps disk workers out of
+  scheduler plugin of :mod:`pfm_dask.dashboard_plugin` keeps disk workers out of
   every downscaling.
 
 The scheduler runs inside ``pfm-dask load`` (the jobs connect back to it), with
-the ``pfm_dask.dashboard`` preload for the "PFM writer" page. Leaving the
+the ``pfm_dask.dashboard_plugin`` preload: the writer's plugin, and the dashboard with the
+"PFM writer" page built at its first request. Leaving the
 ``with`` block, normally or on Ctrl-C, cancels every job this module submitted.
 """
 
@@ -38,8 +39,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
-from .cluster_local import (LAYOUTS, LOCAL_DISK_WORKER, LOCAL_WORKER, local_worker_specs,
-                            make_local_cluster, worker_environment)
+from .cluster_local import (LAYOUTS, LOCAL_DISK_WORKER, LOCAL_WORKER, PRELOAD,
+                            local_worker_specs, make_local_cluster, worker_environment)
 from .errors import ConfigError, LoadError
 from .security import LOOPBACK, TlsFiles, dashboard_address_problem, scratch_folder, tls_files
 
@@ -54,7 +55,6 @@ log = logging.getLogger("pfm_dask")
 KINDS = ("slurm", "pbs", "local")
 COMPUTE_JOB_NAME = "pfm-compute"
 DISK_JOB_NAME = "pfm-disk"
-PRELOAD = "pfm_dask.dashboard"
 _BATCH = {"slurm": ("sbatch", "scancel", "Slurm"), "pbs": ("qsub", "qdel", "PBS")}
 # Worker options this module sets itself; a profile must not repeat them.
 _RESERVED_ARGS = ("--nthreads", "--resources", "--nworkers", "--name", "--memory-limit")
@@ -613,8 +613,9 @@ class PfmCluster:
                               "(or use --cluster local, or --scheduler with hand-started "
                               "workers: docs/cluster.md)", path=p.source)
         self._scratch = scratch_folder()
-        sched = {"dashboard_address": p.scheduler.dashboard_for(p.kind), "preload": [PRELOAD],
-                 "local_directory": self._scratch}
+        # the dashboard is built at its first request (pfm_dask.dashboard_plugin)
+        sched = {"dashboard_address": p.scheduler.dashboard_for(p.kind), "dashboard": False,
+                 "preload": [PRELOAD], "local_directory": self._scratch}
         if p.scheduler.host:
             sched["host"] = p.scheduler.host
         if p.scheduler.interface:

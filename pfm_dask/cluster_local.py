@@ -14,9 +14,11 @@ from .errors import ConfigError
 from .heap import limit_arenas
 from .security import LOOPBACK, scratch_folder
 
-__all__ = ["LAYOUTS", "LOCAL_DISK_WORKER", "LOCAL_WORKER", "local_worker_specs", "make_local_cluster",
-           "worker_environment"]
+__all__ = ["LAYOUTS", "LOCAL_DISK_WORKER", "LOCAL_WORKER", "PRELOAD", "local_worker_specs",
+           "make_local_cluster", "worker_environment"]
 
+#: the preload of pfm-dask's own schedulers: the writer's plugin, the dashboard on demand
+PRELOAD = "pfm_dask.dashboard_plugin"
 LOCAL_DISK_WORKER = "pfm-disk"  #: the embedded cluster's disk worker (the writer's process)
 #: the C heaps (glibc arenas) the threads started by a threads-layout cluster share
 THREADS_ARENAS = 1
@@ -103,10 +105,12 @@ def make_local_cluster(workers: int, *, dashboard_address: str | None = None,
     scratch = scratch_folder()
     specs = local_worker_specs(workers, scratch=scratch, host=LOOPBACK, layout=layout,
                                processes=processes, memory_limit=memory_limit)
-    # The scheduler runs in this process: the preload adds the "PFM writer" page and plugin.
+    # The scheduler runs in this process. Its preload adds the writer's plugin, and builds the
+    # dashboard ("PFM writer" page included) at its first request rather than at the start:
+    # Bokeh's import is 0.4-0.5 s of a start-up that keeps one core busy (pfm_dask.dashboard_plugin).
     scheduler = {"cls": Scheduler, "options": {
         "host": LOOPBACK, "dashboard_address": dashboard_address or LOCAL_DASHBOARD,
-        "local_directory": scratch, "preload": ["pfm_dask.dashboard"]}}
+        "dashboard": False, "local_directory": scratch, "preload": [PRELOAD]}}
     if layout == "threads":  # every server in this process: messages passed in memory
         scheduler["options"]["protocol"] = INPROC
         del scheduler["options"]["host"]

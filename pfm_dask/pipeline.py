@@ -257,7 +257,7 @@ def _compute_slots(client, task_resources: dict | None) -> int:
 def _register_dashboard(client) -> None:
     """The writer's gauges, JSON route and page data on whatever scheduler runs the load."""
     try:
-        from .dashboard import PfmWriterPlugin
+        from .dashboard_plugin import PfmWriterPlugin
 
         client.register_plugin(PfmWriterPlugin())
     except Exception as err:  # noqa: BLE001 - monitoring must not stop a load

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import pickle
+import subprocess
+import sys
 import time
 import urllib.request
 from types import SimpleNamespace
@@ -23,8 +25,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pfm_dask import pfm, pipeline
 from pfm_dask.config import LoadConfig
-from pfm_dask.dashboard import (JSON_ROUTE, PAGE, PHASES, TOPIC, PfmWriterPlugin,
-                                _WriterCollector, _WriterPage)
+from pfm_dask.dashboard import _WriterPage
+from pfm_dask.dashboard_plugin import (JSON_ROUTE, PAGE, PHASES, TOPIC, PfmWriterPlugin,
+                                       _WriterCollector)
 from pfm_dask.inputs import expand_inputs
 
 
@@ -98,10 +101,10 @@ def test_two_loads_at_once_the_first_is_followed_the_other_listed(monkeypatch):
     """Two drivers on one scheduler: statuses of both in turn. The gauges and history follow
     the first load to its end (not restarted by every status of the other), the other is
     listed; then the other is followed. A load silent for STALE_SECONDS is let go."""
-    from pfm_dask import dashboard
+    from pfm_dask import dashboard_plugin
 
     clock = [1000.0]
-    monkeypatch.setattr(dashboard.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(dashboard_plugin.time, "monotonic", lambda: clock[0])
     plugin = PfmWriterPlugin()
     for i in range(3):
         plugin.log_event(TOPIC, _status(time=10.0 + i, watermark=i))
@@ -124,7 +127,7 @@ def test_two_loads_at_once_the_first_is_followed_the_other_listed(monkeypatch):
     assert plugin.snapshot()["other_loads"] == []
     plugin.log_event(TOPIC, _status(load_id="L3", time=14.0))
     assert plugin.load_id == "L2"
-    clock[0] += dashboard.STALE_SECONDS   # L2 went silent (its driver killed): L3 is followed
+    clock[0] += dashboard_plugin.STALE_SECONDS   # L2 went silent (its driver killed): L3 is followed
     plugin.log_event(TOPIC, _status(load_id="L3", time=30.0))
     assert plugin.load_id == "L3" and plugin.snapshot()["other_loads"] == []
 
@@ -302,3 +305,54 @@ def test_preloaded_scheduler_serves_json_metrics_and_the_page():
                 assert code == 200, path
                 assert "bokeh" in body.lower()
         assert prometheus_client.REGISTRY.get_sample_value("pfm_writer_backlog_bytes") is None
+
+
+@pytest.mark.cluster
+def test_embedded_load_imports_bokeh_only_when_the_dashboard_is_asked_for(small_survey, tmp_path):
+    """Bokeh's import is 0.4-0.5 s of a Dask load's start-up: pfm-dask's own schedulers build the
+    dashboard at its first request. A 2-worker load nobody watches never imports Bokeh (a fresh
+    interpreter: this one may have imported it already)."""
+    script = (
+        "import json, sys\n"
+        "from pfm_dask import pipeline\n"
+        "from pfm_dask.config import LoadConfig\n"
+        f"res = pipeline.run_load({[str(p) for p in small_survey]!r}, {str(tmp_path / 'q.pfm')!r},"
+        " LoadConfig(bin_size_m=25.0), mode='local', workers=2)\n"
+        "print(json.dumps([res.exit_code, res.mode, 'bokeh' in sys.modules,"
+        " 'pfm_dask.dashboard' in sys.modules]))\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[-1]) == [0, "local (2 workers)", False, False], r.stdout
+
+
+@pytest.mark.cluster
+def test_own_scheduler_builds_the_dashboard_at_the_first_request():
+    """The embedded cluster's scheduler (``dashboard=False``, the dashboard_plugin preload) serves
+    /metrics and the JSON without Bokeh; the first page asked for builds Dask's dashboard with the
+    "PFM writer" page, requests arriving meanwhile wait for the same build, and an unknown page
+    is still a 404."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed import Client
+
+    from pfm_dask.cluster import make_local_cluster
+    from pfm_dask.dashboard_plugin import serve_dashboard_on_demand
+
+    with make_local_cluster(1) as cluster, Client(cluster) as client:
+        sched = cluster.scheduler
+        base = f"http://127.0.0.1:{sched.http_server.port}"
+        assert client.dashboard_link.endswith("/status")
+        assert len(sched.http_application.applications) == 1  # the waiting handler only
+        assert _get(base + JSON_ROUTE)[0] == 200 and _get(base + "/metrics")[0] == 200
+        assert len(sched.http_application.applications) == 1  # still not built
+        with ThreadPoolExecutor(3) as pool:
+            got = list(pool.map(lambda p: _get(base + p), [PAGE, "/status", "/"]))
+        assert [code for code, _ in got] == [200, 200, 200], got
+        assert all("bokeh" in body.lower() for _, body in got)
+        apps = sched.http_application.applications
+        assert len(apps) == 1 and "Bokeh" in type(apps[0]).__name__  # built once
+        assert _get(base + "/individual-pfm-writer")[0] == 200
+        assert _get(base + "/no-such-page")[0] == 404
+        # a scheduler whose dashboard is built is left alone
+        assert not serve_dashboard_on_demand(sched)
+        assert sched.http_application.applications == apps

@@ -28,7 +28,8 @@ PKG = Path(__file__).resolve().parents[1] / "pfm_dask"
 #: out of the pipeline that drive Dask take a ``pipeline`` prefix (``pfm_dask.pipeline_*``) or
 #: live under ``pfm_dask.pipeline.*``.
 DASK = ["pfm_dask.pipeline", "pfm_dask.pipeline.*", "pfm_dask.pipeline_*", "pfm_dask.cluster",
-        "pfm_dask.cluster.*", "pfm_dask.cluster_*", "pfm_dask.dashboard", "pfm_dask.security", "pfm_dask.warmup"]
+        "pfm_dask.cluster.*", "pfm_dask.cluster_*", "pfm_dask.dashboard", "pfm_dask.dashboard_*",
+        "pfm_dask.security", "pfm_dask.warmup"]
 #: The command line.
 CLI = ["pfm_dask.cli", "pfm_dask.cli.*", "pfm_dask.cli_*", "pfm_dask._cli*", "pfm_dask._typer_plain"]
 #: Settings: may read Dask's configuration (``dask.config``, ``dask.utils``), never drive Dask.

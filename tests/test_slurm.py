@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,10 @@ def test_load_on_slurm_with_the_writer_on_its_disk_job(slurm, survey, tmp_path):
         info = default_client().scheduler_info(n_workers=-1)["workers"]
         during["workers"] = {w["name"]: (a, w["resources"]) for a, w in info.items()}
         during["jobs"] = _jobs()
+        # the "PFM writer" page, built at this first request (pfm_dask.dashboard_plugin)
+        page = dashboards[0].rsplit("/", 1)[0] + "/pfm-writer"
+        with urllib.request.urlopen(page, timeout=60) as r:
+            during["page"] = (r.status, b"bokeh" in r.read().lower())
 
     dashboards = []
     res = pipeline.run_load(expand_inputs([survey]), out, LoadConfig(bin_size_m=25.0),
@@ -123,6 +128,7 @@ def test_load_on_slurm_with_the_writer_on_its_disk_job(slurm, survey, tmp_path):
     assert res.exit_code == 0, res.summary()
     assert pfm.info(out)["counts"]["soundings"] == res.totals["loaded"] > 0
     assert dashboards and dashboards[0].startswith("http://127.0.0.1:")
+    assert during["page"] == (200, True)
     # The writer ran on the worker of the disk-node job, which holds the disk resource.
     workers = during["workers"]
     addr, resources = workers["pfm-disk"]
