@@ -1,8 +1,8 @@
 """What a load on the embedded cluster does while that cluster starts: the pre-scan, and the
 kernels of the workers that are threads of this process.
 
-Starting the embedded cluster (the scheduler, its dashboard's imports, the worker) keeps one
-core busy for about a second; the pre-scan reads every file's framing and mostly waits on the
+Starting the embedded cluster (Dask's import, the scheduler, the worker) keeps one core busy
+for about half a second; the pre-scan reads every file's framing and mostly waits on the
 disk (12 files of the 74-file survey: 0.6 s wall for 0.25 CPU-s); loading the kernels from
 numba's cache takes 0.5-1 s more. Run one after the other they leave a core idle for 2-3 s
 before the first piece starts; here they run side by side. The files of an embedded cluster's
