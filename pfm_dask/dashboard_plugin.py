@@ -3,8 +3,17 @@ and the page of :mod:`pfm_dask.dashboard`, and the preload of pfm-dask's own sch
 
 The writer actor publishes its status every half second with
 ``worker.log_event("pfm-writer", status)``. The scheduler hands each event to
-:class:`PfmWriterPlugin`, which keeps the latest status and a history for ``/metrics`` (Prometheus
-gauges), ``/pfm/writer.json`` and the "PFM writer" page (docs/cluster.md, Watching a load). It
+:class:`PfmWriterPlugin`, which keeps the latest status and a history, and serves them from the
+scheduler's dashboard port (docs/cluster.md, Watching a load):
+
+* ``/metrics``: gauges such as ``pfm_writer_backlog_bytes``, ``pfm_writer_backlog_batches``,
+  ``pfm_writer_soundings_total``, ``pfm_files_done`` (a custom collector on the global
+  Prometheus registry, registered in ``start`` and removed in ``close``, so a second scheduler
+  in the same process does not clash);
+* ``/pfm/writer.json``: the latest status as JSON;
+* the data of the "PFM writer" page of :mod:`pfm_dask.dashboard`.
+
+These work on any scheduler, because ``pfm-dask load`` registers the plugin itself. The plugin
 also keeps workers holding the ``disk`` resource out of adaptive downscaling, so the writer's
 worker is never retired under a load.
 
