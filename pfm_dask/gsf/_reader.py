@@ -69,6 +69,21 @@ SOUNDING_SCHEMA = pa.schema([
 ], metadata={"source": "GSF swath bathymetry ping records (pfm_dask.gsf)"})
 
 _CHECKPOINT_EVERY = 256     # keep the scale-factor state every so many pings walked
+#: bytes of the file a pass over many pings (the ping headers, a walk for the scale factors)
+#: keeps mapped: past them it unmaps the pages it has gone by, so that the pre-scan of a 1 GB
+#: file holds about this much of it, not the whole file (:func:`_runs_of_bytes`)
+PASS_WINDOW = 64 << 20
+
+
+def _runs_of_bytes(offsets: np.ndarray, window: int) -> np.ndarray:
+    """Where to cut the sorted byte ``offsets`` so that each run of them spans about
+    ``window`` bytes: the run bounds ``[0, ..., len(offsets)]`` (one run if they span less)."""
+    n = len(offsets)
+    if n < 2 or int(offsets[-1]) - int(offsets[0]) <= window:
+        return np.array([0, n], dtype=np.int64)
+    marks = np.arange(int(offsets[0]) + window, int(offsets[-1]) + 1, window, dtype=np.int64)
+    cuts = np.searchsorted(offsets, marks, side="right")
+    return np.unique(np.concatenate(([0], cuts, [n]))).astype(np.int64)
 
 
 class _BackResolver:
@@ -210,6 +225,12 @@ class GsfFile:
             return False
         return True
 
+    def _passed(self, lo: int, hi: int) -> None:
+        """A pass over the file has gone from byte ``lo`` to byte ``hi`` and goes on from
+        ``hi``: unmap this process's whole pages between (:data:`PASS_WINDOW`)."""
+        page = mmap.PAGESIZE
+        self._drop_pages(int(lo) // page * page, int(hi) // page * page)
+
     def _drop_below(self, pos: int) -> None:
         """The framing walk is past byte ``pos``: unmap this process's pages below it (a first
         open then holds a few MB of a large file, not all of it, while it walks the file)."""
@@ -275,6 +296,7 @@ class GsfFile:
     def _walk_forward(self, k: int, start: int) -> ScaleState | None:
         self._check_size()
         st = self._states[k].copy()
+        mapped = int(self.ping_offsets[k]) if k < self.n_pings else self.size
         while k < start:
             stop = min(start, k + _CHECKPOINT_EVERY)
             dirn, dmg = walk_pings(self._buf, self._pdata[k:stop], self._psize[k:stop],
@@ -286,6 +308,10 @@ class GsfFile:
                 return None
             k = stop
             self._remember(k, st)
+            at = int(self.ping_offsets[k]) if k < self.n_pings else self.size
+            if at - mapped > PASS_WINDOW:   # a long way to ``start``: its pages are not needed
+                self._passed(mapped, at)
+                mapped = at
         return st
 
     # --- reading ----------------------------------------------------------------------
@@ -327,18 +353,12 @@ class GsfFile:
         if st is None:
             return empty, start
         try:
-            dirn, dmg = walk_pings(self._buf, self._pdata[start:stop], self._psize[start:stop],
-                                   self.ping_offsets[start:stop], self._hdr_len, st,
-                                   self.path, strict=self.strict, seen=self._seen,
-                                   u8=self._u8)
+            dirn, dmg = self._walk_runs(start, stop, st)
         except NeedHistory:
             st = self._walk_forward_to(start)
             if st is None:
                 return empty, start
-            dirn, dmg = walk_pings(self._buf, self._pdata[start:stop], self._psize[start:stop],
-                                   self.ping_offsets[start:stop], self._hdr_len, st,
-                                   self.path, strict=self.strict, seen=self._seen,
-                                   u8=self._u8)
+            dirn, dmg = self._walk_runs(start, stop, st)
         if dmg is not None:
             self._note_damage(dmg, start + len(dirn))
         else:
@@ -346,6 +366,28 @@ class GsfFile:
             # ``start`` answers for them at ``stop`` too, so the state can be kept.
             self._remember(stop, st)
         return dirn, start
+
+    def _walk_runs(self, start: int, stop: int, st: ScaleState):
+        """:func:`walk_pings` over pings [start, stop) from state ``st``, :data:`PASS_WINDOW`
+        bytes of the file at a time, unmapping each run's pages once walked (a decode of
+        them afterwards maps them again from the page cache)."""
+        offs = self.ping_offsets[start:stop]
+        bounds = _runs_of_bytes(offs, PASS_WINDOW)
+        parts, dmg = [], None
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            part, dmg = walk_pings(self._buf, self._pdata[start + a:start + b],
+                                   self._psize[start + a:start + b], offs[a:b],
+                                   self._hdr_len, st, self.path, strict=self.strict,
+                                   seen=self._seen, u8=self._u8)
+            parts.append(part)
+            if dmg is not None:
+                break
+            if b < len(offs):
+                self._passed(offs[a], offs[b])
+        if len(parts) == 1:
+            return parts[0], dmg
+        return PingDirectory(*(np.concatenate([getattr(p, f.name) for p in parts])
+                               for f in fields(PingDirectory))), dmg
 
     def _columns(self, start: int, stop: int, select: np.ndarray | None = None,
                  per_ping: bool = False) -> dict:
@@ -460,7 +502,13 @@ class GsfFile:
         self._check_size()
         whole = self._psize >= self._hdr_len
         doff = self._pdata[whole]
-        hdr = _gather(self._u8, doff, self._hdr_len).view(self._hdr_dtype).reshape(doff.size)
+        hdr = np.empty(doff.size, dtype=self._hdr_dtype)
+        bounds = _runs_of_bytes(doff, PASS_WINDOW)   # a large file: a window of it mapped
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            hdr[a:b] = _gather(self._u8, doff[a:b], self._hdr_len).view(self._hdr_dtype) \
+                .reshape(b - a)
+            if b < doff.size:
+                self._passed(doff[a], doff[b])
         n = self.n_pings
         out = {k: np.full(n, np.nan) for k in ("time", "latitude", "longitude", "heading")}
         out["time"][whole] = hdr["time_sec"].astype(np.float64) + hdr["time_nsec"] / 1e9
