@@ -1,5 +1,9 @@
-"""What a load on the embedded cluster does while that cluster starts: the pre-scan, and the
-kernels of the workers that are threads of this process.
+"""The pre-scan on threads of its own, and what a load on the embedded cluster does while that
+cluster starts: the pre-scan, and the kernels of the workers that are threads of this process.
+
+The pre-scan reads every file's framing and ping headers: two files at a time keep two reads
+in flight, which a cold page cache or a network disk answers faster than one (a ``--serial``
+load pre-scans this way too).
 
 Starting the embedded cluster (Dask's import, the scheduler, the worker) keeps one core busy
 for about half a second; the pre-scan reads every file's framing and mostly waits on the

@@ -149,7 +149,14 @@ def _run_serial(job: _Job, kernels: KernelWatch) -> LoadResult:
                            checkpoint_seconds=checkpoint_seconds, threads=1)
         pieces = [p for p in job.pieces() if p.seq >= writer.watermark]
     else:
-        scans = [prescan_file(f, append) for f in files]
+        # two reads in flight, on threads of their own (pfm_dask.head_start): the 74-file
+        # survey's pre-scan 0.8-0.9 s against 1.2-1.3 s on one thread, 2.1 against 2.7-3.1 s
+        # from a cold page cache
+        head = HeadStart(files, append)
+        try:
+            scans = head.scans()
+        finally:
+            head.close()
         if job.options.strict:
             _strict_check(scans)
         t_scan = time.perf_counter()

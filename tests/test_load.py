@@ -215,7 +215,8 @@ def test_cli_load_serial_prints_report_and_exit_code(survey, tmp_path):
 @pytest.mark.parametrize("final_threads", [1, None])
 def test_serial_load_runs_on_one_thread(survey, tmp_path, monkeypatch, final_threads):
     """``--serial`` is the speedup baseline: no pack threads, the load on one thread (only the
-    store's write-behind thread may run beside it); the final step (recompute and check) on
+    store's write-behind thread may run beside it); the pre-scan before it two files at a time
+    (``pfm-head-start``: two reads in flight); the final step (recompute and check) on
     ``--final-threads`` threads, by default the machine's (``pfm.THREADS``), the same bytes."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
@@ -242,7 +243,7 @@ def test_serial_load_runs_on_one_thread(survey, tmp_path, monkeypatch, final_thr
                             final_threads=final_threads)
     assert res.exit_code == 0, res.summary()
     n = final_threads or pfm.THREADS
-    assert pools == ([] if n == 1 else ["pfm-band", "pfm-check"])
+    assert pools == ["pfm-head-start"] + ([] if n == 1 else ["pfm-band", "pfm-check"])
     assert asked == [("recompute", n), ("check", n)]
 
 

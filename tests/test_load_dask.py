@@ -296,6 +296,51 @@ def test_a_local_load_prescans_while_its_cluster_starts(survey, tmp_path, monkey
     assert res.totals == ref.totals and res.grid == ref.grid
 
 
+def test_a_serial_load_prescans_two_files_at_a_time_in_order(survey, tmp_path, monkeypatch):
+    """``--serial`` pre-scans on two threads of its own (two reads in flight: a cold page cache
+    answers them faster than one), the results in the files' order; a pre-scan that stops the
+    load (Ctrl-C) leaves the files not yet started unscanned."""
+    import os
+    import signal
+    import threading
+
+    from pfm_dask import head_start
+
+    real_scan = head_start.prescan_file
+    paths = expand_inputs([survey])
+    both = threading.Barrier(2, timeout=30)    # two scans at once, or the barrier breaks
+    seen: list[str] = []
+
+    def scan(path, exact_beams=False):
+        seen.append(threading.current_thread().name)
+        if len(seen) <= 2:
+            both.wait()
+        return real_scan(path, exact_beams)
+
+    monkeypatch.setattr(head_start, "prescan_file", scan)
+    res = pipeline.run_load(paths, tmp_path / "t.pfm", LoadConfig(bin_size_m=25.0),
+                            mode="serial")
+    assert res.exit_code == 0, res.summary()
+    assert len(seen) == len(paths) and len(set(seen)) == 2, seen
+    assert all(name.startswith("pfm-head-start") for name in seen), seen
+    assert [f["path"] for f in res.files] == [str(p) for p in paths]
+
+    started: list[str] = []
+
+    def stopping(path, exact_beams=False):     # Ctrl-C while the first two files are read
+        started.append(path)
+        if len(started) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.3)
+        return real_scan(path, exact_beams)
+
+    monkeypatch.setattr(head_start, "prescan_file", stopping)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run_load(paths, tmp_path / "k.pfm", LoadConfig(bin_size_m=25.0), mode="serial")
+    time.sleep(0.5)
+    assert len(started) == 2, started
+
+
 def test_the_window_counts_the_writers_whole_groups():
     """The driver keeps a slot for the in-process writer only when it is behind: the group
     after the one it writes is whole (groups as the writer closes them: at ``group_bytes``,
