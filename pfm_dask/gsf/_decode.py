@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -359,6 +359,61 @@ def _evenly_spaced(starts: np.ndarray) -> int:
     if step > 0 and (np.diff(starts) == step).all():
         return step
     return 0
+
+
+#: bytes of a file that a pass over many of its pings (their headers, a walk for the scale
+#: factors) keeps mapped: past them the pass unmaps the pages it has gone by (``passed``), so
+#: that the pre-scan or ``gsf-info`` of a 1 GB file holds about this much of it, not all of it
+PASS_WINDOW = 64 << 20
+
+
+def runs_of_bytes(offsets: np.ndarray) -> np.ndarray:
+    """Where to cut the sorted byte ``offsets`` so that each run of them spans about
+    :data:`PASS_WINDOW` bytes: the run bounds ``[0, ..., len(offsets)]`` (one run if less)."""
+    n, window = len(offsets), PASS_WINDOW
+    if n < 2 or int(offsets[-1]) - int(offsets[0]) <= window:
+        return np.array([0, n], dtype=np.int64)
+    marks = np.arange(int(offsets[0]) + window, int(offsets[-1]) + 1, window, dtype=np.int64)
+    cuts = np.searchsorted(offsets, marks, side="right")
+    return np.unique(np.concatenate(([0], cuts, [n]))).astype(np.int64)
+
+
+def _runs(offsets: np.ndarray, passed):
+    """The runs ``(a, b)`` of :func:`runs_of_bytes`; after each but the last, ``passed(lo, hi)``
+    is told that the pass has gone from byte ``offsets[a]`` to ``offsets[b]``."""
+    bounds = runs_of_bytes(offsets).tolist()
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        yield a, b
+        if b < len(offsets) and passed is not None:
+            passed(int(offsets[a]), int(offsets[b]))
+
+
+def walk_pings_in_runs(buf, data_offsets, sizes, record_offsets, hdr_len: int, st: ScaleState,
+                       path, *, passed=None, **kw):
+    """:func:`walk_pings` over a :data:`PASS_WINDOW` of the file at a time: the same directory
+    and damage as one walk, and between the runs ``passed(lo, hi)`` (a caller holding the file
+    mapped unmaps bytes ``[lo, hi)``; a decode afterwards maps them again)."""
+    parts, dmg = [], None
+    for a, b in _runs(record_offsets, passed):
+        part, dmg = walk_pings(buf, data_offsets[a:b], sizes[a:b], record_offsets[a:b], hdr_len,
+                               st, path, **kw)
+        parts.append(part)
+        if dmg is not None:
+            break
+    if len(parts) == 1:
+        return parts[0], dmg
+    return PingDirectory(*(np.concatenate([getattr(p, f.name) for p in parts])
+                           for f in fields(PingDirectory))), dmg
+
+
+def ping_headers_at(u8, data_offsets: np.ndarray, hdr_dtype: np.dtype, passed=None) -> np.ndarray:
+    """The fixed ping headers starting at ``data_offsets`` as ``hdr_dtype`` records, a
+    :data:`PASS_WINDOW` of the file at a time (``passed`` as in :func:`walk_pings_in_runs`)."""
+    hdr = np.empty(len(data_offsets), dtype=hdr_dtype)
+    for a, b in _runs(data_offsets, passed):
+        hdr[a:b] = _gather(u8, data_offsets[a:b], hdr_dtype.itemsize).view(hdr_dtype) \
+            .reshape(b - a)
+    return hdr
 
 
 def _gather(u8, starts: np.ndarray, nbytes: int) -> np.ndarray:

@@ -30,11 +30,12 @@ import pyarrow as pa
 
 from .._fileio import close_map
 from ..errors import GsfError
-from ._decode import (NeedHistory, PingDirectory, ScaleState, decode_pings, walk_ping,
-                      walk_pings)
+from . import _decode
+from ._decode import (NeedHistory, PingDirectory, ScaleState, decode_pings, ping_headers_at,
+                      walk_ping, walk_pings, walk_pings_in_runs)
 from ._framing import scan_records
 from ._records import ping_header_dtype
-from ._summary import add_damage, check_mapped_size, map_file, summarize
+from ._summary import add_damage, check_mapped_size, map_file, summarize, unmap_pages
 
 __all__ = ["SOUNDING_SCHEMA", "GsfFile", "read_pings", "iter_batches"]
 
@@ -69,23 +70,6 @@ SOUNDING_SCHEMA = pa.schema([
 ], metadata={"source": "GSF swath bathymetry ping records (pfm_dask.gsf)"})
 
 _CHECKPOINT_EVERY = 256     # keep the scale-factor state every so many pings walked
-#: bytes of the file a pass over many pings (the ping headers, a walk for the scale factors)
-#: keeps mapped: past them it unmaps the pages it has gone by, so that the pre-scan of a 1 GB
-#: file holds about this much of it, not the whole file (:func:`_runs_of_bytes`)
-PASS_WINDOW = 64 << 20
-
-
-def _runs_of_bytes(offsets: np.ndarray, window: int) -> np.ndarray:
-    """Where to cut the sorted byte ``offsets`` so that each run of them spans about
-    ``window`` bytes: the run bounds ``[0, ..., len(offsets)]`` (one run if they span less)."""
-    n = len(offsets)
-    if n < 2 or int(offsets[-1]) - int(offsets[0]) <= window:
-        return np.array([0, n], dtype=np.int64)
-    marks = np.arange(int(offsets[0]) + window, int(offsets[-1]) + 1, window, dtype=np.int64)
-    cuts = np.searchsorted(offsets, marks, side="right")
-    return np.unique(np.concatenate(([0], cuts, [n]))).astype(np.int64)
-
-
 class _BackResolver:
     """Finds the scale-factor state in force before ping ``start`` by walking back.
 
@@ -217,17 +201,11 @@ class GsfFile:
     def _drop_pages(self, lo: int, hi: int) -> bool:
         """Unmap this process's pages of bytes ``[lo, hi)`` of the file (both on page bounds;
         the page cache keeps them, a later read maps them again); False where nothing was."""
-        if self._mm is None or hi <= lo or not hasattr(mmap, "MADV_DONTNEED"):
-            return False
-        try:
-            self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
-        except (OSError, ValueError):   # pragma: no cover - advisory
-            return False
-        return True
+        return unmap_pages(self._mm, lo, hi)
 
     def _passed(self, lo: int, hi: int) -> None:
         """A pass over the file has gone from byte ``lo`` to byte ``hi`` and goes on from
-        ``hi``: unmap this process's whole pages between (:data:`PASS_WINDOW`)."""
+        ``hi``: unmap this process's whole pages between (``_decode.PASS_WINDOW``)."""
         page = mmap.PAGESIZE
         self._drop_pages(int(lo) // page * page, int(hi) // page * page)
 
@@ -309,7 +287,7 @@ class GsfFile:
             k = stop
             self._remember(k, st)
             at = int(self.ping_offsets[k]) if k < self.n_pings else self.size
-            if at - mapped > PASS_WINDOW:   # a long way to ``start``: its pages are not needed
+            if at - mapped > _decode.PASS_WINDOW:   # a long way to ``start``: pages not needed
                 self._passed(mapped, at)
                 mapped = at
         return st
@@ -368,26 +346,12 @@ class GsfFile:
         return dirn, start
 
     def _walk_runs(self, start: int, stop: int, st: ScaleState):
-        """:func:`walk_pings` over pings [start, stop) from state ``st``, :data:`PASS_WINDOW`
-        bytes of the file at a time, unmapping each run's pages once walked (a decode of
-        them afterwards maps them again from the page cache)."""
-        offs = self.ping_offsets[start:stop]
-        bounds = _runs_of_bytes(offs, PASS_WINDOW)
-        parts, dmg = [], None
-        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            part, dmg = walk_pings(self._buf, self._pdata[start + a:start + b],
-                                   self._psize[start + a:start + b], offs[a:b],
-                                   self._hdr_len, st, self.path, strict=self.strict,
-                                   seen=self._seen, u8=self._u8)
-            parts.append(part)
-            if dmg is not None:
-                break
-            if b < len(offs):
-                self._passed(offs[a], offs[b])
-        if len(parts) == 1:
-            return parts[0], dmg
-        return PingDirectory(*(np.concatenate([getattr(p, f.name) for p in parts])
-                               for f in fields(PingDirectory))), dmg
+        """:func:`walk_pings` over pings [start, stop) from state ``st``, unmapping the pages
+        it has gone by on a long walk (:func:`~pfm_dask.gsf._decode.walk_pings_in_runs`)."""
+        return walk_pings_in_runs(self._buf, self._pdata[start:stop], self._psize[start:stop],
+                                  self.ping_offsets[start:stop], self._hdr_len, st, self.path,
+                                  passed=self._passed, strict=self.strict, seen=self._seen,
+                                  u8=self._u8)
 
     def _columns(self, start: int, stop: int, select: np.ndarray | None = None,
                  per_ping: bool = False) -> dict:
@@ -497,18 +461,10 @@ class GsfFile:
         ``number_beams`` of every ping record, read from the fixed ping headers alone (no walk,
         no decode): cheap enough to look at every ping's position. Null positions (91, 181)
         come back as stored; a ping record too short for its header gives NaN (0 beams)."""
-        from ._decode import _gather
-
         self._check_size()
         whole = self._psize >= self._hdr_len
         doff = self._pdata[whole]
-        hdr = np.empty(doff.size, dtype=self._hdr_dtype)
-        bounds = _runs_of_bytes(doff, PASS_WINDOW)   # a large file: a window of it mapped
-        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            hdr[a:b] = _gather(self._u8, doff[a:b], self._hdr_len).view(self._hdr_dtype) \
-                .reshape(b - a)
-            if b < doff.size:
-                self._passed(doff[a], doff[b])
+        hdr = ping_headers_at(self._u8, doff, self._hdr_dtype, self._passed)
         n = self.n_pings
         out = {k: np.full(n, np.nan) for k in ("time", "latitude", "longitude", "heading")}
         out["time"][whole] = hdr["time_sec"].astype(np.float64) + hdr["time_nsec"] / 1e9
@@ -527,7 +483,8 @@ class GsfFile:
         dirn, _ = self._walk(0, self.n_pings)
         return summarize(self.path, self.size, self.version, self.major, self.minor,
                          self.record_counts, self.n_pings, dirn.n_beams, dirn.data_offsets,
-                         self._u8, self._hdr_dtype, self._seen, self.damage)
+                         self._u8, self._hdr_dtype, self._seen, self.damage,
+                         passed=self._passed)
 
 
 # --- what earlier GsfFile objects of a file learnt (opt-in: ``remember=True``) ----------------

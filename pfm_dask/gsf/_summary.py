@@ -18,11 +18,11 @@ import os
 import numpy as np
 
 from ..errors import GsfError
-from ._decode import ScaleState, _gather, walk_pings
+from ._decode import ScaleState, ping_headers_at, walk_pings_in_runs
 from ._framing import scan_records
 from ._records import ARRAY_SPECS, SUB_INTENSITY_SERIES, SUB_QUALITY_FLAGS, ping_header_dtype
 
-__all__ = ["info", "summarize", "map_file", "check_mapped_size", "add_damage"]
+__all__ = ["info", "summarize", "map_file", "check_mapped_size", "add_damage", "unmap_pages"]
 
 
 def map_file(path: str):
@@ -37,6 +37,18 @@ def map_file(path: str):
     except (OSError, ValueError) as err:
         raise GsfError(f"cannot open: {err}", path=path) from err
     return st.st_size, mm, st
+
+
+def unmap_pages(mm, lo: int, hi: int) -> bool:
+    """Unmap this process's pages of bytes ``[lo, hi)`` of the map ``mm`` (both on page
+    bounds; the page cache keeps them, a later read maps them again); False where nothing was."""
+    if mm is None or hi <= lo or not hasattr(mmap, "MADV_DONTNEED"):
+        return False
+    try:
+        mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+    except (OSError, ValueError):   # pragma: no cover - advisory
+        return False
+    return True
 
 
 def check_mapped_size(mm, size: int, path: str) -> None:
@@ -69,9 +81,21 @@ def info(path) -> dict:
     """
     path = os.fspath(path)
     size, mm, _ = map_file(path)
+    page = mmap.PAGESIZE
+    behind = [0]
+
+    def walked(pos: int) -> None:      # the framing walk is past ``pos``: its pages go
+        hi = pos // page * page
+        if unmap_pages(mm, behind[0], hi):
+            behind[0] = hi
+
+    def passed(lo: int, hi: int) -> None:   # a pass over the pings went from lo to hi
+        unmap_pages(mm, lo // page * page, hi // page * page)
+
     try:
         check_mapped_size(mm, size, path)
-        fr = scan_records(mm if mm is not None else b"", path, fast=False)
+        fr = scan_records(mm if mm is not None else b"", path, fast=False,
+                          walked=walked if mm is not None else None)
         if fr.version is None:
             raise fr.damage[0] if fr.damage else GsfError("not a GSF file", path=path)
         damage = list(fr.damage)
@@ -79,16 +103,16 @@ def info(path) -> dict:
         hdr_dtype = ping_header_dtype(fr.major or 3)
         seen: set = set()
         check_mapped_size(mm, size, path)
-        dirn, dmg = walk_pings(mm, fr.data_offsets[pidx], fr.sizes[pidx], fr.offsets[pidx],
-                               hdr_dtype.itemsize, ScaleState(fill=0), path, strict=False,
-                               seen=seen, fast=False)
+        dirn, dmg = walk_pings_in_runs(mm, fr.data_offsets[pidx], fr.sizes[pidx],
+                                       fr.offsets[pidx], hdr_dtype.itemsize, ScaleState(fill=0),
+                                       path, passed=passed, strict=False, seen=seen, fast=False)
         if dmg is not None:
             add_damage(damage, dmg)
         u8 = np.frombuffer(mm, dtype=np.uint8)
         try:
             return summarize(path, size, fr.version, fr.major, fr.minor, fr.record_counts(),
                              len(pidx), dirn.n_beams, dirn.data_offsets, u8, hdr_dtype, seen,
-                             damage)
+                             damage, passed=passed)
         finally:
             del u8
     finally:
@@ -98,9 +122,11 @@ def info(path) -> dict:
 
 def summarize(path: str, size: int, version, major, minor, record_counts: dict,
               n_ping_records: int, n_beams: np.ndarray, data_offsets: np.ndarray,
-              u8: np.ndarray, hdr_dtype: np.dtype, seen: set, damage: list) -> dict:
+              u8: np.ndarray, hdr_dtype: np.dtype, seen: set, damage: list,
+              passed=None) -> dict:
     """The info dict of a walked file: ``n_beams`` and ``data_offsets`` of the readable pings
-    (those before any damage), ``seen`` the subrecord ids met on the walk.
+    (those before any damage), ``seen`` the subrecord ids met on the walk; ``passed`` as in
+    :func:`~pfm_dask.gsf._decode.ping_headers_at` (the pages its read of the headers goes by).
 
     Extents are computed from the pings' own headers, never from the summary record (P5).
     """
@@ -124,7 +150,7 @@ def summarize(path: str, size: int, version, major, minor, record_counts: dict,
         "longitude": {"min": None, "max": None},
     }
     if n:
-        hdr = _gather(u8, data_offsets, hdr_dtype.itemsize).view(hdr_dtype).reshape(n)
+        hdr = ping_headers_at(u8, data_offsets, hdr_dtype, passed)
         sec = hdr["time_sec"].astype(np.int64)
         nsec = hdr["time_nsec"].astype(np.int64)
         t = sec * 1_000_000_000 + nsec

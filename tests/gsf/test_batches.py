@@ -304,7 +304,7 @@ def test_long_passes_hold_a_window_of_the_file_and_read_the_same(tmp_path, monke
     not all of it (a ``--serial`` load of one 1 GB line peaked at 1.18 GB RSS, 0.29 GB with
     the windows), and gives the same values as one pass."""
     from pfm_dask import synth
-    from pfm_dask.gsf import _reader
+    from pfm_dask.gsf import _decode
 
     synth.generate(tmp_path, files=1, pings=16000, beams=64, seed=5)
     path = next(tmp_path.glob("*.gsf")).resolve()
@@ -314,7 +314,7 @@ def test_long_passes_hold_a_window_of_the_file_and_read_the_same(tmp_path, monke
         want_h, want_c, want = f.ping_headers(), f.read_columns_at(picks), f.read(0, n)
         tail_c = f.read_columns(n - 5, n)
     window = 1 << 20
-    monkeypatch.setattr(_reader, "PASS_WINDOW", window)
+    monkeypatch.setattr(_decode, "PASS_WINDOW", window)
     # a fault maps the page cache's whole folio around it (up to 2 MB with large folios), a
     # window's pages and those of the next page fault's folio on either side
     bound = window + 2 * (2 << 20)
@@ -345,14 +345,49 @@ def test_long_passes_hold_a_window_of_the_file_and_read_the_same(tmp_path, monke
         assert f.read(0, n).equals(want)
 
 
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/smaps"), reason="Linux only")
+@pytest.mark.parametrize("plain", [True, False], ids=["gsf-info", "GsfFile.info"])
+def test_info_holds_a_window_of_the_file_and_says_the_same(tmp_path, monkeypatch, plain):
+    """``gsf-info`` (plain Python) and ``GsfFile.info`` walk every ping and read every ping's
+    header: each pass holds about a window of the file (``gsf-info`` of a 1 GB line peaked at
+    1.0 GB RSS), and the summary is the one of a single pass."""
+    from pfm_dask import synth
+    from pfm_dask.gsf import _decode, _summary
+
+    synth.generate(tmp_path, files=1, pings=16000, beams=64, seed=5)
+    path = next(tmp_path.glob("*.gsf")).resolve()
+
+    def info():
+        if plain:
+            return _summary.info(path)
+        with gsf.GsfFile(path, strict=False) as f:
+            f.forget(0, f.n_pings)             # what the open's framing walk left mapped
+            return f.info()
+
+    want = info()
+    window = 1 << 20
+    monkeypatch.setattr(_decode, "PASS_WINDOW", window)
+    seen: list[int] = []
+    real = _decode.ping_headers_at
+
+    def headers(*a, **k):                      # after the walk and the headers' pass
+        out = real(*a, **k)
+        seen.append(_mapped_kib(path) * 1024)
+        return out
+
+    monkeypatch.setattr(_summary, "ping_headers_at", headers)
+    assert info() == want
+    assert len(seen) == 1 and 0 < seen[0] <= window + 2 * (2 << 20), seen
+
+
 def test_prescan_the_same_in_windows(gsf_sample, monkeypatch):
     """The pre-scan of each real sample read a window of 16 kB at a time (many windows, the
     samples' scale-factor tables in every pattern) equals the pre-scan in one pass."""
-    from pfm_dask.gsf import _reader
+    from pfm_dask.gsf import _decode
     from pfm_dask.planning import prescan_file
 
     want = prescan_file(str(gsf_sample))
-    monkeypatch.setattr(_reader, "PASS_WINDOW", 16 << 10)
+    monkeypatch.setattr(_decode, "PASS_WINDOW", 16 << 10)
     assert prescan_file(str(gsf_sample)) == want
 
 
