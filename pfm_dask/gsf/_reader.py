@@ -35,7 +35,8 @@ from ._decode import (NeedHistory, PingDirectory, ScaleState, decode_pings, ping
                       walk_ping, walk_pings, walk_pings_in_runs)
 from ._framing import scan_records
 from ._records import ping_header_dtype
-from ._summary import add_damage, check_mapped_size, map_file, summarize, unmap_pages
+from ._summary import (PagesBehind, add_damage, check_mapped_size, map_file, summarize,
+                       unmap_pages)
 
 __all__ = ["SOUNDING_SCHEMA", "GsfFile", "read_pings", "iter_batches"]
 
@@ -148,6 +149,7 @@ class GsfFile:
         self._buf = b""
         self._u8 = np.zeros(0, dtype=np.uint8)
         self.size, self._mm, st = map_file(self.path)
+        self._behind = PagesBehind(self._mm)   # what long passes have gone by, unmapped
         if self._mm is not None:
             self._buf = self._mm
             self._u8 = np.frombuffer(self._mm, dtype=np.uint8)
@@ -156,7 +158,7 @@ class GsfFile:
         self._check_size()
         known = _recall(self._identity)
         fr = (known.framing if known is not None
-              else scan_records(self._buf, self.path, walked=self._drop_below))
+              else scan_records(self._buf, self.path, walked=self._behind.walked))
         if fr.damage and self.strict:
             self.close()
             raise fr.damage[0]
@@ -202,19 +204,6 @@ class GsfFile:
         """Unmap this process's pages of bytes ``[lo, hi)`` of the file (both on page bounds;
         the page cache keeps them, a later read maps them again); False where nothing was."""
         return unmap_pages(self._mm, lo, hi)
-
-    def _passed(self, lo: int, hi: int) -> None:
-        """A pass over the file has gone from byte ``lo`` to byte ``hi`` and goes on from
-        ``hi``: unmap this process's whole pages between (``_decode.PASS_WINDOW``)."""
-        page = mmap.PAGESIZE
-        self._drop_pages(int(lo) // page * page, int(hi) // page * page)
-
-    def _drop_below(self, pos: int) -> None:
-        """The framing walk is past byte ``pos``: unmap this process's pages below it (a first
-        open then holds a few MB of a large file, not all of it, while it walks the file)."""
-        hi = int(pos) // mmap.PAGESIZE * mmap.PAGESIZE
-        if self._drop_pages(getattr(self, "_walk_dropped", 0), hi):
-            self._walk_dropped = hi
 
     def forget(self, start: int, stop: int) -> None:
         """Unmap this process's pages of pings ``[start, stop)`` (0-based; ``stop`` = ``n_pings``:
@@ -288,7 +277,7 @@ class GsfFile:
             self._remember(k, st)
             at = int(self.ping_offsets[k]) if k < self.n_pings else self.size
             if at - mapped > _decode.PASS_WINDOW:   # a long way to ``start``: pages not needed
-                self._passed(mapped, at)
+                self._behind.passed(mapped, at)
                 mapped = at
         return st
 
@@ -350,7 +339,7 @@ class GsfFile:
         it has gone by on a long walk (:func:`~pfm_dask.gsf._decode.walk_pings_in_runs`)."""
         return walk_pings_in_runs(self._buf, self._pdata[start:stop], self._psize[start:stop],
                                   self.ping_offsets[start:stop], self._hdr_len, st, self.path,
-                                  passed=self._passed, strict=self.strict, seen=self._seen,
+                                  passed=self._behind.passed, strict=self.strict, seen=self._seen,
                                   u8=self._u8)
 
     def _columns(self, start: int, stop: int, select: np.ndarray | None = None,
@@ -464,7 +453,7 @@ class GsfFile:
         self._check_size()
         whole = self._psize >= self._hdr_len
         doff = self._pdata[whole]
-        hdr = ping_headers_at(self._u8, doff, self._hdr_dtype, self._passed)
+        hdr = ping_headers_at(self._u8, doff, self._hdr_dtype, self._behind.passed)
         n = self.n_pings
         out = {k: np.full(n, np.nan) for k in ("time", "latitude", "longitude", "heading")}
         out["time"][whole] = hdr["time_sec"].astype(np.float64) + hdr["time_nsec"] / 1e9
@@ -484,7 +473,7 @@ class GsfFile:
         return summarize(self.path, self.size, self.version, self.major, self.minor,
                          self.record_counts, self.n_pings, dirn.n_beams, dirn.data_offsets,
                          self._u8, self._hdr_dtype, self._seen, self.damage,
-                         passed=self._passed)
+                         passed=self._behind.passed)
 
 
 # --- what earlier GsfFile objects of a file learnt (opt-in: ``remember=True``) ----------------

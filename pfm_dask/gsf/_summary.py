@@ -22,7 +22,8 @@ from ._decode import ScaleState, ping_headers_at, walk_pings_in_runs
 from ._framing import scan_records
 from ._records import ARRAY_SPECS, SUB_INTENSITY_SERIES, SUB_QUALITY_FLAGS, ping_header_dtype
 
-__all__ = ["info", "summarize", "map_file", "check_mapped_size", "add_damage", "unmap_pages"]
+__all__ = ["info", "summarize", "map_file", "check_mapped_size", "add_damage", "unmap_pages",
+           "PagesBehind"]
 
 
 def map_file(path: str):
@@ -49,6 +50,25 @@ def unmap_pages(mm, lo: int, hi: int) -> bool:
     except (OSError, ValueError):   # pragma: no cover - advisory
         return False
     return True
+
+
+class PagesBehind:
+    """Unmaps from this process the pages of a mapped file that a pass over it has gone by (the
+    page cache keeps them): ``walked(pos)`` for the framing walk, past byte ``pos``;
+    ``passed(lo, hi)`` for a pass over the pings, from byte ``lo`` on to ``hi`` (whole pages
+    in between). A long pass then holds a few MB of a large file, not all of it."""
+
+    def __init__(self, mm):
+        self.mm, self.below = mm, 0
+
+    def walked(self, pos: int) -> None:
+        hi = int(pos) // mmap.PAGESIZE * mmap.PAGESIZE
+        if unmap_pages(self.mm, self.below, hi):
+            self.below = hi
+
+    def passed(self, lo: int, hi: int) -> None:
+        page = mmap.PAGESIZE
+        unmap_pages(self.mm, int(lo) // page * page, int(hi) // page * page)
 
 
 def check_mapped_size(mm, size: int, path: str) -> None:
@@ -81,21 +101,11 @@ def info(path) -> dict:
     """
     path = os.fspath(path)
     size, mm, _ = map_file(path)
-    page = mmap.PAGESIZE
-    behind = [0]
-
-    def walked(pos: int) -> None:      # the framing walk is past ``pos``: its pages go
-        hi = pos // page * page
-        if unmap_pages(mm, behind[0], hi):
-            behind[0] = hi
-
-    def passed(lo: int, hi: int) -> None:   # a pass over the pings went from lo to hi
-        unmap_pages(mm, lo // page * page, hi // page * page)
-
+    behind = PagesBehind(mm)
     try:
         check_mapped_size(mm, size, path)
         fr = scan_records(mm if mm is not None else b"", path, fast=False,
-                          walked=walked if mm is not None else None)
+                          walked=behind.walked if mm is not None else None)
         if fr.version is None:
             raise fr.damage[0] if fr.damage else GsfError("not a GSF file", path=path)
         damage = list(fr.damage)
@@ -105,14 +115,15 @@ def info(path) -> dict:
         check_mapped_size(mm, size, path)
         dirn, dmg = walk_pings_in_runs(mm, fr.data_offsets[pidx], fr.sizes[pidx],
                                        fr.offsets[pidx], hdr_dtype.itemsize, ScaleState(fill=0),
-                                       path, passed=passed, strict=False, seen=seen, fast=False)
+                                       path, passed=behind.passed, strict=False, seen=seen,
+                                       fast=False)
         if dmg is not None:
             add_damage(damage, dmg)
         u8 = np.frombuffer(mm, dtype=np.uint8)
         try:
             return summarize(path, size, fr.version, fr.major, fr.minor, fr.record_counts(),
                              len(pidx), dirn.n_beams, dirn.data_offsets, u8, hdr_dtype, seen,
-                             damage, passed=passed)
+                             damage, passed=behind.passed)
         finally:
             del u8
     finally:
