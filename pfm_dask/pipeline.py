@@ -149,9 +149,7 @@ def _run_serial(job: _Job, kernels: KernelWatch) -> LoadResult:
                            checkpoint_seconds=checkpoint_seconds, threads=1)
         pieces = [p for p in job.pieces() if p.seq >= writer.watermark]
     else:
-        # two reads in flight, on threads of their own (pfm_dask.head_start): the 74-file
-        # survey's pre-scan 0.8-0.9 s against 1.2-1.3 s on one thread, 2.1 against 2.7-3.1 s
-        # from a cold page cache
+        # two files at a time, on threads of their own (pfm_dask.head_start)
         head = HeadStart(files, append)
         try:
             scans = head.scans()
