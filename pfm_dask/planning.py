@@ -80,14 +80,13 @@ def prescan_file(path: str, exact_beams: bool = False) -> dict:
             out["n_pings"] = n
             if n == 0:
                 return out
-            headers = f.ping_headers()
+            step = max(1, n // _SAMPLE_PINGS)
+            picks = sorted(set(range(0, n, step)) | {n - 1})
+            # one walk over the pings and their headers, the sampled pings decoded together
+            headers, cols = f.sample_at(picks)
             far = far_pings(headers, f.ping_offsets, path)   # damaged fixes
             out["far_pings"] = far.damage
             out["damage"] += far.damage
-            step = max(1, n // _SAMPLE_PINGS)
-            picks = sorted(set(range(0, n, step)) | {n - 1})
-            # one walk over the ping headers, the sampled pings decoded together
-            cols = f.read_columns_at(picks)
             ping = cols["ping"]
             _, _, beams_seen = runs(ping)
             lat = cols["latitude"]

@@ -300,8 +300,9 @@ class GsfFile:
         within a walk or decode itself is not caught."""
         check_mapped_size(self._mm, self.size, self.path)
 
-    def _walk(self, start: int, stop: int) -> tuple[PingDirectory, int]:
-        """Directory of pings [start, stop) (shortened by damage in lenient mode)."""
+    def _walk(self, start: int, stop: int, passed=None) -> tuple[PingDirectory, int]:
+        """Directory of pings [start, stop) (shortened by damage in lenient mode); ``passed``
+        as in :func:`~pfm_dask.gsf._decode.walk_pings_in_runs` (default: unmap the pages)."""
         if self._closed:
             raise ValueError(f"GsfFile {self.path!r} is closed")
         self._check_size()
@@ -320,12 +321,12 @@ class GsfFile:
         if st is None:
             return empty, start
         try:
-            dirn, dmg = self._walk_runs(start, stop, st)
+            dirn, dmg = self._walk_runs(start, stop, st, passed)
         except NeedHistory:
             st = self._walk_forward_to(start)
             if st is None:
                 return empty, start
-            dirn, dmg = self._walk_runs(start, stop, st)
+            dirn, dmg = self._walk_runs(start, stop, st, passed)
         if dmg is not None:
             self._note_damage(dmg, start + len(dirn))
         else:
@@ -334,18 +335,18 @@ class GsfFile:
             self._remember(stop, st)
         return dirn, start
 
-    def _walk_runs(self, start: int, stop: int, st: ScaleState):
+    def _walk_runs(self, start: int, stop: int, st: ScaleState, passed=None):
         """:func:`walk_pings` over pings [start, stop) from state ``st``, unmapping the pages
         it has gone by on a long walk (:func:`~pfm_dask.gsf._decode.walk_pings_in_runs`)."""
         return walk_pings_in_runs(self._buf, self._pdata[start:stop], self._psize[start:stop],
                                   self.ping_offsets[start:stop], self._hdr_len, st, self.path,
-                                  passed=self._behind.passed, strict=self.strict, seen=self._seen,
-                                  u8=self._u8)
+                                  passed=passed or self._behind.passed, strict=self.strict,
+                                  seen=self._seen, u8=self._u8)
 
     def _columns(self, start: int, stop: int, select: np.ndarray | None = None,
-                 per_ping: bool = False) -> dict:
+                 per_ping: bool = False, passed=None) -> dict:
         """The numpy columns of pings [start, stop) (or of the ``select`` ones among them)."""
-        dirn, start = self._walk(start, stop)
+        dirn, start = self._walk(start, stop, passed)
         numbers = np.arange(start + 1, start + 1 + len(dirn), dtype=np.uint32)
         if select is not None:          # only these pings (0-based indices) of the walked run
             rows = np.asarray(select, dtype=np.int64) - start
@@ -452,8 +453,36 @@ class GsfFile:
         come back as stored; a ping record too short for its header gives NaN (0 beams)."""
         self._check_size()
         whole = self._psize >= self._hdr_len
+        return self._header_columns(
+            ping_headers_at(self._u8, self._pdata[whole], self._hdr_dtype, self._behind.passed),
+            whole)
+
+    def sample_at(self, pings) -> tuple[dict, dict]:
+        """:meth:`ping_headers` and :meth:`read_columns_at` of ``pings`` in one pass over the
+        file (the pre-scan's): the headers of each window of pings are read while the walk for
+        the scale factors has its pages mapped, so a large file is mapped once, not twice."""
+        self._check_size()
+        whole = self._psize >= self._hdr_len
         doff = self._pdata[whole]
-        hdr = ping_headers_at(self._u8, doff, self._hdr_dtype, self._behind.passed)
+        hdr = np.empty(doff.size, dtype=self._hdr_dtype)
+        done = 0
+
+        def passed(lo: int, hi: int) -> None:   # the walk is past byte ``hi``
+            nonlocal done
+            k = int(np.searchsorted(doff, hi))
+            if k > done:
+                hdr[done:k] = ping_headers_at(self._u8, doff[done:k], self._hdr_dtype)
+                done = k
+            self._behind.passed(lo, hi)
+
+        idx = self._picks(pings)
+        cols = (self._columns(int(idx[0]), int(idx[-1]) + 1, select=idx, passed=passed)
+                if idx.size else self._columns(0, 0))
+        hdr[done:] = ping_headers_at(self._u8, doff[done:], self._hdr_dtype, self._behind.passed)
+        return self._header_columns(hdr, whole), cols
+
+    def _header_columns(self, hdr: np.ndarray, whole: np.ndarray) -> dict:
+        """:meth:`ping_headers`'s columns from the headers of the ``whole`` ping records."""
         n = self.n_pings
         out = {k: np.full(n, np.nan) for k in ("time", "latitude", "longitude", "heading")}
         out["time"][whole] = hdr["time_sec"].astype(np.float64) + hdr["time_nsec"] / 1e9

@@ -298,11 +298,11 @@ def test_a_first_open_drops_the_pages_its_framing_walk_left_behind(tmp_path):
 
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/self/smaps"), reason="Linux only")
 def test_long_passes_hold_a_window_of_the_file_and_read_the_same(tmp_path, monkeypatch):
-    """The pre-scan reads every ping's header and walks every ping for its scale factors; a
-    walk to a ping far into the file walks all before it. Over more than ``PASS_WINDOW``
-    bytes each pass unmaps the pages it has gone by, so it holds about a window of the file,
-    not all of it (a ``--serial`` load of one 1 GB line peaked at 1.18 GB RSS, 0.29 GB with
-    the windows), and gives the same values as one pass."""
+    """The pre-scan reads every ping's header and walks every ping for its scale factors
+    (``sample_at``: both in one pass); a walk to a ping far into the file walks all before it.
+    Over more than ``PASS_WINDOW`` bytes each pass unmaps the pages it has gone by, so it holds
+    about a window of the file, not all of it (a ``--serial`` load of one 1 GB line peaked at
+    1.18 GB RSS, 0.29 GB with the windows), and gives the same values as one pass."""
     from pfm_dask import synth
     from pfm_dask.gsf import _decode
 
@@ -327,6 +327,16 @@ def test_long_passes_hold_a_window_of_the_file_and_read_the_same(tmp_path, monke
         assert len(f._walk(0, n)[0].n_beams) == n   # the walk of every ping read_columns_at does
         assert 0 < _mapped_kib(path) * 1024 <= bound
         got_c = f.read_columns_at(picks)
+        f.forget(0, n)
+        both = f.sample_at([0, n - 1])        # the headers read as the walk goes by
+        assert 0 < _mapped_kib(path) * 1024 <= bound + 2 * (2 << 20)   # and the 2 decoded
+        for k in want_h:
+            np.testing.assert_array_equal(both[0][k], want_h[k], err_msg=k)
+        same_h, same_c = f.sample_at(picks)
+        for k in want_h:
+            np.testing.assert_array_equal(same_h[k], want_h[k], err_msg=k)
+        for k in want_c.keys() - {"_valid"}:
+            np.testing.assert_array_equal(same_c[k], want_c[k], err_msg=k)
         for k in want_h:
             np.testing.assert_array_equal(got_h[k], want_h[k], err_msg=k)
         assert want_c["_valid"].keys() == got_c["_valid"].keys()
