@@ -416,6 +416,39 @@ def ping_headers_at(u8, data_offsets: np.ndarray, hdr_dtype: np.dtype, passed=No
     return hdr
 
 
+class HeadersAlong:
+    """The fixed ping headers at ``data_offsets``, read window by window as a walk over the same
+    pings goes by (give it :meth:`passed`), then the rest (:meth:`finish`): a pass that needs
+    both maps a large file once, not once for each. ``passed(lo, hi)`` is what unmaps."""
+
+    def __init__(self, u8, data_offsets: np.ndarray, hdr_dtype: np.dtype, passed=None):
+        self.u8, self.offsets, self.dtype, self._passed = u8, data_offsets, hdr_dtype, passed
+        self.headers = np.empty(len(data_offsets), dtype=hdr_dtype)
+        self.done = 0    # headers read: those of offsets[:done]
+
+    def passed(self, lo: int, hi: int) -> None:
+        """The walk is past byte ``hi``: read the headers before it, then unmap [lo, hi)."""
+        k = int(np.searchsorted(self.offsets, hi))
+        if k > self.done:
+            self.headers[self.done:k] = ping_headers_at(self.u8, self.offsets[self.done:k],
+                                                        self.dtype)
+            self.done = k
+        if self._passed is not None:
+            self._passed(lo, hi)
+
+    def finish(self, upto: int | None = None) -> np.ndarray:
+        """The headers of ``offsets[:upto]`` (all by default), reading those the walk left;
+        then it lets go of the file's bytes (an exception kept from the walk may keep this
+        object, and the bytes' map could not be closed while it held them)."""
+        upto = len(self.offsets) if upto is None else int(upto)
+        if upto > self.done:
+            self.headers[self.done:upto] = ping_headers_at(
+                self.u8, self.offsets[self.done:upto], self.dtype, self._passed)
+            self.done = upto
+        self.u8 = None
+        return self.headers[:upto]
+
+
 def _gather(u8, starts: np.ndarray, nbytes: int) -> np.ndarray:
     """Copy ``nbytes`` bytes from each start offset: a (len(starts), nbytes) uint8 array."""
     step = _evenly_spaced(starts)

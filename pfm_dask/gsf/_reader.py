@@ -31,8 +31,8 @@ import pyarrow as pa
 from .._fileio import close_map
 from ..errors import GsfError
 from . import _decode
-from ._decode import (NeedHistory, PingDirectory, ScaleState, decode_pings, ping_headers_at,
-                      walk_ping, walk_pings, walk_pings_in_runs)
+from ._decode import (HeadersAlong, NeedHistory, PingDirectory, ScaleState, decode_pings,
+                      ping_headers_at, walk_ping, walk_pings, walk_pings_in_runs)
 from ._framing import scan_records
 from ._records import ping_header_dtype
 from ._summary import (PagesBehind, add_damage, check_mapped_size, map_file, summarize,
@@ -463,23 +463,11 @@ class GsfFile:
         the scale factors has its pages mapped, so a large file is mapped once, not twice."""
         self._check_size()
         whole = self._psize >= self._hdr_len
-        doff = self._pdata[whole]
-        hdr = np.empty(doff.size, dtype=self._hdr_dtype)
-        done = 0
-
-        def passed(lo: int, hi: int) -> None:   # the walk is past byte ``hi``
-            nonlocal done
-            k = int(np.searchsorted(doff, hi))
-            if k > done:
-                hdr[done:k] = ping_headers_at(self._u8, doff[done:k], self._hdr_dtype)
-                done = k
-            self._behind.passed(lo, hi)
-
+        along = HeadersAlong(self._u8, self._pdata[whole], self._hdr_dtype, self._behind.passed)
         idx = self._picks(pings)
-        cols = (self._columns(int(idx[0]), int(idx[-1]) + 1, select=idx, passed=passed)
+        cols = (self._columns(int(idx[0]), int(idx[-1]) + 1, select=idx, passed=along.passed)
                 if idx.size else self._columns(0, 0))
-        hdr[done:] = ping_headers_at(self._u8, doff[done:], self._hdr_dtype, self._behind.passed)
-        return self._header_columns(hdr, whole), cols
+        return self._header_columns(along.finish(), whole), cols
 
     def _header_columns(self, hdr: np.ndarray, whole: np.ndarray) -> dict:
         """:meth:`ping_headers`'s columns from the headers of the ``whole`` ping records."""
@@ -498,11 +486,12 @@ class GsfFile:
         damage: :func:`~pfm_dask.gsf._summary.summarize` after the kernels' walk of every
         ping (:func:`info` gives the same without numba). JSON-serialisable.
         """
-        dirn, _ = self._walk(0, self.n_pings)
+        along = HeadersAlong(self._u8, self._pdata, self._hdr_dtype, self._behind.passed)
+        dirn, _ = self._walk(0, self.n_pings, along.passed)   # the walked pings' headers too
         return summarize(self.path, self.size, self.version, self.major, self.minor,
                          self.record_counts, self.n_pings, dirn.n_beams, dirn.data_offsets,
                          self._u8, self._hdr_dtype, self._seen, self.damage,
-                         passed=self._behind.passed)
+                         headers=along.finish(len(dirn.n_beams)))
 
 
 # --- what earlier GsfFile objects of a file learnt (opt-in: ``remember=True``) ----------------

@@ -17,8 +17,9 @@ import os
 
 import numpy as np
 
+from .._fileio import close_map
 from ..errors import GsfError
-from ._decode import ScaleState, ping_headers_at, walk_pings_in_runs
+from ._decode import HeadersAlong, ScaleState, ping_headers_at, walk_pings_in_runs
 from ._framing import scan_records
 from ._records import ARRAY_SPECS, SUB_INTENSITY_SERIES, SUB_QUALITY_FLAGS, ping_header_dtype
 
@@ -113,31 +114,34 @@ def info(path) -> dict:
         hdr_dtype = ping_header_dtype(fr.major or 3)
         seen: set = set()
         check_mapped_size(mm, size, path)
-        dirn, dmg = walk_pings_in_runs(mm, fr.data_offsets[pidx], fr.sizes[pidx],
-                                       fr.offsets[pidx], hdr_dtype.itemsize, ScaleState(fill=0),
-                                       path, passed=behind.passed, strict=False, seen=seen,
-                                       fast=False)
-        if dmg is not None:
-            add_damage(damage, dmg)
         u8 = np.frombuffer(mm, dtype=np.uint8)
+        # the ping headers read as the walk goes by: a large file mapped once for both
+        along = HeadersAlong(u8, fr.data_offsets[pidx], hdr_dtype, behind.passed)
         try:
+            dirn, dmg = walk_pings_in_runs(mm, fr.data_offsets[pidx], fr.sizes[pidx],
+                                           fr.offsets[pidx], hdr_dtype.itemsize,
+                                           ScaleState(fill=0), path, passed=along.passed,
+                                           strict=False, seen=seen, fast=False)
+            if dmg is not None:
+                add_damage(damage, dmg)
             return summarize(path, size, fr.version, fr.major, fr.minor, fr.record_counts(),
                              len(pidx), dirn.n_beams, dirn.data_offsets, u8, hdr_dtype, seen,
-                             damage, passed=behind.passed)
+                             damage, headers=along.finish(len(dirn.n_beams)))
         finally:
+            along.u8 = None
             del u8
     finally:
-        if mm is not None:
-            mm.close()
+        close_map(mm)
 
 
 def summarize(path: str, size: int, version, major, minor, record_counts: dict,
               n_ping_records: int, n_beams: np.ndarray, data_offsets: np.ndarray,
               u8: np.ndarray, hdr_dtype: np.dtype, seen: set, damage: list,
-              passed=None) -> dict:
+              passed=None, headers: np.ndarray | None = None) -> dict:
     """The info dict of a walked file: ``n_beams`` and ``data_offsets`` of the readable pings
     (those before any damage), ``seen`` the subrecord ids met on the walk; ``passed`` as in
-    :func:`~pfm_dask.gsf._decode.ping_headers_at` (the pages its read of the headers goes by).
+    :func:`~pfm_dask.gsf._decode.ping_headers_at` (the pages its read of the headers goes by),
+    or ``headers``: those pings' headers, already read.
 
     Extents are computed from the pings' own headers, never from the summary record (P5).
     """
@@ -161,7 +165,8 @@ def summarize(path: str, size: int, version, major, minor, record_counts: dict,
         "longitude": {"min": None, "max": None},
     }
     if n:
-        hdr = ping_headers_at(u8, data_offsets, hdr_dtype, passed)
+        hdr = headers if headers is not None else ping_headers_at(u8, data_offsets, hdr_dtype,
+                                                                  passed)
         sec = hdr["time_sec"].astype(np.int64)
         nsec = hdr["time_nsec"].astype(np.int64)
         t = sec * 1_000_000_000 + nsec

@@ -359,8 +359,8 @@ def test_long_passes_hold_a_window_of_the_file_and_read_the_same(tmp_path, monke
 @pytest.mark.parametrize("plain", [True, False], ids=["gsf-info", "GsfFile.info"])
 def test_info_holds_a_window_of_the_file_and_says_the_same(tmp_path, monkeypatch, plain):
     """``gsf-info`` (plain Python) and ``GsfFile.info`` walk every ping and read every ping's
-    header: each pass holds about a window of the file (``gsf-info`` of a 1 GB line peaked at
-    1.0 GB RSS), and the summary is the one of a single pass."""
+    header (as the walk goes by): the pass holds about a window of the file (``gsf-info`` of a
+    1 GB line peaked at 1.0 GB RSS), and the summary is the one of a single window."""
     from pfm_dask import synth
     from pfm_dask.gsf import _decode, _summary
 
@@ -378,14 +378,14 @@ def test_info_holds_a_window_of_the_file_and_says_the_same(tmp_path, monkeypatch
     window = 1 << 20
     monkeypatch.setattr(_decode, "PASS_WINDOW", window)
     seen: list[int] = []
-    real = _decode.ping_headers_at
+    real = _decode.HeadersAlong.finish
 
-    def headers(*a, **k):                      # after the walk and the headers' pass
-        out = real(*a, **k)
+    def finish(self, *a, **k):                 # after the walk and the headers' read
+        out = real(self, *a, **k)
         seen.append(_mapped_kib(path) * 1024)
         return out
 
-    monkeypatch.setattr(_summary, "ping_headers_at", headers)
+    monkeypatch.setattr(_decode.HeadersAlong, "finish", finish)
     assert info() == want
     assert len(seen) == 1 and 0 < seen[0] <= window + 2 * (2 << 20), seen
 
