@@ -71,6 +71,8 @@ SOUNDING_SCHEMA = pa.schema([
 ], metadata={"source": "GSF swath bathymetry ping records (pfm_dask.gsf)"})
 
 _CHECKPOINT_EVERY = 256     # keep the scale-factor state every so many pings walked
+
+
 class _BackResolver:
     """Finds the scale-factor state in force before ping ``start`` by walking back.
 
