@@ -491,9 +491,8 @@ class GsfFile:
         along = HeadersAlong(self._u8, self._pdata, self._hdr_dtype, self._behind.passed)
         dirn, _ = self._walk(0, self.n_pings, along.passed)   # the walked pings' headers too
         return summarize(self.path, self.size, self.version, self.major, self.minor,
-                         self.record_counts, self.n_pings, dirn.n_beams, dirn.data_offsets,
-                         self._u8, self._hdr_dtype, self._seen, self.damage,
-                         headers=along.finish(len(dirn.n_beams)))
+                         self.record_counts, self.n_pings, dirn.n_beams,
+                         along.finish(len(dirn.n_beams)), self._seen, self.damage)
 
 
 # --- what earlier GsfFile objects of a file learnt (opt-in: ``remember=True``) ----------------

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._fileio import close_map
 from ..errors import GsfError
-from ._decode import HeadersAlong, ScaleState, ping_headers_at, walk_pings_in_runs
+from ._decode import HeadersAlong, ScaleState, walk_pings_in_runs
 from ._framing import scan_records
 from ._records import ARRAY_SPECS, SUB_INTENSITY_SERIES, SUB_QUALITY_FLAGS, ping_header_dtype
 
@@ -125,8 +125,8 @@ def info(path) -> dict:
             if dmg is not None:
                 add_damage(damage, dmg)
             return summarize(path, size, fr.version, fr.major, fr.minor, fr.record_counts(),
-                             len(pidx), dirn.n_beams, dirn.data_offsets, u8, hdr_dtype, seen,
-                             damage, headers=along.finish(len(dirn.n_beams)))
+                             len(pidx), dirn.n_beams, along.finish(len(dirn.n_beams)), seen,
+                             damage)
         finally:
             along.u8 = None
             del u8
@@ -135,13 +135,10 @@ def info(path) -> dict:
 
 
 def summarize(path: str, size: int, version, major, minor, record_counts: dict,
-              n_ping_records: int, n_beams: np.ndarray, data_offsets: np.ndarray,
-              u8: np.ndarray, hdr_dtype: np.dtype, seen: set, damage: list,
-              passed=None, headers: np.ndarray | None = None) -> dict:
-    """The info dict of a walked file: ``n_beams`` and ``data_offsets`` of the readable pings
-    (those before any damage), ``seen`` the subrecord ids met on the walk; ``passed`` as in
-    :func:`~pfm_dask.gsf._decode.ping_headers_at` (the pages its read of the headers goes by),
-    or ``headers``: those pings' headers, already read.
+              n_ping_records: int, n_beams: np.ndarray, headers: np.ndarray, seen: set,
+              damage: list) -> dict:
+    """The info dict of a walked file: ``n_beams`` and ``headers`` (their fixed ping headers)
+    of the readable pings (those before any damage), ``seen`` the subrecord ids met on the walk.
 
     Extents are computed from the pings' own headers, never from the summary record (P5).
     """
@@ -165,10 +162,8 @@ def summarize(path: str, size: int, version, major, minor, record_counts: dict,
         "longitude": {"min": None, "max": None},
     }
     if n:
-        hdr = headers if headers is not None else ping_headers_at(u8, data_offsets, hdr_dtype,
-                                                                  passed)
-        sec = hdr["time_sec"].astype(np.int64)
-        nsec = hdr["time_nsec"].astype(np.int64)
+        sec = headers["time_sec"].astype(np.int64)
+        nsec = headers["time_nsec"].astype(np.int64)
         t = sec * 1_000_000_000 + nsec
         i0, i1 = int(np.argmin(t)), int(np.argmax(t))
         out["time"] = {
@@ -177,8 +172,8 @@ def summarize(path: str, size: int, version, major, minor, record_counts: dict,
             "start_iso": _iso(int(sec[i0]), int(nsec[i0])),
             "end_iso": _iso(int(sec[i1]), int(nsec[i1])),
         }
-        lat = hdr["latitude"].astype(np.float64) / 1.0e7
-        lon = hdr["longitude"].astype(np.float64) / 1.0e7
+        lat = headers["latitude"].astype(np.float64) / 1.0e7
+        lon = headers["longitude"].astype(np.float64) / 1.0e7
         ok = (np.abs(lat) <= 90.0) & (np.abs(lon) <= 180.0)   # 91/181 = null
         if ok.any():
             out["latitude"] = {"min": float(lat[ok].min()), "max": float(lat[ok].max())}
